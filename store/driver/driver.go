@@ -1,0 +1,200 @@
+// Package driver defines the interface that every tenure store backend
+// implements. Users do not call drivers directly: they use *store.Store, which
+// validates arguments, classifies and wraps errors exactly once, and tracks
+// in-flight calls so that Close waits for them.
+//
+// A driver is small on purpose: Get, Put, Delete, List, Close, and ErrorKind
+// to classify the errors it returns. Optional capabilities (such as Watch) are
+// separate interfaces found by type assertion.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// CondKind says which condition a write carries.
+type CondKind int
+
+const (
+	// Unconditional is only valid for Delete: remove whatever is there.
+	Unconditional CondKind = iota
+	// IfAbsent: the write applies only if the key does not exist.
+	IfAbsent
+	// IfMatch: the write applies only if the key exists with Version.
+	IfMatch
+)
+
+// String returns the condition's name as it appears in errors.
+func (k CondKind) String() string {
+	switch k {
+	case Unconditional:
+		return "unconditional"
+	case IfAbsent:
+		return "if-absent"
+	case IfMatch:
+		return "if-match"
+	}
+	return fmt.Sprintf("CondKind(%d)", int(k))
+}
+
+// Cond is the condition attached to a write. The portable layer guarantees
+// that drivers only see IfAbsent or IfMatch for Put, and Unconditional or
+// IfMatch for Delete, and that Version is non-empty with IfMatch.
+type Cond struct {
+	Kind    CondKind
+	Version string
+}
+
+// Item is one entry of a List result.
+type Item struct {
+	Key     string
+	Version string
+	Size    int64
+}
+
+// Store is the interface a backend implements. All methods must be safe for
+// concurrent use by multiple goroutines. The portable layer has already
+// validated keys and conditions before calling a method.
+type Store interface {
+	// Get returns the value and opaque version of key. It returns an error of
+	// kind NotFound when the key is absent. The returned slice belongs to the
+	// caller.
+	Get(ctx context.Context, key string) (data []byte, version string, err error)
+
+	// Put writes data under key if cond holds, atomically: either the whole
+	// value becomes visible with a new version, or nothing changes. It
+	// returns the new version, or an error of kind PreconditionFailed when
+	// cond does not hold (IfAbsent on an existing key, IfMatch on a missing
+	// key or on another version). The driver must not retry a conditional
+	// write itself: a retry whose first attempt landed would see its own
+	// write as a precondition failure. Put must not retain data.
+	Put(ctx context.Context, key string, data []byte, cond Cond) (version string, err error)
+
+	// Delete removes key. With IfMatch it returns an error of kind
+	// PreconditionFailed when the key is missing or has another version.
+	// Unconditional delete of a missing key succeeds.
+	Delete(ctx context.Context, key string, cond Cond) error
+
+	// List returns at most limit items whose keys start with prefix and sort
+	// strictly after the key after (byte-wise lexicographic order), in that
+	// order. limit is at least 1. Fewer than limit items means there are no
+	// more.
+	List(ctx context.Context, prefix, after string, limit int) ([]Item, error)
+
+	// ErrorKind classifies an error returned by this driver. Errors built
+	// with Errorf are classified by the portable layer without calling it.
+	ErrorKind(err error) Kind
+
+	// Close releases the driver's resources. The portable layer calls it
+	// once, after every in-flight call has returned.
+	Close() error
+}
+
+// Limits is an optional interface: a driver that cannot store every key the
+// portable layer accepts says so here, so that callers get a clear error
+// before any request is made.
+type Limits interface {
+	// CheckKey returns nil if the driver can store key, or an error that
+	// says why not.
+	CheckKey(key string) error
+}
+
+// Kind classifies an error once, at the driver boundary.
+type Kind int
+
+const (
+	// Unknown errors are treated as transient by callers that retry.
+	Unknown Kind = iota
+	NotFound
+	PreconditionFailed
+	// Conflict is a concurrent conditional write in progress on the same key
+	// (S3 409 ConditionalRequestConflict): re-read and retry.
+	Conflict
+	// Throttled: back off with jitter.
+	Throttled
+	// Transient: 5xx, timeouts, broken connections. A write that failed this
+	// way may or may not have been applied.
+	Transient
+	// Permanent: authentication, missing bucket, bad configuration.
+	Permanent
+	// InvalidArgument: the request can never succeed as made.
+	InvalidArgument
+	// Canceled: the caller's context ended. A write may still have applied.
+	Canceled
+)
+
+// String returns a short name for the kind.
+func (k Kind) String() string {
+	switch k {
+	case Unknown:
+		return "unknown"
+	case NotFound:
+		return "not found"
+	case PreconditionFailed:
+		return "precondition failed"
+	case Conflict:
+		return "conflict"
+	case Throttled:
+		return "throttled"
+	case Transient:
+		return "transient"
+	case Permanent:
+		return "permanent"
+	case InvalidArgument:
+		return "invalid argument"
+	case Canceled:
+		return "canceled"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Error is an error a driver builds itself, with its kind attached.
+type Error struct {
+	Kind Kind
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error of the given kind. Use %w to keep a cause.
+func Errorf(kind Kind, format string, args ...any) error {
+	return &Error{Kind: kind, Err: fmt.Errorf(format, args...)}
+}
+
+// Classify returns the kind of err: the kind of an *Error in its chain, the
+// context's kind for context errors, else the driver's own classification.
+func Classify(d Store, err error) Kind {
+	var de *Error
+	if errors.As(err, &de) {
+		return de.Kind
+	}
+	if errors.Is(err, context.Canceled) {
+		return Canceled
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return Transient
+	}
+	if d != nil {
+		return d.ErrorKind(err)
+	}
+	return Unknown
+}
+
+// Watcher is an optional capability: stores that can notify of changes (etcd)
+// implement it so callers need not poll.
+type Watcher interface {
+	// Watch sends an event each time key changes, starting after version
+	// (empty: from now), until ctx ends. The channel is closed when the
+	// watch ends; a watch may end early, and callers then fall back to Get.
+	Watch(ctx context.Context, key, version string) (<-chan WatchEvent, error)
+}
+
+// WatchEvent is one change of a watched key.
+type WatchEvent struct {
+	Data    []byte
+	Version string
+	Deleted bool
+}

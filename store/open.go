@@ -1,0 +1,72 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/tenure-io/tenure/store/driver"
+)
+
+// Opener opens a driver for a URL of its scheme.
+type Opener func(ctx context.Context, u *url.URL) (driver.Store, error)
+
+// The URL registry is the only global mutable state in tenure.
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Opener{}
+)
+
+// Register makes a driver available to Open under scheme. Drivers call it
+// from init; registering a scheme twice panics, as it is a programming error
+// found at start-up.
+func Register(scheme string, open Opener) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[scheme]; dup {
+		panic("store: Register called twice for scheme " + scheme)
+	}
+	registry[scheme] = open
+}
+
+// Schemes returns the registered URL schemes, sorted.
+func Schemes() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	out := make([]string, 0, len(registry))
+	for s := range registry {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Open opens the store named by rawURL, such as "file:///var/lib/tenure",
+// "mem://", or "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1".
+// The driver for the scheme must be registered, usually by importing its
+// package (or github.com/tenure-io/tenure/store/all for every driver).
+func Open(ctx context.Context, rawURL string) (*Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %q: %w", rawURL, err)
+	}
+	if u.Scheme == "" {
+		return nil, fmt.Errorf("store: open %q: %w: the URL has no scheme (want one of %s, as in file:///path)",
+			rawURL, ErrUnknownScheme, strings.Join(Schemes(), ", "))
+	}
+	registryMu.RLock()
+	open := registry[u.Scheme]
+	registryMu.RUnlock()
+	if open == nil {
+		return nil, fmt.Errorf("store: open %q: %w %q (registered: %s)",
+			rawURL, ErrUnknownScheme, u.Scheme, strings.Join(Schemes(), ", "))
+	}
+	drv, err := open(ctx, u)
+	if err != nil {
+		return nil, &Error{Op: "open", Key: u.Redacted(), Kind: driver.Classify(nil, err), Err: err}
+	}
+	return New(drv), nil
+}

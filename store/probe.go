@@ -1,0 +1,190 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ProbePrefix is where Probe writes its scratch keys.
+const ProbePrefix = ".tenure-probe/"
+
+// ProbeResult is what Probe found out about a store.
+type ProbeResult struct {
+	// Each check is true when the store refused a write whose condition
+	// did not hold, as it must.
+	CreateIfAbsent bool `json:"createIfAbsentEnforced"`
+	IfMatch        bool `json:"ifMatchEnforced"`
+	DeleteIfMatch  bool `json:"deleteIfMatchEnforced"`
+
+	Rounds int `json:"rounds"`
+	// Round-trip latency of each kind of call, over all rounds.
+	Get         LatencyStats `json:"get"`
+	CreatePut   LatencyStats `json:"createIfAbsent"`
+	CASPut      LatencyStats `json:"compareAndSwap"`
+	RefusedPut  LatencyStats `json:"refusedPut"`
+	DeleteMatch LatencyStats `json:"delete"`
+}
+
+// OK reports whether every condition was enforced.
+func (r ProbeResult) OK() bool { return r.CreateIfAbsent && r.IfMatch && r.DeleteIfMatch }
+
+// LatencyStats summarises a set of round trips.
+type LatencyStats struct {
+	N   int           `json:"n"`
+	Min time.Duration `json:"minNanos"`
+	P50 time.Duration `json:"p50Nanos"`
+	Max time.Duration `json:"maxNanos"`
+}
+
+func (l LatencyStats) String() string {
+	return fmt.Sprintf("min %v  p50 %v  max %v  (n=%d)", round(l.Min), round(l.P50), round(l.Max), l.N)
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}
+
+func stats(ds []time.Duration) LatencyStats {
+	if len(ds) == 0 {
+		return LatencyStats{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return LatencyStats{N: len(s), Min: s[0], P50: s[len(s)/2], Max: s[len(s)-1]}
+}
+
+// Probe checks on scratch keys under ProbePrefix that the store enforces
+// conditional writes (a second create-if-absent fails, a compare-and-swap
+// on a stale version fails, a delete on a stale version fails) and measures
+// round-trip latency over rounds rounds (5 if rounds < 1). It removes its
+// scratch keys.
+//
+// If the store accepted a write it should have refused, Probe returns the
+// result with an error matching ErrConditionsIgnored; every long-lived tenure
+// component refuses to run on such a store. Other errors are the store's.
+func Probe(ctx context.Context, s *Store, rounds int) (ProbeResult, error) {
+	if rounds < 1 {
+		rounds = 5
+	}
+	res := ProbeResult{CreateIfAbsent: true, IfMatch: true, DeleteIfMatch: true, Rounds: rounds}
+	var get, create, cas, refused, del []time.Duration
+	timed := func(dst *[]time.Duration, f func() error) error {
+		start := time.Now()
+		err := f()
+		*dst = append(*dst, time.Since(start))
+		return err
+	}
+	var ignored []string
+	for i := 0; i < rounds; i++ {
+		key := ProbePrefix + randomHex(12)
+		record := func(step string) []byte { return []byte(fmt.Sprintf(`{"probe":%q,"nonce":%q}`, step, randomHex(16))) }
+
+		var v1 string
+		if err := timed(&create, func() (err error) {
+			v1, err = s.Put(ctx, key, record("create"), IfAbsent())
+			return err
+		}); err != nil {
+			return res, fmt.Errorf("probe: create-if-absent on a fresh key: %w", err)
+		}
+		cleanup := func() { _ = s.Delete(context.WithoutCancel(ctx), key, Cond{}) }
+
+		err := timed(&refused, func() error {
+			_, err := s.Put(ctx, key, record("second-create"), IfAbsent())
+			return err
+		})
+		switch {
+		case err == nil:
+			res.CreateIfAbsent = false
+			ignored = append(ignored, "a second create-if-absent on an existing key succeeded")
+			// The store overwrote our record: read the current version.
+			if _, v1, err = s.Get(ctx, key); err != nil {
+				cleanup()
+				return res, fmt.Errorf("probe: read back: %w", err)
+			}
+		case !errors.Is(err, ErrPreconditionFailed):
+			cleanup()
+			return res, fmt.Errorf("probe: second create-if-absent: %w", err)
+		}
+
+		var v2 string
+		if err := timed(&cas, func() (err error) {
+			v2, err = s.Put(ctx, key, record("swap"), IfMatch(v1))
+			return err
+		}); err != nil {
+			cleanup()
+			return res, fmt.Errorf("probe: compare-and-swap on the current version: %w", err)
+		}
+		if v2 == v1 {
+			cleanup()
+			return res, fmt.Errorf("probe: %w: a write of new bytes returned the old version %q", ErrConditionsIgnored, v1)
+		}
+
+		err = timed(&refused, func() error {
+			_, err := s.Put(ctx, key, record("stale-swap"), IfMatch(v1))
+			return err
+		})
+		switch {
+		case err == nil:
+			res.IfMatch = false
+			ignored = append(ignored, "a compare-and-swap on a stale version succeeded")
+			if _, v2, err = s.Get(ctx, key); err != nil {
+				cleanup()
+				return res, fmt.Errorf("probe: read back: %w", err)
+			}
+		case !errors.Is(err, ErrPreconditionFailed):
+			cleanup()
+			return res, fmt.Errorf("probe: compare-and-swap on a stale version: %w", err)
+		}
+
+		if err := timed(&get, func() error {
+			_, v, err := s.Get(ctx, key)
+			if err == nil && v != v2 {
+				err = fmt.Errorf("read version %q after writing %q", v, v2)
+			}
+			return err
+		}); err != nil {
+			cleanup()
+			return res, fmt.Errorf("probe: get: %w", err)
+		}
+
+		err = s.Delete(ctx, key, IfMatch(v1))
+		switch {
+		case err == nil:
+			res.DeleteIfMatch = false
+			ignored = append(ignored, "a delete on a stale version succeeded")
+			continue
+		case !errors.Is(err, ErrPreconditionFailed):
+			cleanup()
+			return res, fmt.Errorf("probe: delete on a stale version: %w", err)
+		}
+		if err := timed(&del, func() error { return s.Delete(ctx, key, IfMatch(v2)) }); err != nil {
+			cleanup()
+			return res, fmt.Errorf("probe: delete on the current version: %w", err)
+		}
+	}
+	res.Get, res.CreatePut, res.CASPut, res.RefusedPut, res.DeleteMatch = stats(get), stats(create), stats(cas), stats(refused), stats(del)
+	if len(ignored) > 0 {
+		slices.Sort(ignored)
+		ignored = slices.Compact(ignored)
+		return res, fmt.Errorf("probe: %w: %s; tenure cannot keep leases or a log safely on this store", ErrConditionsIgnored, strings.Join(ignored, "; "))
+	}
+	return res, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,226 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/tenure-io/tenure/store/driver"
+)
+
+// MaxKeyLen is the longest key, in bytes, that the portable layer accepts.
+// Drivers may accept less (an S3 prefix counts against S3's own 1,024 bytes);
+// they then refuse with ErrInvalidArgument before sending anything.
+const MaxKeyLen = 1024
+
+// Cond is the condition of a write: IfAbsent() or IfMatch(version). The zero
+// Cond is unconditional, which only Delete accepts.
+type Cond = driver.Cond
+
+// Item is one entry of a List result: key, version and size in bytes.
+type Item = driver.Item
+
+// IfAbsent is the condition "the key does not exist".
+func IfAbsent() Cond { return Cond{Kind: driver.IfAbsent} }
+
+// IfMatch is the condition "the key exists with this version".
+func IfMatch(version string) Cond { return Cond{Kind: driver.IfMatch, Version: version} }
+
+// Store is the portable store every tenure component uses. It validates
+// arguments, classifies and wraps the driver's errors exactly once, and
+// tracks in-flight calls so that Close waits for them. A Store is safe for
+// concurrent use by multiple goroutines; whether it is safe across processes
+// is up to the driver (all bundled drivers are).
+type Store struct {
+	drv driver.Store
+
+	mu       sync.RWMutex // held shared by each call, exclusively by Close
+	closed   bool
+	closeErr error
+	once     sync.Once
+}
+
+// New returns a Store backed by drv. The Store owns drv: Close closes it.
+func New(drv driver.Store) *Store {
+	return &Store{drv: drv}
+}
+
+// Driver returns the underlying driver, for optional capabilities such as
+// driver.Watcher.
+func (s *Store) Driver() driver.Store { return s.drv }
+
+// Get returns the value and version of key, or an error matching ErrNotFound
+// when it is absent. The returned slice belongs to the caller.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if err := s.enter("get", key); err != nil {
+		return nil, "", err
+	}
+	defer s.mu.RUnlock()
+	data, version, err := s.drv.Get(ctx, key)
+	if err != nil {
+		return nil, "", s.wrap("get", key, err)
+	}
+	return data, version, nil
+}
+
+// Put writes data under key if cond holds and returns the new version. It
+// returns an error matching ErrPreconditionFailed when cond does not hold.
+// cond must be IfAbsent() or IfMatch(v); unconditional writes are refused.
+//
+// An error for which IsAmbiguous is true does not mean the write failed: use
+// PutResolved to find out.
+func (s *Store) Put(ctx context.Context, key string, data []byte, cond Cond) (string, error) {
+	if err := s.enter("put", key); err != nil {
+		return "", err
+	}
+	defer s.mu.RUnlock()
+	switch {
+	case cond.Kind == driver.IfAbsent:
+	case cond.Kind == driver.IfMatch && cond.Version != "":
+	case cond.Kind == driver.IfMatch:
+		return "", invalid("put", key, "IfMatch with an empty version")
+	default:
+		return "", invalid("put", key, "every write must carry a condition: IfAbsent() or IfMatch(version)")
+	}
+	version, err := s.drv.Put(ctx, key, data, cond)
+	if err != nil {
+		return "", s.wrap("put", key, err)
+	}
+	return version, nil
+}
+
+// Delete removes key. With IfMatch(v) it returns an error matching
+// ErrPreconditionFailed when the key is absent or has another version; with
+// the zero Cond it removes whatever is there and succeeds if nothing is.
+func (s *Store) Delete(ctx context.Context, key string, cond Cond) error {
+	if err := s.enter("delete", key); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	switch {
+	case cond.Kind == driver.Unconditional:
+	case cond.Kind == driver.IfMatch && cond.Version != "":
+	case cond.Kind == driver.IfMatch:
+		return invalid("delete", key, "IfMatch with an empty version")
+	default:
+		return invalid("delete", key, "Delete accepts IfMatch(version) or no condition")
+	}
+	if err := s.drv.Delete(ctx, key, cond); err != nil {
+		return s.wrap("delete", key, err)
+	}
+	return nil
+}
+
+// List returns at most limit items whose keys start with prefix and sort
+// strictly after after, in byte-wise lexicographic order. Fewer than limit
+// items means the listing is complete. Pass the last key returned as after to
+// read the next page.
+func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]Item, error) {
+	if err := s.enterList(prefix, after, limit); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	items, err := s.drv.List(ctx, prefix, after, limit)
+	if err != nil {
+		return nil, s.wrap("list", prefix, err)
+	}
+	if len(items) > limit {
+		items = items[:limit]
+	}
+	return items, nil
+}
+
+// ListAll returns every item under prefix, reading pages of pageSize.
+func (s *Store) ListAll(ctx context.Context, prefix string, pageSize int) ([]Item, error) {
+	var all []Item
+	after := ""
+	for {
+		page, err := s.List(ctx, prefix, after, pageSize)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if len(page) < pageSize {
+			return all, nil
+		}
+		after = page[len(page)-1].Key
+	}
+}
+
+// Close waits for in-flight calls to return, then closes the driver. Later
+// calls return ErrClosed. Close is idempotent and returns the driver's error
+// each time.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.closeErr = s.drv.Close()
+	})
+	return s.closeErr
+}
+
+// enter validates key and takes the shared lock; on success the caller must
+// RUnlock.
+func (s *Store) enter(op, key string) error {
+	if err := checkKey(op, key); err != nil {
+		return err
+	}
+	if l, ok := s.drv.(driver.Limits); ok {
+		if err := l.CheckKey(key); err != nil {
+			return &Error{Op: op, Key: key, Kind: driver.InvalidArgument, Err: err}
+		}
+	}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return &Error{Op: op, Key: key, Kind: driver.Unknown, Err: ErrClosed}
+	}
+	return nil
+}
+
+func (s *Store) enterList(prefix, after string, limit int) error {
+	if limit < 1 {
+		return invalid("list", prefix, fmt.Sprintf("limit %d: must be at least 1", limit))
+	}
+	if !utf8.ValidString(prefix) || len(prefix) > MaxKeyLen {
+		return invalid("list", prefix, "prefix must be valid UTF-8 of at most 1024 bytes")
+	}
+	if !utf8.ValidString(after) || len(after) > MaxKeyLen {
+		return invalid("list", prefix, "start-after key must be valid UTF-8 of at most 1024 bytes")
+	}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return &Error{Op: "list", Key: prefix, Kind: driver.Unknown, Err: ErrClosed}
+	}
+	return nil
+}
+
+func (s *Store) wrap(op, key string, err error) error {
+	return &Error{Op: op, Key: key, Kind: driver.Classify(s.drv, err), Err: err}
+}
+
+func invalid(op, key, msg string) error {
+	return &Error{Op: op, Key: key, Kind: driver.InvalidArgument, Err: fmt.Errorf("%s", msg)}
+}
+
+// checkKey applies the portable key rules: non-empty, valid UTF-8, at most
+// MaxKeyLen bytes, no NUL or other control characters.
+func checkKey(op, key string) error {
+	switch {
+	case key == "":
+		return invalid(op, key, "empty key")
+	case len(key) > MaxKeyLen:
+		return invalid(op, key[:32]+"…", fmt.Sprintf("key is %d bytes; the limit is %d", len(key), MaxKeyLen))
+	case !utf8.ValidString(key):
+		return invalid(op, key, "key is not valid UTF-8")
+	}
+	for _, r := range key {
+		if r < 0x20 || r == 0x7f {
+			return invalid(op, key, fmt.Sprintf("key contains control character %U", r))
+		}
+	}
+	return nil
+}
