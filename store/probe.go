@@ -52,8 +52,10 @@ func round(d time.Duration) time.Duration {
 		return d.Round(time.Millisecond)
 	case d >= time.Millisecond:
 		return d.Round(10 * time.Microsecond)
+	case d >= 10*time.Microsecond:
+		return d.Round(time.Microsecond)
 	}
-	return d.Round(time.Microsecond)
+	return d
 }
 
 func stats(ds []time.Duration) LatencyStats {

@@ -1,0 +1,148 @@
+// Command tenure runs leader elections, shard leases and a replicated state
+// machine on shared storage, and inspects the stores they live on.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+
+	_ "github.com/tenure-io/tenure/store/all" // every store driver, for URLs
+)
+
+// command is one subcommand: its name, a line of help, and its body. run
+// receives the arguments after the command's name.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *env, args []string) error
+}
+
+// env is what a command writes to, so tests can capture it.
+type env struct {
+	stdout, stderr io.Writer
+}
+
+// errUsage means the arguments were wrong; the usage was already printed.
+var errUsage = errors.New("usage")
+
+func commands() []command {
+	return []command{
+		{"store", "inspect and probe a store: tenure store probe|get|list URL", runStore},
+		{"version", "print the version", runVersion},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and returns the exit status: 0 on success,
+// 1 on failure, 2 on a usage error.
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		if len(args) > 1 {
+			return run(ctx, e, []string{args[1], "--help"})
+		}
+		usage(e.stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, e, args[1:])
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			return 2
+		}
+		fmt.Fprintf(e.stderr, "tenure %s: %v\n", c.name, err)
+		return 1
+	}
+	fmt.Fprintf(e.stderr, "tenure: unknown command %q\n\n", args[0])
+	usage(e.stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "tenure: coordination on shared storage (leader election, shard leases, replicated state).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: tenure <command> [arguments]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Store URLs:")
+	fmt.Fprintln(w, "  file:///var/lib/tenure  or  file://./data      a local directory (the embedded default)")
+	fmt.Fprintln(w, "  s3://bucket/prefix?endpoint=URL&region=R       S3 or an S3-compatible server (MinIO, R2, ...)")
+	fmt.Fprintln(w, "  mem://                                          in memory, gone when the process exits")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'tenure <command> --help' for a command's flags.")
+}
+
+// newFlags returns a FlagSet that prints its usage to e.stderr and returns
+// errors instead of exiting.
+func newFlags(e *env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: tenure %s\n", synopsis)
+		var flags []string
+		fs.VisitAll(func(f *flag.Flag) { flags = append(flags, f.Name) })
+		if len(flags) > 0 {
+			sort.Strings(flags)
+			fmt.Fprintln(e.stderr, "\nFlags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parse parses args, allowing flags after positional arguments, and maps
+// flag errors to errUsage.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}
+
+var version = "dev"
+
+func runVersion(_ context.Context, e *env, args []string) error {
+	fs := newFlags(e, "version", "version")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "tenure %s\n", version)
+	return nil
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(t.Context(), &env{stdout: &out, stderr: &errb}, args)
+	return code, out.String(), errb.String()
+}
+
+func TestUsage(t *testing.T) {
+	cases := []struct {
+		args     []string
+		code     int
+		mentions string
+	}{
+		{nil, 2, "Usage: tenure <command>"},
+		{[]string{"--help"}, 0, "Commands:"},
+		{[]string{"help"}, 0, "store"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"store"}, 2, "tenure store probe URL"},
+		{[]string{"store", "--help"}, 0, "tenure store probe URL"},
+		{[]string{"store", "nope"}, 2, `unknown subcommand "nope"`},
+		{[]string{"store", "probe"}, 2, "Usage: tenure store probe URL"},
+		{[]string{"store", "probe", "--help"}, 0, "-json"},
+		{[]string{"store", "probe", "mem://", "--rounds", "0"}, 2, "--rounds must be at least 1"},
+		{[]string{"store", "probe", "mem://", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"version"}, 0, "tenure dev"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			code, out, errs := runCmd(t, c.args...)
+			if code != c.code {
+				t.Errorf("exit code %d; want %d (stderr %q)", code, c.code, errs)
+			}
+			if !strings.Contains(out+errs, c.mentions) {
+				t.Errorf("output does not mention %q:\nstdout: %s\nstderr: %s", c.mentions, out, errs)
+			}
+		})
+	}
+}
+
+func TestProbeMem(t *testing.T) {
+	code, out, errs := runCmd(t, "store", "probe", "mem://")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"create-if-absent             enforced", "compare-and-swap (If-Match)  enforced", "ok: this store enforces"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestProbeJSON(t *testing.T) {
+	code, out, errs := runCmd(t, "store", "probe", "--rounds", "3", "mem://", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var res struct {
+		OK             bool `json:"ok"`
+		CreateIfAbsent bool `json:"createIfAbsentEnforced"`
+		Rounds         int  `json:"rounds"`
+		Get            struct {
+			N int `json:"n"`
+		} `json:"get"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if !res.OK || !res.CreateIfAbsent || res.Rounds != 3 || res.Get.N != 3 {
+		t.Fatalf("unexpected result %+v from %s", res, out)
+	}
+}
+
+func TestProbeBadURL(t *testing.T) {
+	code, _, errs := runCmd(t, "store", "probe", "ftp://example/x")
+	if code != 1 || !strings.Contains(errs, `unknown URL scheme "ftp"`) {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+}
+
+func TestGetAndList(t *testing.T) {
+	code, _, errs := runCmd(t, "store", "get", "mem://", "missing")
+	if code != 1 || !strings.Contains(errs, "not found") {
+		t.Fatalf("get of a missing key: exit %d, stderr %q", code, errs)
+	}
+	code, out, errs := runCmd(t, "store", "list", "mem://")
+	if code != 0 || !strings.HasPrefix(out, "KEY") {
+		t.Fatalf("list: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}

@@ -1,0 +1,17 @@
+// Package tenure is coordination on shared storage: leader election, shard
+// leases and a quorum-less replicated state machine on any store with
+// conditional writes.
+//
+// This package holds no code; it is the map of the module:
+//
+//   - store: the portable store every component uses (Get, conditional Put
+//     and Delete, List), its error classes, the URL registry (store.Open),
+//     PutResolved for ambiguous writes, and Probe.
+//   - store/driver: the interface a backend implements.
+//   - store/memstore, store/filestore, store/s3store: the drivers.
+//   - store/all: registers every driver for store.Open.
+//   - store/drivertest: the conformance suite every driver passes.
+//   - store/faultstore: operation counts (cost), and injected latency,
+//     errors, throttling, ambiguous success and partitions (tests).
+//   - cmd/tenure: the command-line tool.
+package tenure

@@ -1,0 +1,9 @@
+// Package all registers every store driver bundled with tenure, so that
+// store.Open accepts all of their URL schemes. Import it for its side effect:
+//
+//	import _ "github.com/tenure-io/tenure/store/all"
+package all
+
+import (
+	_ "github.com/tenure-io/tenure/store/memstore" // mem://
+)

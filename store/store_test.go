@@ -1,0 +1,148 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/driver"
+	"github.com/tenure-io/tenure/store/memstore"
+)
+
+func TestOpenErrors(t *testing.T) {
+	cases := []struct {
+		name, url string
+		want      error
+		mentions  string
+	}{
+		{"unknown scheme", "ftp://host/dir", store.ErrUnknownScheme, `"ftp"`},
+		{"no scheme", "/var/lib/tenure", store.ErrUnknownScheme, "no scheme"},
+		{"unparsable", "s3://bucket/%zz", nil, "invalid URL escape"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := store.Open(t.Context(), c.url)
+			if err == nil {
+				s.Close()
+				t.Fatalf("Open(%q) succeeded", c.url)
+			}
+			if c.want != nil && !errors.Is(err, c.want) {
+				t.Errorf("Open(%q) = %v; want %v", c.url, err, c.want)
+			}
+			if !strings.Contains(err.Error(), c.mentions) {
+				t.Errorf("Open(%q) error %q does not mention %s", c.url, err, c.mentions)
+			}
+		})
+	}
+}
+
+func TestOpenerErrorsAreClassified(t *testing.T) {
+	scheme := "test-failing-opener"
+	store.Register(scheme, func(context.Context, *url.URL) (driver.Store, error) {
+		return nil, driver.Errorf(driver.Permanent, "bucket %q does not exist", "b")
+	})
+	_, err := store.Open(t.Context(), scheme+"://user:secret@b/prefix")
+	if !errors.Is(err, store.ErrPermanent) {
+		t.Fatalf("Open error %v does not match ErrPermanent", err)
+	}
+	if strings.Contains(err.Error(), "secret") {
+		t.Fatalf("Open error %q shows the URL's password", err)
+	}
+}
+
+func TestRegisterTwicePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("registering the mem scheme a second time did not panic")
+		}
+	}()
+	store.Register("mem", nil)
+}
+
+// blocking is a driver whose Get waits until released, to show that Close
+// waits for calls in flight.
+type blocking struct {
+	*memstore.Store
+	entered, release chan struct{}
+	closed           chan struct{}
+}
+
+func (b *blocking) Get(ctx context.Context, key string) ([]byte, string, error) {
+	close(b.entered)
+	<-b.release
+	return b.Store.Get(ctx, key)
+}
+
+func (b *blocking) Close() error { close(b.closed); return nil }
+
+func TestCloseWaitsForCallsInFlight(t *testing.T) {
+	b := &blocking{Store: memstore.New(), entered: make(chan struct{}), release: make(chan struct{}), closed: make(chan struct{})}
+	s := store.New(b)
+	getDone := make(chan error, 1)
+	go func() { _, _, err := s.Get(context.Background(), "k"); getDone <- err }()
+	<-b.entered
+	closeDone := make(chan error, 1)
+	go func() { closeDone <- s.Close() }()
+	select {
+	case <-b.closed:
+		t.Fatal("the driver was closed while a Get was in flight")
+	case <-closeDone:
+		t.Fatal("Close returned while a Get was in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(b.release)
+	if err := <-getDone; !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the Get in flight returned %v; want not found", err)
+	}
+	if err := <-closeDone; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, _, err := s.Get(context.Background(), "k"); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Get after Close = %v; want ErrClosed", err)
+	}
+}
+
+func TestKindOfAndPredicates(t *testing.T) {
+	mk := func(k driver.Kind) error { return &store.Error{Op: "put", Key: "k", Kind: k, Err: errors.New("x")} }
+	cases := []struct {
+		kind             driver.Kind
+		retryable, ambig bool
+		sentinel         error
+	}{
+		{driver.NotFound, false, false, store.ErrNotFound},
+		{driver.PreconditionFailed, false, false, store.ErrPreconditionFailed},
+		{driver.Conflict, true, true, store.ErrConflict},
+		{driver.Throttled, true, true, store.ErrThrottled},
+		{driver.Transient, true, true, store.ErrTransient},
+		{driver.Permanent, false, false, store.ErrPermanent},
+		{driver.InvalidArgument, false, false, store.ErrInvalidArgument},
+		{driver.Canceled, false, true, nil},
+		{driver.Unknown, true, true, nil},
+	}
+	all := []error{store.ErrNotFound, store.ErrPreconditionFailed, store.ErrConflict, store.ErrThrottled,
+		store.ErrTransient, store.ErrPermanent, store.ErrInvalidArgument}
+	for _, c := range cases {
+		err := mk(c.kind)
+		if store.KindOf(err) != c.kind {
+			t.Errorf("KindOf(%v) = %v", c.kind, store.KindOf(err))
+		}
+		if store.IsRetryable(err) != c.retryable {
+			t.Errorf("IsRetryable(%v) = %v; want %v", c.kind, !c.retryable, c.retryable)
+		}
+		if store.IsAmbiguous(err) != c.ambig {
+			t.Errorf("IsAmbiguous(%v) = %v; want %v", c.kind, !c.ambig, c.ambig)
+		}
+		for _, s := range all {
+			if got := errors.Is(err, s); got != (s == c.sentinel) {
+				t.Errorf("errors.Is(%v error, %v) = %v", c.kind, s, got)
+			}
+		}
+	}
+	if store.IsAmbiguous(nil) || store.IsRetryable(nil) {
+		t.Error("a nil error is ambiguous or retryable")
+	}
+}
