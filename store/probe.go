@@ -24,9 +24,11 @@ type ProbeResult struct {
 
 	Rounds int `json:"rounds"`
 	// Round-trip latency of each kind of call, over all rounds.
-	Get         LatencyStats `json:"get"`
-	CreatePut   LatencyStats `json:"createIfAbsent"`
-	CASPut      LatencyStats `json:"compareAndSwap"`
+	Get       LatencyStats `json:"get"`
+	CreatePut LatencyStats `json:"createIfAbsent"`
+	CASPut    LatencyStats `json:"compareAndSwap"`
+	// RefusedPut holds two calls a round: the refused create and the
+	// refused stale swap.
 	RefusedPut  LatencyStats `json:"refusedPut"`
 	DeleteMatch LatencyStats `json:"delete"`
 }
@@ -98,6 +100,8 @@ func Probe(ctx context.Context, s *Store, rounds int) (ProbeResult, error) {
 			v1, err = s.Put(ctx, key, record("create"), IfAbsent())
 			return err
 		}); err != nil {
+			// The create may have landed (an ambiguous failure): remove it.
+			_ = s.Delete(context.WithoutCancel(ctx), key, Cond{})
 			return res, fmt.Errorf("probe: create-if-absent on a fresh key: %w", err)
 		}
 		cleanup := func() { _ = s.Delete(context.WithoutCancel(ctx), key, Cond{}) }

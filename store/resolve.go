@@ -54,10 +54,11 @@ func Jitter(d time.Duration, frac float64) time.Duration {
 // retried. Otherwise the write did not land and the result matches
 // ErrPreconditionFailed.
 //
-// A precondition failure on the first attempt is definite and returned at
-// once. If the outcome cannot be settled within the attempts or before ctx
-// ends, the last error is returned and IsAmbiguous reports true for it: the
-// caller must then assume the write may yet have landed.
+// A precondition failure or other definite error on the first attempt is
+// returned at once. If the outcome cannot be settled within the attempts or
+// before ctx ends, the first ambiguous error is returned and IsAmbiguous
+// reports true for it: the caller must then assume the write may have
+// landed, or may yet land.
 func PutResolved(ctx context.Context, s *Store, key string, data []byte, cond Cond, opts ResolveOptions) (string, error) {
 	attempts := opts.Attempts
 	if attempts < 1 {
@@ -72,41 +73,51 @@ func PutResolved(ctx context.Context, s *Store, key string, data []byte, cond Co
 		owns = func(stored []byte) bool { return bytes.Equal(stored, data) }
 	}
 
-	var lastErr error
+	// ambiguous is the first error after which our write may have
+	// landed. From then on only a read-back can settle the outcome: a
+	// later definite answer (a 412 caused by our own earlier write, a
+	// permanent error, a closed store) must not be reported as final.
+	var ambiguous error
 	for n := 0; n < attempts; n++ {
 		if n > 0 {
 			if err := sleep(ctx, backoff(n)); err != nil {
-				return "", lastErr
+				return "", ambiguous
 			}
 		}
 		version, err := s.Put(ctx, key, data, cond)
 		if err == nil {
 			return version, nil
 		}
-		precondition := errors.Is(err, ErrPreconditionFailed)
-		if precondition && n == 0 {
+		definite := errors.Is(err, ErrPreconditionFailed) || !IsAmbiguous(err)
+		switch {
+		case ambiguous == nil && definite:
+			// Nothing of ours can have landed: the answer is final.
 			return "", err
+		case ambiguous == nil:
+			ambiguous = err
+		case definite && !errors.Is(err, ErrPreconditionFailed):
+			// Cannot retry (permanent, closed), and an earlier attempt
+			// may have landed.
+			return "", ambiguous
 		}
-		if !precondition && !IsAmbiguous(err) {
-			return "", err
-		}
-		lastErr = err
 
-		// Read back, retrying the read itself within the same schedule.
 		landed, retry, version, rerr := readBack(ctx, s, key, cond, owns)
 		switch {
 		case rerr != nil:
 			// Could not read: the outcome stays unknown; try the write
-			// again, which either lands or tells us with a 412.
+			// again, which either lands or tells us with a 412 that the
+			// next read-back settles.
 			continue
 		case landed:
 			return version, nil
 		case !retry:
+			// Not ours, and the condition no longer holds, so our write
+			// cannot land later either.
 			return "", &Error{Op: "put", Key: key, Kind: driver.PreconditionFailed,
 				Err: errors.New("the write did not land and its condition no longer holds (earlier attempt: " + err.Error() + ")")}
 		}
 	}
-	return "", lastErr
+	return "", ambiguous
 }
 
 // readBack reads key and reports whether our value is stored (landed), or

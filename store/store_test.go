@@ -3,8 +3,10 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,8 +42,11 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
+var openerScheme atomic.Int32
+
 func TestOpenerErrorsAreClassified(t *testing.T) {
-	scheme := "test-failing-opener"
+	// A scheme of its own on every run, so -count=N does not register twice.
+	scheme := fmt.Sprintf("test-failing-opener-%d", openerScheme.Add(1))
 	store.Register(scheme, func(context.Context, *url.URL) (driver.Store, error) {
 		return nil, driver.Errorf(driver.Permanent, "bucket %q does not exist", "b")
 	})

@@ -1,0 +1,134 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/faultstore"
+	"github.com/tenure-io/tenure/store/memstore"
+)
+
+func probeSetup(t *testing.T) (*store.Store, *faultstore.Store) {
+	t.Helper()
+	fs := faultstore.New(memstore.New())
+	s := store.New(fs)
+	t.Cleanup(func() { _ = s.Close() })
+	return s, fs
+}
+
+// probeLeftovers returns the scratch keys Probe left behind.
+func probeLeftovers(t *testing.T, s *store.Store) []store.Item {
+	t.Helper()
+	items, err := s.ListAll(context.Background(), store.ProbePrefix, 100)
+	if err != nil {
+		t.Fatalf("list %s: %v", store.ProbePrefix, err)
+	}
+	return items
+}
+
+func TestProbeMemstore(t *testing.T) {
+	const rounds = 4
+	s, fs := probeSetup(t)
+	res, err := store.Probe(context.Background(), s, rounds)
+	if err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	if !res.CreateIfAbsent || !res.IfMatch || !res.DeleteIfMatch || !res.OK() {
+		t.Errorf("result %+v; want every condition enforced", res)
+	}
+	if res.Rounds != rounds {
+		t.Errorf("Rounds = %d, want %d", res.Rounds, rounds)
+	}
+	for name, l := range map[string]store.LatencyStats{
+		"get": res.Get, "create": res.CreatePut, "compare-and-swap": res.CASPut, "delete": res.DeleteMatch,
+	} {
+		if l.N != rounds || l.Min > l.P50 || l.P50 > l.Max {
+			t.Errorf("%s latency %+v; want %d ordered samples", name, l, rounds)
+		}
+	}
+	// Each round is refused twice: a second create and a stale swap.
+	if res.RefusedPut.N != 2*rounds {
+		t.Errorf("refused-put latency has %d samples, want %d", res.RefusedPut.N, 2*rounds)
+	}
+
+	// What a probe costs, per round: a create, a refused create, a swap, a
+	// refused swap, a read, a refused delete and a delete.
+	want := faultstore.Snapshot{
+		{Op: faultstore.OpPutCreate, Result: faultstore.OK}:                 rounds,
+		{Op: faultstore.OpPutCreate, Result: faultstore.PreconditionFailed}: rounds,
+		{Op: faultstore.OpPutCAS, Result: faultstore.OK}:                    rounds,
+		{Op: faultstore.OpPutCAS, Result: faultstore.PreconditionFailed}:    rounds,
+		{Op: faultstore.OpGet, Result: faultstore.OK}:                       rounds,
+		{Op: faultstore.OpDelete, Result: faultstore.PreconditionFailed}:    rounds,
+		{Op: faultstore.OpDelete, Result: faultstore.OK}:                    rounds,
+	}
+	if got := fs.Counts(); !maps.Equal(got, want) {
+		t.Errorf("Counts =\n%vwant\n%v", got, want)
+	}
+	if left := probeLeftovers(t, s); len(left) != 0 {
+		t.Errorf("Probe left scratch keys: %+v", left)
+	}
+}
+
+func TestProbeDefaultRounds(t *testing.T) {
+	s, _ := probeSetup(t)
+	res, err := store.Probe(context.Background(), s, 0)
+	if err != nil || res.Rounds != 5 || res.CreatePut.N != 5 {
+		t.Fatalf("Probe(0) = %+v, %v; want 5 rounds", res, err)
+	}
+}
+
+func TestProbeRefusesIgnoredConditions(t *testing.T) {
+	const (
+		create = "a second create-if-absent on an existing key succeeded"
+		swap   = "a compare-and-swap on a stale version succeeded"
+		del    = "a delete on a stale version succeeded"
+	)
+	tests := []struct {
+		name   string
+		ignore faultstore.Op
+		// which checks pass, and which complaints the error makes
+		createOK, swapOK, deleteOK bool
+		says                       []string
+	}{
+		{"create-if-absent", faultstore.OpPutCreate, false, true, true, []string{create}},
+		{"compare-and-swap", faultstore.OpPutCAS, true, false, true, []string{swap}},
+		{"delete", faultstore.OpDelete, true, true, false, []string{del}},
+		{"every write", faultstore.Writes, false, false, false, []string{create, swap, del}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, fs := probeSetup(t)
+			fs.IgnoreConditions(tt.ignore)
+			res, err := store.Probe(context.Background(), s, 3)
+			if !errors.Is(err, store.ErrConditionsIgnored) {
+				t.Fatalf("Probe: %v, want ErrConditionsIgnored", err)
+			}
+			if res.OK() || res.CreateIfAbsent != tt.createOK || res.IfMatch != tt.swapOK || res.DeleteIfMatch != tt.deleteOK {
+				t.Errorf("result: create %v, swap %v, delete %v; want %v, %v, %v",
+					res.CreateIfAbsent, res.IfMatch, res.DeleteIfMatch, tt.createOK, tt.swapOK, tt.deleteOK)
+			}
+			for _, complaint := range []string{create, swap, del} {
+				want := false
+				for _, s := range tt.says {
+					want = want || s == complaint
+				}
+				if got := strings.Contains(err.Error(), complaint); got != want {
+					t.Errorf("error %q: mentions %q = %v, want %v", err, complaint, got, want)
+				}
+				// Said once, not once per round.
+				if n := strings.Count(err.Error(), complaint); n > 1 {
+					t.Errorf("error repeats %q %d times", complaint, n)
+				}
+			}
+			fs.IgnoreConditions(0)
+			if left := probeLeftovers(t, s); len(left) != 0 {
+				t.Errorf("Probe left scratch keys: %+v", left)
+			}
+		})
+	}
+}
