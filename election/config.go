@@ -1,0 +1,245 @@
+package election
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tenure-io/tenure/internal/clock"
+	"github.com/tenure-io/tenure/store"
+)
+
+// Defaults, as S3lect names and sets them, plus RenewDeadline.
+const (
+	DefaultLockfilePath       = "leader.json"
+	DefaultFrequentInterval   = 5 * time.Second
+	DefaultInfrequentInterval = 30 * time.Second
+	DefaultLeaderTimeout      = 15 * time.Second
+	DefaultRenewDeadline      = 10 * time.Second
+	DefaultPeerHealthPath     = "/health/leadership"
+	DefaultPeerTimeout        = 3 * time.Second
+)
+
+// DefaultRetrySchedule is S3lect's: at once, after 100 ms, after 1 s.
+var DefaultRetrySchedule = []time.Duration{0, 100 * time.Millisecond, time.Second}
+
+// Clock is the time source; see package internal/clock. Only differences of
+// Now are used for decisions; Wall only fills Record.LastUpdated.
+type Clock = clock.Clock
+
+// Config configures an Elector. Zero values mean the defaults; Validate
+// refuses invalid values and never corrects them.
+type Config struct {
+	// Store holds the lock record. If nil, StoreURL is opened.
+	Store *store.Store
+	// StoreURL names the store when Store is nil, e.g.
+	// "s3://bucket/prefix?region=eu-west-1" or "file:///var/lib/tenure".
+	// A URL without a scheme is an S3 bucket and prefix: S3 is the default.
+	StoreURL string
+
+	// LockfilePath is the key of the lock record. Default "leader.json".
+	LockfilePath string
+	// ServerID identifies this member. Default: the host name.
+	ServerID string
+	// ServerAddr is this member's host:port for peers; required in PeerMode.
+	ServerAddr string
+
+	// FrequentInterval is the polling interval during transitions, and the
+	// leader's renewal interval. Default 5 s.
+	FrequentInterval time.Duration
+	// InfrequentInterval is the polling interval while leadership is
+	// stable. Default 30 s.
+	InfrequentInterval time.Duration
+	// LeaderTimeout: a follower takes the lock when the record's version has
+	// not changed for this long on its own clock. Default 15 s.
+	LeaderTimeout time.Duration
+	// RenewDeadline: the leader stops acting when this long has passed
+	// since the start of its last successful renewal. It must be below
+	// LeaderTimeout by at least a tenth of LeaderTimeout, the margin for
+	// clock-rate drift. Default 10 s.
+	RenewDeadline time.Duration
+	// RetrySchedule is the pause before each attempt of a store call:
+	// default at once, 100 ms, 1 s; each pause gets RetryJitter.
+	RetrySchedule []time.Duration
+	// RetryJitter is the fraction of random spread on every timer. Default 0.2.
+	RetryJitter float64
+
+	// PeerMode: followers ask the leader over HTTPS instead of reading the
+	// store while leadership is stable. Default false.
+	PeerMode bool
+	// PeerHealthPath is the leader's peer endpoint. Default "/health/leadership".
+	PeerHealthPath string
+	// PeerTimeout bounds each peer request. Default 3 s.
+	PeerTimeout time.Duration
+	// PeerListenAddr is where the peer server listens. Default ServerAddr.
+	PeerListenAddr string
+	// PeerServerTLS is the peer server's TLS configuration (certificate;
+	// ClientCAs and ClientAuth to require client certificates). Required in
+	// PeerMode.
+	PeerServerTLS *tls.Config
+	// PeerClientTLS is the followers' TLS configuration (RootCAs; a client
+	// certificate if the server requires one). Default: system roots.
+	PeerClientTLS *tls.Config
+
+	// OnStartedLeading runs in its own goroutine when this member becomes
+	// leader. ctx is cancelled before the lease can lapse; the elector waits
+	// for the function to return before it releases the lock.
+	OnStartedLeading func(ctx context.Context)
+	// OnStoppedLeading is called after OnStartedLeading has returned and
+	// leadership has ended.
+	OnStoppedLeading func()
+	// OnNewLeader is called, in order, each time a different leader or term
+	// is observed, including this member's own.
+	OnNewLeader func(leaderID, leaderAddr string, term uint64)
+
+	// Logger receives transitions and errors. Default slog.Default().
+	Logger *slog.Logger
+	// Clock is the time source. Default the system clock.
+	Clock Clock
+}
+
+// ValidationError names the fields Validate refused.
+type ValidationError struct {
+	Problems []string
+}
+
+func (e *ValidationError) Error() string {
+	return "election: invalid config: " + strings.Join(e.Problems, "; ")
+}
+
+// withDefaults returns a copy with zero values replaced by defaults.
+func (c Config) withDefaults() Config {
+	if c.LockfilePath == "" {
+		c.LockfilePath = DefaultLockfilePath
+	}
+	if c.ServerID == "" {
+		if h, err := os.Hostname(); err == nil {
+			c.ServerID = h
+		}
+	}
+	if c.FrequentInterval == 0 {
+		c.FrequentInterval = DefaultFrequentInterval
+	}
+	if c.InfrequentInterval == 0 {
+		c.InfrequentInterval = DefaultInfrequentInterval
+	}
+	if c.LeaderTimeout == 0 {
+		c.LeaderTimeout = DefaultLeaderTimeout
+	}
+	if c.RenewDeadline == 0 {
+		c.RenewDeadline = DefaultRenewDeadline
+	}
+	if c.RetrySchedule == nil {
+		c.RetrySchedule = DefaultRetrySchedule
+	}
+	if c.RetryJitter == 0 {
+		c.RetryJitter = 0.2
+	}
+	if c.PeerHealthPath == "" {
+		c.PeerHealthPath = DefaultPeerHealthPath
+	}
+	if c.PeerTimeout == 0 {
+		c.PeerTimeout = DefaultPeerTimeout
+	}
+	if c.PeerListenAddr == "" {
+		c.PeerListenAddr = c.ServerAddr
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	return c
+}
+
+// Validate checks the configuration after defaults are applied and names
+// every field it refuses.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var p []string
+	bad := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+
+	if c.Store == nil && c.StoreURL == "" {
+		bad("Store or StoreURL: one is required (e.g. StoreURL \"s3://bucket/prefix\" or \"file:///var/lib/tenure\")")
+	}
+	if c.LockfilePath == "" || len(c.LockfilePath) > store.MaxKeyLen || !utf8.ValidString(c.LockfilePath) {
+		bad("LockfilePath %q: must be a valid store key", c.LockfilePath)
+	}
+	switch {
+	case c.ServerID == "":
+		bad("ServerID: required (the host name could not be read)")
+	case len(c.ServerID) > 256 || !utf8.ValidString(c.ServerID) || strings.ContainsFunc(c.ServerID, isControl):
+		bad("ServerID %q: must be valid UTF-8 of at most 256 bytes without control characters", c.ServerID)
+	}
+	positive := map[string]time.Duration{
+		"FrequentInterval": c.FrequentInterval, "InfrequentInterval": c.InfrequentInterval,
+		"LeaderTimeout": c.LeaderTimeout, "RenewDeadline": c.RenewDeadline, "PeerTimeout": c.PeerTimeout,
+	}
+	for _, name := range []string{"FrequentInterval", "InfrequentInterval", "LeaderTimeout", "RenewDeadline", "PeerTimeout"} {
+		if positive[name] < 0 {
+			bad("%s %v: must be positive", name, positive[name])
+		}
+	}
+	if len(p) > 0 {
+		return &ValidationError{Problems: p}
+	}
+	if c.InfrequentInterval < c.FrequentInterval {
+		bad("InfrequentInterval %v: must be at least FrequentInterval %v", c.InfrequentInterval, c.FrequentInterval)
+	}
+	if c.RenewDeadline <= c.FrequentInterval {
+		bad("RenewDeadline %v: must exceed FrequentInterval %v, the leader's renewal interval, so a failed renewal can be retried before the deadline", c.RenewDeadline, c.FrequentInterval)
+	}
+	var budget time.Duration
+	for i, d := range c.RetrySchedule {
+		if d < 0 {
+			bad("RetrySchedule[%d] %v: must not be negative", i, d)
+		}
+		budget += d
+	}
+	if len(c.RetrySchedule) == 0 {
+		bad("RetrySchedule: needs at least one attempt")
+	}
+	if budget >= c.RenewDeadline {
+		bad("RetrySchedule: its pauses add up to %v, which must be below RenewDeadline %v", budget, c.RenewDeadline)
+	}
+	if margin := c.LeaderTimeout - c.RenewDeadline; margin < c.LeaderTimeout/10 {
+		bad("RenewDeadline %v: must be below LeaderTimeout %v by at least a tenth of it (%v), the margin for clock-rate drift between members",
+			c.RenewDeadline, c.LeaderTimeout, c.LeaderTimeout/10)
+	}
+	if c.RetryJitter < 0 || c.RetryJitter >= 1 {
+		bad("RetryJitter %v: must be in [0, 1)", c.RetryJitter)
+	}
+	if c.PeerTimeout >= c.LeaderTimeout {
+		bad("PeerTimeout %v: must be below LeaderTimeout %v", c.PeerTimeout, c.LeaderTimeout)
+	}
+	if !strings.HasPrefix(c.PeerHealthPath, "/") {
+		bad("PeerHealthPath %q: must start with /", c.PeerHealthPath)
+	}
+	if c.PeerMode {
+		if c.ServerAddr == "" {
+			bad("ServerAddr: required in PeerMode (host:port where followers reach this member)")
+		}
+		if c.PeerServerTLS == nil {
+			bad("PeerServerTLS: required in PeerMode (peers talk HTTPS)")
+		}
+	}
+	if len(p) > 0 {
+		return &ValidationError{Problems: p}
+	}
+	return nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// ErrInvalidConfig is matched by every error Validate returns.
+var ErrInvalidConfig = errors.New("election: invalid config")
+
+// Is makes errors.Is(err, ErrInvalidConfig) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidConfig }

@@ -1,0 +1,373 @@
+package election
+
+import (
+	"time"
+
+	"github.com/tenure-io/tenure/store"
+)
+
+// The decision core: every choice the elector makes is a function of the
+// core's state, the latest observation and a monotonic now. It has no
+// goroutines, no I/O and no clock; the Elector's loop feeds it and carries
+// out what it decides.
+
+type opKind int
+
+const (
+	opWait    opKind = iota // nothing to do until decision.until
+	opRead                  // read the lock record from the store
+	opPeer                  // ask the leader over HTTPS (long-poll)
+	opAcquire               // write decision.record with decision.cond
+	opRenew                 // write decision.record with decision.cond
+	opDemote                // the deadline passed: stop leading now
+)
+
+func (k opKind) String() string {
+	return [...]string{"wait", "read", "peer", "acquire", "renew", "demote"}[k]
+}
+
+type decision struct {
+	op     opKind
+	until  time.Time // opWait: wake then, unless something else happens
+	cond   store.Cond
+	record Record
+}
+
+type timing struct {
+	frequent, infrequent, leaderTimeout, renewDeadline time.Duration
+	retry                                              []time.Duration
+	// jitter spreads a timer; nil means none.
+	jitter func(time.Duration) time.Duration
+}
+
+func (t timing) spread(d time.Duration) time.Duration {
+	if t.jitter == nil {
+		return d
+	}
+	return t.jitter(d)
+}
+
+// observation of the lock record.
+type observation struct {
+	found   bool
+	corrupt bool // the bytes are not a record we can read
+	rec     Record
+	version string
+	// since is when this member first saw version; a follower judges the
+	// leader dead when version has not changed for leaderTimeout from here.
+	since time.Time
+	// at is when the observation was last confirmed (read or peer answer).
+	at time.Time
+	// changed: the confirmation before this one showed another version,
+	// so the leader is alive and renewing.
+	changed bool
+}
+
+type core struct {
+	t         timing
+	id, addr  string
+	session   string
+	peerMode  bool
+	leaseMill int64
+
+	obs     observation
+	haveObs bool
+	maxTerm uint64
+
+	// Leadership.
+	leading    bool
+	term       uint64
+	version    string    // version of our last successful write
+	renewStart time.Time // start of the write that produced version
+	renewAt    time.Time // when to renew next
+	counter    uint64
+	pollAt     time.Time // follower: when to read the store next
+
+	// A write whose outcome is unknown: if a later read shows its nonce, it
+	// landed, and its start time bounds its lease.
+	pending      *pendingWrite
+	needRead     bool
+	failures     int       // consecutive failed store calls
+	retryAt      time.Time // no store call before this after a failure
+	peerFailed   bool      // the last peer check failed: poll the store frequently
+	waitForWork  bool      // the previous term's work has not returned yet
+	stopped      bool      // Stop was called: never acquire
+	duplicateID  bool      // another session uses our ServerID
+	lastObserved leaderKey // for OnNewLeader
+}
+
+type pendingWrite struct {
+	nonce   string
+	start   time.Time
+	term    uint64
+	acquire bool
+}
+
+type leaderKey struct {
+	id   string
+	term uint64
+}
+
+func newCore(t timing, id, addr, session string, peerMode bool) *core {
+	return &core{t: t, id: id, addr: addr, session: session, peerMode: peerMode, leaseMill: t.leaderTimeout.Milliseconds()}
+}
+
+// deadline is when the current leadership ends unless renewed.
+func (c *core) deadline() time.Time { return c.renewStart.Add(c.t.renewDeadline) }
+
+// expired reports whether the observed record lets a follower take the
+// lock: there is none, it was released, it is this session's own (only this
+// session could believe it leads, and it does not), or its version has not
+// changed for leaderTimeout on this member's clock.
+func (c *core) expired() bool {
+	o := c.obs
+	switch {
+	case !o.found, o.rec.Released && !o.corrupt:
+		return true
+	case !o.corrupt && o.rec.Session == c.session:
+		return true
+	}
+	return o.at.Sub(o.since) >= c.t.leaderTimeout
+}
+
+// stable reports whether leadership looks settled: a live leader that is
+// renewing, and no recent failure.
+func (c *core) stable() bool {
+	return c.haveObs && c.obs.found && !c.obs.corrupt && !c.obs.rec.Released && c.obs.changed &&
+		c.failures == 0 && !c.peerFailed
+}
+
+// next decides what to do at now.
+func (c *core) next(now time.Time) decision {
+	if c.leading {
+		return c.nextLeader(now)
+	}
+	if c.stopped {
+		return decision{op: opWait, until: now.Add(24 * time.Hour)}
+	}
+	if now.Before(c.retryAt) {
+		return decision{op: opWait, until: c.retryAt}
+	}
+	if !c.haveObs || c.needRead {
+		return decision{op: opRead}
+	}
+	if c.expired() {
+		if c.waitForWork {
+			return decision{op: opWait, until: now.Add(c.t.frequent)}
+		}
+		return c.acquire(now)
+	}
+	if c.stable() && c.peerMode && c.obs.rec.LeaderAddr != "" {
+		return decision{op: opPeer}
+	}
+	at := c.pollAt
+	if !c.stable() {
+		at = minTime(at, c.obs.since.Add(c.t.leaderTimeout))
+	}
+	if now.Before(at) {
+		return decision{op: opWait, until: at}
+	}
+	return decision{op: opRead}
+}
+
+func (c *core) nextLeader(now time.Time) decision {
+	if !now.Before(c.deadline()) {
+		return decision{op: opDemote}
+	}
+	if now.Before(c.retryAt) {
+		return decision{op: opWait, until: minTime(c.retryAt, c.deadline())}
+	}
+	if c.needRead {
+		return decision{op: opRead}
+	}
+	at := c.renewAt
+	if c.failures > 0 {
+		at = now // retryAt already spaced the attempts
+	}
+	if now.Before(at) {
+		return decision{op: opWait, until: at}
+	}
+	c.counter++
+	rec := c.record(now, c.term, false)
+	return decision{op: opRenew, cond: store.IfMatch(c.version), record: rec}
+}
+
+func (c *core) acquire(now time.Time) decision {
+	term := c.maxTerm
+	if c.obs.found && !c.obs.corrupt && c.obs.rec.Term > term {
+		term = c.obs.rec.Term
+	}
+	c.counter++
+	rec := c.record(now, term+1, false)
+	cond := store.IfAbsent()
+	if c.obs.found {
+		cond = store.IfMatch(c.obs.version)
+	}
+	return decision{op: opAcquire, cond: cond, record: rec}
+}
+
+// record builds the record to write; LastUpdated is filled by the caller
+// from the wall clock.
+func (c *core) record(_ time.Time, term uint64, released bool) Record {
+	return Record{
+		LeaderID: c.id, LeaderAddr: c.addr, Term: term, LeaseMillis: c.leaseMill,
+		Session: c.session, Nonce: newNonce(), Counter: c.counter, Released: released,
+	}
+}
+
+// releaseRecord is what a leader writes when it steps down.
+func (c *core) releaseRecord() (Record, store.Cond) {
+	c.counter++
+	return c.record(time.Time{}, c.term, true), store.IfMatch(c.version)
+}
+
+// observe records a read or peer answer at now. data is nil when the key is
+// absent.
+func (c *core) observe(now time.Time, found bool, rec Record, corrupt bool, version string) {
+	prev := c.obs
+	o := observation{found: found, corrupt: corrupt, rec: rec, version: version, at: now, since: now}
+	if c.haveObs && prev.found == found && prev.version == version {
+		o.since = prev.since
+	}
+	o.changed = c.haveObs && (prev.version != version || prev.found != found)
+	c.obs, c.haveObs, c.needRead = o, true, false
+	c.failures, c.retryAt = 0, time.Time{}
+	if o.changed {
+		// The leader is renewing: worth asking it again in peer mode.
+		c.peerFailed = false
+	}
+	if c.stable() {
+		c.pollAt = now.Add(c.t.spread(c.t.infrequent))
+	} else {
+		c.pollAt = now.Add(c.t.spread(c.t.frequent))
+	}
+	if found && !corrupt && rec.Term > c.maxTerm {
+		c.maxTerm = rec.Term
+	}
+	c.duplicateID = found && !corrupt && !rec.Released && rec.LeaderID == c.id && rec.Session != c.session
+
+	// An earlier write of ours whose outcome was unknown has landed if its
+	// nonce is in the store.
+	// A renewal counts only while its term is still ours; a term that has
+	// ended is never resumed (the lock, being ours, is taken again with a
+	// new term instead).
+	if p := c.pending; p != nil && found && !corrupt && rec.Nonce == p.nonce {
+		c.pending = nil
+		fresh := now.Before(p.start.Add(c.t.renewDeadline))
+		switch {
+		case c.leading && !p.acquire && p.term == c.term && fresh:
+			c.renewStart, c.version = p.start, version
+			c.renewAt = p.start.Add(c.renewInterval())
+		case !c.leading && p.acquire && fresh && !c.stopped:
+			c.becomeLeader(p.start, p.term, version)
+		}
+	}
+	// While leading, the store showing anything but our version means we
+	// were deposed (or an unknown write of ours landed, handled above).
+	if c.leading && (!found || version != c.version) {
+		c.demote()
+	}
+}
+
+// wrote records a successful write that started at start.
+func (c *core) wrote(op opKind, start, now time.Time, rec Record, version string) {
+	c.failures, c.retryAt, c.pending = 0, time.Time{}, nil
+	switch op {
+	case opAcquire:
+		c.becomeLeader(start, rec.Term, version)
+	case opRenew:
+		if !now.Before(c.deadline()) {
+			// The renewal came back after the deadline: leadership has
+			// already been fenced. Our record is in the store, so the
+			// next acquisition (a new term) can follow at once.
+			c.demote()
+			c.observe(now, true, rec, false, version)
+			return
+		}
+		c.renewStart, c.version = start, version
+		c.renewAt = start.Add(c.renewInterval())
+	}
+	c.observe(now, true, rec, false, version)
+}
+
+// renewInterval is the pause between renewals: FrequentInterval with half
+// the usual jitter, so the leader's cost stays at one write per interval on
+// average and the worst phase leaves as much of the deadline as possible
+// for riding out a store outage.
+func (c *core) renewInterval() time.Duration {
+	return c.t.frequent/2 + c.t.spread(c.t.frequent/2)
+}
+
+func (c *core) becomeLeader(start time.Time, term uint64, version string) {
+	c.leading, c.term, c.version, c.renewStart = true, term, version, start
+	c.renewAt = start.Add(c.renewInterval())
+	if term > c.maxTerm {
+		c.maxTerm = term
+	}
+}
+
+// refused records a definite precondition failure: someone else holds
+// the lock, or holds a newer version than we saw.
+func (c *core) refused(op opKind, now time.Time) {
+	c.failures, c.retryAt = 0, time.Time{}
+	if op == opRenew {
+		c.demote()
+	}
+	c.needRead = true
+	c.peerFailed = false
+}
+
+// failed records a store call that failed or whose outcome is unknown.
+// pending is the write that may have landed (nil for reads).
+func (c *core) failed(op opKind, start, now time.Time, pending *pendingWrite) {
+	if pending != nil {
+		c.pending = pending
+		c.needRead = true // learn whether it landed before writing again
+	}
+	if op == opPeer {
+		c.peerFailed = true
+		c.needRead = true
+		return
+	}
+	c.failures++
+	pause := c.backoff()
+	if c.leading {
+		// Near the deadline, try more often: an outage that ends just
+		// before it should still be ridden out.
+		pause = min(pause, c.deadline().Sub(now)/4)
+	}
+	c.retryAt = now.Add(pause)
+}
+
+// backoff is the pause after a store call failed (each call has already
+// been retried on the retry schedule): a leader keeps trying at the
+// schedule's longest pause until its deadline; a follower waits the frequent
+// interval.
+func (c *core) backoff() time.Duration {
+	if c.leading {
+		longest := time.Duration(0)
+		for _, d := range c.t.retry {
+			longest = max(longest, d)
+		}
+		return c.t.spread(max(longest, c.t.frequent/10))
+	}
+	return c.t.spread(c.t.frequent)
+}
+
+// peerAnswered records a successful peer check.
+func (c *core) peerAnswered(now time.Time, rec Record, version string) {
+	c.peerFailed = false
+	c.observe(now, true, rec, false, version)
+}
+
+func (c *core) demote() {
+	c.leading = false
+	c.needRead = true
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,298 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tenure-io/tenure/election"
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/faultstore"
+	"github.com/tenure-io/tenure/store/memstore"
+)
+
+func newElector(t *testing.T, st *store.Store, id string, change func(*election.Config)) *election.Elector {
+	t.Helper()
+	cfg := election.Config{Store: st, ServerID: id, Logger: quietLogger(t)}
+	if change != nil {
+		change(&cfg)
+	}
+	e, err := election.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestDoubleStartAndStartAfterStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newElector(t, store.New(memstore.New()), "a", nil)
+		if err := e.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Start(t.Context()); !errors.Is(err, election.ErrAlreadyStarted) {
+			t.Fatalf("second Start = %v; want ErrAlreadyStarted", err)
+		}
+		if err := e.Run(t.Context()); !errors.Is(err, election.ErrAlreadyStarted) {
+			t.Fatalf("Run after Start = %v; want ErrAlreadyStarted", err)
+		}
+		if err := e.WaitForLeadership(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Stop(t.Context()); err != nil {
+			t.Fatalf("second Stop = %v", err)
+		}
+		if err := e.Start(t.Context()); !errors.Is(err, election.ErrStopped) {
+			t.Fatalf("Start after Stop = %v; want ErrStopped", err)
+		}
+		if e.IsLeader() {
+			t.Fatal("leader after Stop")
+		}
+	})
+}
+
+func TestParentContextCancelledWithoutStop(t *testing.T) {
+	// shardcoordinator kept reporting leader with an expired lease when
+	// its parent context was cancelled without Stop.
+	synctest.Test(t, func(t *testing.T) {
+		inner := memstore.New()
+		e := newElector(t, store.New(inner), "a", nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		if err := e.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.WaitForLeadership(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		synctest.Wait()
+		if e.IsLeader() {
+			t.Fatal("IsLeader is true after the parent context was cancelled")
+		}
+		data, _, err := store.New(inner).Get(t.Context(), election.DefaultLockfilePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, _ := election.DecodeRecord(data); !rec.Released {
+			t.Fatalf("the lock was not released: %+v", rec)
+		}
+		if err := e.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestStopWaitsForWorkBeforeRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner := memstore.New()
+		raw := store.New(inner)
+		var workReturned atomic.Bool
+		releasedEarly := make(chan bool, 1)
+		e := newElector(t, store.New(inner), "a", func(cfg *election.Config) {
+			cfg.OnStartedLeading = func(ctx context.Context) {
+				<-ctx.Done()
+				// The application takes 3 s to wind down; the lock must
+				// stay held (not released) all that time.
+				time.Sleep(3 * time.Second)
+				data, _, _ := raw.Get(context.Background(), election.DefaultLockfilePath)
+				rec, _ := election.DecodeRecord(data)
+				releasedEarly <- rec.Released
+				workReturned.Store(true)
+			}
+		})
+		if err := e.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.WaitForLeadership(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if !workReturned.Load() {
+			t.Fatal("Stop returned before OnStartedLeading did")
+		}
+		if <-releasedEarly {
+			t.Fatal("the lock was released while OnStartedLeading was still running")
+		}
+		data, _, _ := raw.Get(context.Background(), election.DefaultLockfilePath)
+		if rec, _ := election.DecodeRecord(data); !rec.Released {
+			t.Fatal("the lock was not released after the work returned")
+		}
+	})
+}
+
+func TestStopDoesNotHangOnSlowRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := faultstore.New(memstore.New())
+		e := newElector(t, store.New(fs), "a", nil)
+		if err := e.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.WaitForLeadership(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		fs.SetPartition(faultstore.BlackHoled)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		err := e.Stop(ctx)
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
+			t.Fatalf("Stop on a black-holed store = %v after %v; want the caller's deadline after 2 s", err, time.Since(start))
+		}
+		if e.IsLeader() {
+			t.Fatal("still leader after Stop")
+		}
+		// The release gives up on its own, bounded by RenewDeadline.
+		if err := e.Stop(context.Background()); err != nil {
+			t.Fatalf("waiting for the background release: %v", err)
+		}
+	})
+}
+
+func TestStopRacingAcquire(t *testing.T) {
+	// shardcoordinator's Stop could miss an acquisition in flight and
+	// leave the lock held until expiry. Here the acquisition is slow and
+	// Stop lands in the middle of it: the lock must end released.
+	for _, delay := range []time.Duration{100 * time.Millisecond, time.Second, 3 * time.Second} {
+		t.Run(delay.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				inner := memstore.New()
+				fs := faultstore.New(inner)
+				fs.SetLatency(faultstore.OpPutCreate, faultstore.Fixed(delay))
+				e := newElector(t, store.New(fs), "a", nil)
+				if err := e.Start(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(delay / 2) // the create-if-absent is in flight
+				if err := e.Stop(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				data, _, err := store.New(inner).Get(t.Context(), election.DefaultLockfilePath)
+				if err == nil {
+					if rec, _ := election.DecodeRecord(data); !rec.Released {
+						t.Fatalf("Stop during an acquisition left the lock held: %+v", rec)
+					}
+				} else if !errors.Is(err, store.ErrNotFound) {
+					t.Fatal(err)
+				}
+				if e.IsLeader() {
+					t.Fatal("leader after Stop")
+				}
+			})
+		})
+	}
+}
+
+func TestPanicInLoopDemotesAndReports(t *testing.T) {
+	// shardcoordinator's loop panic left IsLeader true forever.
+	synctest.Test(t, func(t *testing.T) {
+		var stopped atomic.Int32
+		var armed atomic.Bool
+		e := newElector(t, store.New(memstore.New()), "a", func(cfg *election.Config) {
+			cfg.OnStoppedLeading = func() { stopped.Add(1) }
+		})
+		election.SetHookStep(e, func() {
+			if armed.Load() {
+				panic("injected")
+			}
+		})
+		done := make(chan error, 1)
+		go func() { done <- e.Run(context.Background()) }()
+		if err := e.WaitForLeadership(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		armed.Store(true)
+		err := <-done
+		var pe *election.PanicError
+		if !errors.As(err, &pe) || pe.Value != "injected" {
+			t.Fatalf("Run = %v; want a PanicError", err)
+		}
+		if e.IsLeader() {
+			t.Fatal("IsLeader after the loop panicked")
+		}
+		if stopped.Load() != 1 {
+			t.Fatalf("OnStoppedLeading called %d times", stopped.Load())
+		}
+		if st := e.Status(); st.Leader || st.LastError == "" {
+			t.Fatalf("Status after a panic: %+v", st)
+		}
+	})
+}
+
+func TestCallbackPanicsAreContained(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, election.Config{})
+		a := c.add("a", func(cfg *election.Config) {
+			cfg.OnNewLeader = func(string, string, uint64) { panic("in OnNewLeader") }
+		})
+		c.waitLeader(time.Minute)
+		time.Sleep(time.Minute)
+		if !a.e.IsLeader() {
+			t.Fatal("a panic in OnNewLeader cost the leadership")
+		}
+		c.stopAll()
+	})
+}
+
+func TestCorruptRecordIsReportedAndReplaced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, election.Config{})
+		if _, err := c.raw.Put(t.Context(), election.DefaultLockfilePath, []byte("\x00garbage{"), store.IfAbsent()); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		a := c.add("a", nil)
+		time.Sleep(10 * time.Second)
+		if a.e.IsLeader() {
+			t.Fatal("took a corrupt lock before LeaderTimeout")
+		}
+		if st := a.e.Status(); st.LastError == "" || st.LeaderID != "" {
+			t.Fatalf("a corrupt lock is not reported: %+v", st)
+		}
+		c.waitLeader(time.Minute)
+		if d := time.Since(start); d < election.DefaultLeaderTimeout {
+			t.Fatalf("took a corrupt lock after %v, before LeaderTimeout", d)
+		}
+		if a.e.Term() != 1 {
+			t.Fatalf("term %d", a.e.Term())
+		}
+		c.stopAll()
+	})
+}
+
+func TestOnNewLeaderInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, election.Config{})
+		a := c.add("a", nil)
+		c.waitLeader(time.Minute)
+		b := c.add("b", nil)
+		time.Sleep(time.Minute)
+		a.stop(t)
+		c.waitLeader(2 * time.Minute)
+		time.Sleep(time.Second)
+		b.stop(t)
+		want := []string{"a@1", "b@2"}
+		for _, m := range []*member{a, b} {
+			m.mu.Lock()
+			got := m.newLead
+			m.mu.Unlock()
+			if m == a {
+				if len(got) < 1 || got[0] != "a@1" {
+					t.Errorf("a saw leaders %v", got)
+				}
+				continue
+			}
+			if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+				t.Errorf("b saw leaders %v; want %v", got, want)
+			}
+		}
+		c.checkOverlap()
+	})
+}

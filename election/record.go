@@ -1,0 +1,98 @@
+package election
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxRecordSize is the largest lock record Decode accepts. Real records are
+// a few hundred bytes; anything larger is not ours.
+const MaxRecordSize = 64 << 10
+
+// Record is the lock record, stored as JSON at Config.LockfilePath and
+// served by the leader's peer endpoint. It is a superset of S3lect's
+// lockfile (leaderID, leaderAddr, lastUpdated), so S3lect's tools can read
+// it.
+type Record struct {
+	LeaderID   string `json:"leaderID"`
+	LeaderAddr string `json:"leaderAddr"`
+	// LastUpdated is the writer's wall-clock time, for people only: no
+	// node ever compares it with its own clock.
+	LastUpdated time.Time `json:"lastUpdated"`
+	// Term is the fencing token: it grows by one on every acquisition.
+	Term uint64 `json:"term"`
+	// LeaseMillis is the writer's LeaderTimeout, for people and tools.
+	LeaseMillis int64 `json:"leaseMillis"`
+	// Session identifies one elector instance; two processes configured
+	// with the same ServerID have different sessions.
+	Session string `json:"session"`
+	// Nonce makes every write's bytes unique, so that content-hash
+	// versions (S3 ETags) never repeat and an ambiguous write can be
+	// recognised by reading it back.
+	Nonce string `json:"nonce"`
+	// Counter counts the writes of one session.
+	Counter uint64 `json:"counter"`
+	// Released is set by a leader that stepped down; followers may take
+	// the lock at once.
+	Released bool `json:"released"`
+}
+
+// Encode returns the record's JSON.
+func (r Record) Encode() []byte {
+	b, err := json.Marshal(r)
+	if err != nil {
+		// Record has only strings, numbers, booleans and a time: Marshal
+		// cannot fail on it.
+		panic("election: encoding a record: " + err.Error())
+	}
+	return b
+}
+
+// DecodeRecord parses a lock record. It accepts records written by S3lect
+// (no term, session or nonce) and ignores unknown fields, and refuses
+// anything that is not a JSON object of the right shape, with an error that
+// says why.
+func DecodeRecord(data []byte) (Record, error) {
+	var r Record
+	if len(data) > MaxRecordSize {
+		return r, fmt.Errorf("election: lock record is %d bytes; the limit is %d", len(data), MaxRecordSize)
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return r, fmt.Errorf("election: lock record is not a JSON object: %q", truncate(data))
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if err := dec.Decode(&r); err != nil {
+		return Record{}, fmt.Errorf("election: lock record: %w: %q", err, truncate(data))
+	}
+	if dec.More() {
+		return Record{}, fmt.Errorf("election: lock record has data after the JSON object: %q", truncate(data))
+	}
+	for name, s := range map[string]string{"leaderID": r.LeaderID, "leaderAddr": r.LeaderAddr, "session": r.Session, "nonce": r.Nonce} {
+		if !utf8.ValidString(s) || len(s) > 1024 {
+			return Record{}, fmt.Errorf("election: lock record field %s is not valid UTF-8 of at most 1024 bytes", name)
+		}
+	}
+	if r.LeaderID == "" && !r.Released {
+		return Record{}, fmt.Errorf("election: lock record has no leaderID: %q", truncate(data))
+	}
+	if r.LeaseMillis < 0 {
+		return Record{}, fmt.Errorf("election: lock record has a negative leaseMillis %d", r.LeaseMillis)
+	}
+	return r, nil
+}
+
+func truncate(b []byte) []byte {
+	if len(b) > 120 {
+		return append(b[:120:120], "…"...)
+	}
+	return b
+}
+
+func newNonce() string {
+	return rand.Text()
+}
