@@ -48,7 +48,7 @@ func Schemes() []string {
 // "mem://", or "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1".
 // The driver for the scheme must be registered, usually by importing its
 // package (or github.com/tenure-io/tenure/store/all for every driver).
-func Open(ctx context.Context, rawURL string) (*Store, error) {
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %q: %w", rawURL, err)
@@ -68,5 +68,5 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	if err != nil {
 		return nil, &Error{Op: "open", Key: u.Redacted(), Kind: driver.Classify(nil, err), Err: err}
 	}
-	return New(drv), nil
+	return New(drv, opts...), nil
 }

@@ -82,6 +82,19 @@ func TestProbeDefaultRounds(t *testing.T) {
 	}
 }
 
+func TestProbeReportsButAcceptsIgnoredDeleteCondition(t *testing.T) {
+	// MinIO ignores If-Match on DeleteObject; tenure does not rely on it.
+	s, fs := probeSetup(t)
+	fs.IgnoreConditions(faultstore.OpDelete)
+	res, err := store.Probe(context.Background(), s, 3)
+	if err != nil || !res.OK() || res.DeleteIfMatch {
+		t.Fatalf("Probe = %+v, %v; want success with DeleteIfMatch false", res, err)
+	}
+	if items, _ := s.List(context.Background(), store.ProbePrefix, "", 10); len(items) != 0 {
+		t.Fatalf("Probe left %d scratch keys", len(items))
+	}
+}
+
 func TestProbeRefusesIgnoredConditions(t *testing.T) {
 	const (
 		create = "a second create-if-absent on an existing key succeeded"
@@ -97,8 +110,7 @@ func TestProbeRefusesIgnoredConditions(t *testing.T) {
 	}{
 		{"create-if-absent", faultstore.OpPutCreate, false, true, true, []string{create}},
 		{"compare-and-swap", faultstore.OpPutCAS, true, false, true, []string{swap}},
-		{"delete", faultstore.OpDelete, true, true, false, []string{del}},
-		{"every write", faultstore.Writes, false, false, false, []string{create, swap, del}},
+		{"every write", faultstore.Writes, false, false, false, []string{create, swap}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/tenure-io/tenure/store/driver"
@@ -33,7 +34,8 @@ func IfMatch(version string) Cond { return Cond{Kind: driver.IfMatch, Version: v
 // concurrent use by multiple goroutines; whether it is safe across processes
 // is up to the driver (all bundled drivers are).
 type Store struct {
-	drv driver.Store
+	drv      driver.Store
+	observer func(Call)
 
 	mu       sync.RWMutex // held shared by each call, exclusively by Close
 	closed   bool
@@ -41,9 +43,36 @@ type Store struct {
 	once     sync.Once
 }
 
+// Call describes one finished call, for an observer (metrics, cost
+// accounting).
+type Call struct {
+	Op       string // "get", "put", "delete", "list"
+	Cond     driver.CondKind
+	Key      string // the key, or the prefix for list
+	Err      error  // nil on success
+	Duration time.Duration
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithObserver calls f after every call that reached the driver. f must be
+// safe for concurrent use and quick.
+func WithObserver(f func(Call)) Option { return func(s *Store) { s.observer = f } }
+
 // New returns a Store backed by drv. The Store owns drv: Close closes it.
-func New(drv driver.Store) *Store {
-	return &Store{drv: drv}
+func New(drv driver.Store, opts ...Option) *Store {
+	s := &Store{drv: drv}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func (s *Store) observe(op string, cond driver.CondKind, key string, start time.Time, err error) {
+	if s.observer != nil {
+		s.observer(Call{Op: op, Cond: cond, Key: key, Err: err, Duration: time.Since(start)})
+	}
 }
 
 // Driver returns the underlying driver, for optional capabilities such as
@@ -57,9 +86,14 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 		return nil, "", err
 	}
 	defer s.mu.RUnlock()
+	start := time.Now()
 	data, version, err := s.drv.Get(ctx, key)
 	if err != nil {
-		return nil, "", s.wrap("get", key, err)
+		err = s.wrap("get", key, err)
+	}
+	s.observe("get", driver.Unconditional, key, start, err)
+	if err != nil {
+		return nil, "", err
 	}
 	return data, version, nil
 }
@@ -83,9 +117,14 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond Cond) (st
 	default:
 		return "", invalid("put", key, "every write must carry a condition: IfAbsent() or IfMatch(version)")
 	}
+	start := time.Now()
 	version, err := s.drv.Put(ctx, key, data, cond)
 	if err != nil {
-		return "", s.wrap("put", key, err)
+		err = s.wrap("put", key, err)
+	}
+	s.observe("put", cond.Kind, key, start, err)
+	if err != nil {
+		return "", err
 	}
 	return version, nil
 }
@@ -106,10 +145,13 @@ func (s *Store) Delete(ctx context.Context, key string, cond Cond) error {
 	default:
 		return invalid("delete", key, "Delete accepts IfMatch(version) or no condition")
 	}
-	if err := s.drv.Delete(ctx, key, cond); err != nil {
-		return s.wrap("delete", key, err)
+	start := time.Now()
+	err := s.drv.Delete(ctx, key, cond)
+	if err != nil {
+		err = s.wrap("delete", key, err)
 	}
-	return nil
+	s.observe("delete", cond.Kind, key, start, err)
+	return err
 }
 
 // List returns at most limit items whose keys start with prefix and sort
@@ -121,9 +163,14 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]It
 		return nil, err
 	}
 	defer s.mu.RUnlock()
+	start := time.Now()
 	items, err := s.drv.List(ctx, prefix, after, limit)
 	if err != nil {
-		return nil, s.wrap("list", prefix, err)
+		err = s.wrap("list", prefix, err)
+	}
+	s.observe("list", driver.Unconditional, prefix, start, err)
+	if err != nil {
+		return nil, err
 	}
 	if len(items) > limit {
 		items = items[:limit]

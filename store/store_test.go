@@ -151,3 +151,35 @@ func TestKindOfAndPredicates(t *testing.T) {
 		t.Error("a nil error is ambiguous or retryable")
 	}
 }
+
+func TestObserverSeesEveryCall(t *testing.T) {
+	var calls []store.Call
+	s := store.New(memstore.New(), store.WithObserver(func(c store.Call) { calls = append(calls, c) }))
+	ctx := t.Context()
+	v, _ := s.Put(ctx, "k", []byte("x"), store.IfAbsent())
+	_, _ = s.Put(ctx, "k", []byte("y"), store.IfAbsent())
+	_, _, _ = s.Get(ctx, "k")
+	_, _ = s.List(ctx, "", "", 10)
+	_ = s.Delete(ctx, "k", store.IfMatch(v))
+	_, _, _ = s.Get(ctx, "") // refused before the driver: not observed
+	want := []struct {
+		op   string
+		cond driver.CondKind
+		err  error
+	}{
+		{"put", driver.IfAbsent, nil},
+		{"put", driver.IfAbsent, store.ErrPreconditionFailed},
+		{"get", driver.Unconditional, nil},
+		{"list", driver.Unconditional, nil},
+		{"delete", driver.IfMatch, nil},
+	}
+	if len(calls) != len(want) {
+		t.Fatalf("observed %d calls: %+v", len(calls), calls)
+	}
+	for i, w := range want {
+		c := calls[i]
+		if c.Op != w.op || c.Cond != w.cond || (w.err == nil) != (c.Err == nil) || (w.err != nil && !errors.Is(c.Err, w.err)) {
+			t.Errorf("call %d = %+v; want %s %v %v", i, c, w.op, w.cond, w.err)
+		}
+	}
+}

@@ -34,6 +34,10 @@ var errUsage = errors.New("usage")
 
 func commands() []command {
 	return []command{
+		{"demo", "three members elect a leader on a local directory: failover and handover, measured", runDemo},
+		{"elect", "take part in an election: peer endpoint, /metrics, /healthz; SIGTERM releases", runElect},
+		{"run", "run a command only while this member leads: tenure run --lock URL -- CMD ARGS", runRun},
+		{"status", "show the leader, term and age of a lock: tenure status LOCK_URL", runStatus},
 		{"store", "inspect and probe a store: tenure store probe|get|list URL", runStore},
 		{"version", "print the version", runVersion},
 	}
@@ -71,6 +75,11 @@ func run(ctx context.Context, e *env, args []string) int {
 			return 0
 		case errors.Is(err, errUsage):
 			return 2
+		}
+		var ee exitError
+		if errors.As(err, &ee) {
+			fmt.Fprintf(e.stderr, "tenure %s: %v\n", c.name, err)
+			return ee.code
 		}
 		fmt.Fprintf(e.stderr, "tenure %s: %v\n", c.name, err)
 		return 1

@@ -2,15 +2,20 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 )
 
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	return runCmdCtx(t, t.Context(), args...)
+}
+
+func runCmdCtx(t *testing.T, ctx context.Context, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = run(t.Context(), &env{stdout: &out, stderr: &errb}, args)
+	code = run(ctx, &env{stdout: &out, stderr: &errb}, args)
 	return code, out.String(), errb.String()
 }
 

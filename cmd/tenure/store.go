@@ -90,7 +90,11 @@ func runStoreProbe(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintf(w, "store\t%s\n", pos[0])
 	fmt.Fprintf(w, "create-if-absent\t%s\n", yes(res.CreateIfAbsent))
 	fmt.Fprintf(w, "compare-and-swap (If-Match)\t%s\n", yes(res.IfMatch))
-	fmt.Fprintf(w, "delete if match\t%s\n", yes(res.DeleteIfMatch))
+	if res.DeleteIfMatch {
+		fmt.Fprintf(w, "delete if match\t%s\n", yes(true))
+	} else {
+		fmt.Fprintf(w, "delete if match\tignored (tenure does not rely on it)\n")
+	}
 	if perr == nil {
 		fmt.Fprintf(w, "get\t%s\n", res.Get)
 		fmt.Fprintf(w, "create put\t%s\n", res.CreatePut)

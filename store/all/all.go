@@ -5,5 +5,7 @@
 package all
 
 import (
-	_ "github.com/tenure-io/tenure/store/memstore" // mem://
+	_ "github.com/tenure-io/tenure/store/filestore" // file://
+	_ "github.com/tenure-io/tenure/store/memstore"  // mem://
+	_ "github.com/tenure-io/tenure/store/s3store"   // s3://
 )

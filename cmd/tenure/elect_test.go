@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/election"
+	"github.com/tenure-io/tenure/store"
+)
+
+// fast timings for CLI tests.
+var fastFlags = []string{"--frequent", "100ms", "--infrequent", "500ms", "--leader-timeout", "1s",
+	"--renew-deadline", "600ms", "--retry", "0,10ms,50ms", "--peer-timeout", "300ms", "--log-level", "warn"}
+
+func TestSplitLockURL(t *testing.T) {
+	cases := []struct{ in, store, key, err string }{
+		{"s3://bucket/prefix/leader.json?region=eu", "s3://bucket/prefix?region=eu", "leader.json", ""},
+		{"s3://bucket/leader.json", "s3://bucket", "leader.json", ""},
+		{"file://./data/leader.json", "file://./data", "leader.json", ""},
+		{"file:///var/lib/tenure/x.json", "file:///var/lib/tenure", "x.json", ""},
+		{"mem://name/leader.json", "mem://name", "leader.json", ""},
+		{"s3://bucket/prefix/", "", "", "must end with the lock's key"},
+		{"s3://bucket", "", "", "must end with the lock's key"},
+		{"leader.json", "", "", "no scheme"},
+	}
+	for _, c := range cases {
+		st, key, err := splitLockURL(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("splitLockURL(%q) = %v; want an error containing %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || st != c.store || key != c.key {
+			t.Errorf("splitLockURL(%q) = %q, %q, %v; want %q, %q", c.in, st, key, err, c.store, c.key)
+		}
+	}
+}
+
+func TestStatus(t *testing.T) {
+	url := "mem://status-" + t.Name() + "/leader.json"
+	code, out, _ := runCmd(t, "status", url)
+	if code != 0 || !strings.Contains(out, "nobody has led yet") {
+		t.Fatalf("status of a missing lock: %d %q", code, out)
+	}
+	s, err := store.Open(t.Context(), "mem://status-"+t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := election.Record{LeaderID: "n7", LeaderAddr: "10.0.0.7:8443", Term: 42, LeaseMillis: 15000, LastUpdated: time.Now().Add(-3 * time.Second)}
+	if _, err := s.Put(t.Context(), "leader.json", rec.Encode(), store.IfAbsent()); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCmd(t, "status", url)
+	for _, want := range []string{"leader   n7", "term     42", "state    held", "10.0.0.7:8443", "lease    15s"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("status output lacks %q (exit %d):\n%s%s", want, code, out, errs)
+		}
+	}
+	code, out, _ = runCmd(t, "status", url, "--json")
+	if code != 0 || !strings.Contains(out, `"term": 42`) {
+		t.Fatalf("status --json: %d %s", code, out)
+	}
+	if code, _, errs := runCmd(t, "status", "mem://x/"); code != 1 || !strings.Contains(errs, "must end with the lock's key") {
+		t.Fatalf("status of a URL without a key: %d %q", code, errs)
+	}
+}
+
+func TestElectRefusesBadFlags(t *testing.T) {
+	cases := map[string][]string{
+		"no lock":        {"elect", "--http", ""},
+		"bad timings":    {"elect", "--lock", "mem://x/l", "--http", "", "--leader-timeout", "1s"},
+		"bad retry":      {"elect", "--lock", "mem://x/l", "--http", "", "--retry", "soon"},
+		"peer sans addr": append([]string{"elect", "--lock", "mem://x/l", "--http", "", "--peer"}, fastFlags...),
+		"bad log level":  {"elect", "--lock", "mem://x/l", "--http", "", "--log-level", "loud"},
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			if code, _, errs := runCmd(t, args...); code == 0 || errs == "" {
+				t.Fatalf("exit %d, stderr %q", code, errs)
+			}
+		})
+	}
+}
+
+func TestRunStartsCommandWhileLeadingAndStopsIt(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "term")
+	lock := "mem://run-" + t.Name() + "/leader.json"
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int, 1)
+	args := append([]string{"run", "--lock", lock}, fastFlags...)
+	args = append(args, "--", "sh", "-c", `echo "$TENURE_TERM" > `+marker+`; trap 'echo stopped >> `+marker+`; exit 0' TERM; while :; do sleep 0.05; done`)
+	go func() { code, _, _ := runCmdCtx(t, ctx, args...); done <- code }()
+	waitFile(t, marker, "1\n")
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("tenure run exited %d after a stop", code)
+	}
+	waitFile(t, marker, "1\nstopped\n")
+	code, out, _ := runCmd(t, "status", lock)
+	if code != 0 || !strings.Contains(out, "released") {
+		t.Fatalf("lock after run stopped:\n%s", out)
+	}
+}
+
+func TestRunKillsCommandThatIgnoresSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "pid")
+	lock := "mem://run-" + t.Name() + "/leader.json"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	args := append([]string{"run", "--lock", lock, "--grace", "150ms"}, fastFlags...)
+	args = append(args, "--", "sh", "-c", `trap '' TERM; echo $$ > `+marker+`; while :; do sleep 0.05; done`)
+	go func() {
+		var out, errb strings.Builder
+		done <- run(ctx, &env{stdout: &out, stderr: &errb}, args)
+	}()
+	pidText := waitNonEmpty(t, marker)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	pid := strings.TrimSpace(pidText)
+	if _, err := os.Stat("/proc/" + pid); err == nil {
+		if b, _ := os.ReadFile("/proc/" + pid + "/stat"); !strings.Contains(string(b), ") Z ") {
+			t.Fatalf("the command (pid %s) outlived tenure run", pid)
+		}
+	}
+}
+
+func TestRunPropagatesExitStatus(t *testing.T) {
+	lock := "mem://run-" + t.Name() + "/leader.json"
+	args := append([]string{"run", "--lock", lock}, fastFlags...)
+	args = append(args, "--", "sh", "-c", "exit 3")
+	code, _, errs := runCmd(t, args...)
+	if code != 3 || !strings.Contains(errs, "status 3") {
+		t.Fatalf("exit %d, stderr %q; want 3", code, errs)
+	}
+	_, out, _ := runCmd(t, "status", lock)
+	if !strings.Contains(out, "released") {
+		t.Fatalf("the lock was not released after the command exited:\n%s", out)
+	}
+}
+
+func TestRunNeedsACommand(t *testing.T) {
+	if code, _, errs := runCmd(t, "run", "--lock", "mem://x/l"); code != 2 || !strings.Contains(errs, "after --") {
+		t.Fatalf("exit %d, %q", code, errs)
+	}
+	args := append([]string{"run", "--lock", "mem://x/l", "--grace", "10s"}, fastFlags...)
+	if code, _, errs := runCmd(t, append(args, "--", "true")...); code != 1 || !strings.Contains(errs, "--grace") {
+		t.Fatalf("a grace longer than the margin: exit %d, %q", code, errs)
+	}
+}
+
+func waitFile(t *testing.T, path, want string) {
+	t.Helper()
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if b, _ := os.ReadFile(path); string(b) == want {
+			return
+		}
+	}
+	b, _ := os.ReadFile(path)
+	t.Fatalf("%s holds %q; want %q", path, b, want)
+}
+
+func waitNonEmpty(t *testing.T, path string) string {
+	t.Helper()
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if b, _ := os.ReadFile(path); len(b) > 0 && strings.HasSuffix(string(b), "\n") {
+			return string(b)
+		}
+	}
+	t.Fatalf("%s stayed empty", path)
+	return ""
+}
+
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo takes several seconds")
+	}
+	code, out, errs := runCmd(t, "demo")
+	if code != 0 {
+		t.Fatalf("demo exited %d:\n%s\n%s", code, out, errs)
+	}
+	for _, want := range []string{"leads (term 1)", "killed", "leads (term 2)", "without a leader", "leads (term 3)", "no two members ever led at once", "(leader)", "(follower):      0/h"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/tenure-io/tenure/election"
+	"github.com/tenure-io/tenure/internal/tlsutil"
+	"github.com/tenure-io/tenure/store"
+)
+
+// splitLockURL splits a lock URL into the store's URL and the lock's key:
+// s3://bucket/prefix/leader.json is the key leader.json in
+// s3://bucket/prefix; file://./data/leader.json is leader.json in
+// file://./data. Query parameters belong to the store.
+func splitLockURL(raw string) (storeURL, key string, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", "", fmt.Errorf("lock URL %q: %w", raw, err)
+	}
+	if u.Scheme == "" {
+		return "", "", fmt.Errorf("lock URL %q has no scheme; want e.g. file://./data/leader.json or s3://bucket/prefix/leader.json", raw)
+	}
+	i := strings.LastIndex(u.Path, "/")
+	if i < 0 || i == len(u.Path)-1 {
+		return "", "", fmt.Errorf("lock URL %q must end with the lock's key, e.g. %s://%s%s/leader.json", raw, u.Scheme, u.Host, strings.TrimSuffix(u.Path, "/"))
+	}
+	key = u.Path[i+1:]
+	u.Path = u.Path[:i]
+	u.RawPath = ""
+	return u.String(), key, nil
+}
+
+// electFlags are the flags every command that takes part in an election
+// shares.
+type electFlags struct {
+	lock, id, addr, listen                  *string
+	peer                                    *bool
+	certFile, keyFile, caFile, clientCAFile *string
+	clientCertFile, clientKeyFile           *string
+	frequent, infrequent, timeout, deadline *time.Duration
+	peerTimeout                             *time.Duration
+	retry                                   *string
+	logFormat, logLevel                     *string
+}
+
+func addElectFlags(fs *flag.FlagSet) *electFlags {
+	host, _ := os.Hostname()
+	return &electFlags{
+		lock:           fs.String("lock", "", "the lock: a store URL ending with the lock's key, e.g. s3://bucket/prefix/leader.json (required)"),
+		id:             fs.String("id", host, "this member's ServerID"),
+		addr:           fs.String("addr", "", "host:port where peers reach this member (required with --peer)"),
+		listen:         fs.String("listen", "", "address the peer server listens on (default --addr)"),
+		peer:           fs.Bool("peer", false, "peer mode: followers long-poll the leader over HTTPS instead of reading the store"),
+		certFile:       fs.String("tls-cert", "", "peer server certificate (PEM)"),
+		keyFile:        fs.String("tls-key", "", "peer server key (PEM)"),
+		caFile:         fs.String("tls-ca", "", "CA certificates that sign the peers' server certificates (PEM; default: system roots)"),
+		clientCAFile:   fs.String("tls-client-ca", "", "require peer client certificates signed by these CAs (PEM)"),
+		clientCertFile: fs.String("tls-client-cert", "", "client certificate to present to peers (PEM)"),
+		clientKeyFile:  fs.String("tls-client-key", "", "key of --tls-client-cert (PEM)"),
+		frequent:       fs.Duration("frequent", election.DefaultFrequentInterval, "FrequentInterval: polling during transitions, and the leader's renewal interval"),
+		infrequent:     fs.Duration("infrequent", election.DefaultInfrequentInterval, "InfrequentInterval: polling while leadership is stable"),
+		timeout:        fs.Duration("leader-timeout", election.DefaultLeaderTimeout, "LeaderTimeout: take the lock when it has not changed for this long"),
+		deadline:       fs.Duration("renew-deadline", election.DefaultRenewDeadline, "RenewDeadline: stop leading this long after the last successful renewal began"),
+		peerTimeout:    fs.Duration("peer-timeout", election.DefaultPeerTimeout, "PeerTimeout: bound on each peer request"),
+		retry:          fs.String("retry", "0,100ms,1s", "RetrySchedule: pauses before each attempt of a store call, comma-separated"),
+		logFormat:      fs.String("log-format", "text", "log format: text or json"),
+		logLevel:       fs.String("log-level", "info", "log level: debug, info, warn or error"),
+	}
+}
+
+func (f *electFlags) logger(e *env) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", *f.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch *f.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", *f.logFormat)
+}
+
+// config builds the election configuration and opens the store, with
+// observer attached to it. The caller closes the returned store.
+func (f *electFlags) config(ctx context.Context, e *env, observer func(store.Call)) (election.Config, *store.Store, error) {
+	if *f.lock == "" {
+		return election.Config{}, nil, fmt.Errorf("--lock is required, e.g. --lock file://./data/leader.json")
+	}
+	storeURL, key, err := splitLockURL(*f.lock)
+	if err != nil {
+		return election.Config{}, nil, err
+	}
+	log, err := f.logger(e)
+	if err != nil {
+		return election.Config{}, nil, err
+	}
+	var retry []time.Duration
+	for _, part := range strings.Split(*f.retry, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil {
+			return election.Config{}, nil, fmt.Errorf("--retry %q: %q is not a duration (want e.g. 0,100ms,1s)", *f.retry, part)
+		}
+		retry = append(retry, d)
+	}
+	cfg := election.Config{
+		RetrySchedule: retry,
+		LockfilePath:  key, ServerID: *f.id, ServerAddr: *f.addr, PeerListenAddr: *f.listen,
+		FrequentInterval: *f.frequent, InfrequentInterval: *f.infrequent,
+		LeaderTimeout: *f.timeout, RenewDeadline: *f.deadline, PeerTimeout: *f.peerTimeout,
+		PeerMode: *f.peer, Logger: log,
+	}
+	if *f.certFile != "" || *f.keyFile != "" {
+		if cfg.PeerServerTLS, err = tlsutil.LoadServer(*f.certFile, *f.keyFile, *f.clientCAFile); err != nil {
+			return election.Config{}, nil, err
+		}
+	}
+	if *f.caFile != "" || *f.clientCertFile != "" {
+		if cfg.PeerClientTLS, err = tlsutil.LoadClient(*f.caFile, *f.clientCertFile, *f.clientKeyFile); err != nil {
+			return election.Config{}, nil, err
+		}
+	}
+	// Validate before touching the store, so a bad flag costs nothing.
+	probe := cfg
+	probe.StoreURL = storeURL
+	if err := probe.Validate(); err != nil {
+		return election.Config{}, nil, err
+	}
+	var opts []store.Option
+	if observer != nil {
+		opts = append(opts, store.WithObserver(observer))
+	}
+	st, err := store.Open(ctx, storeURL, opts...)
+	if err != nil {
+		return election.Config{}, nil, err
+	}
+	cfg.Store = st
+	return cfg, st, nil
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tenure-io/tenure/election"
+	"github.com/tenure-io/tenure/store"
+)
+
+func runStatus(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "status", "status LOCK_URL [--json]\n\nLOCK_URL is a store URL ending with the lock's key, e.g. file://./data/leader.json")
+	asJSON := fs.Bool("json", false, "print as JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return errUsage
+	}
+	storeURL, key, err := splitLockURL(pos[0])
+	if err != nil {
+		return err
+	}
+	s, err := store.Open(ctx, storeURL)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	data, version, err := s.Get(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		if *asJSON {
+			return json.NewEncoder(e.stdout).Encode(map[string]any{"lock": pos[0], "exists": false})
+		}
+		fmt.Fprintf(e.stdout, "no lock at %s: nobody has led yet\n", pos[0])
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rec, derr := election.DecodeRecord(data)
+	if *asJSON {
+		out := map[string]any{"lock": pos[0], "exists": true, "version": version}
+		if derr != nil {
+			out["error"] = derr.Error()
+		} else {
+			out["record"] = rec
+		}
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+		return derr
+	}
+	if derr != nil {
+		return fmt.Errorf("the lock at %s (version %s) is corrupt: %w", pos[0], version, derr)
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	state := "held"
+	if rec.Released {
+		state = "released (any member may take it at once)"
+	}
+	fmt.Fprintf(w, "lock\t%s\n", pos[0])
+	fmt.Fprintf(w, "leader\t%s\n", rec.LeaderID)
+	if rec.LeaderAddr != "" {
+		fmt.Fprintf(w, "address\t%s\n", rec.LeaderAddr)
+	}
+	fmt.Fprintf(w, "term\t%d\n", rec.Term)
+	fmt.Fprintf(w, "state\t%s\n", state)
+	if !rec.LastUpdated.IsZero() {
+		fmt.Fprintf(w, "written\t%s by the writer's clock (%s ago by this machine's; for people only)\n",
+			rec.LastUpdated.Format(time.RFC3339), time.Since(rec.LastUpdated).Round(time.Second))
+	}
+	if rec.LeaseMillis > 0 {
+		fmt.Fprintf(w, "lease\t%v (followers take the lock when it stays unchanged this long)\n", time.Duration(rec.LeaseMillis)*time.Millisecond)
+	}
+	fmt.Fprintf(w, "version\t%s\n", version)
+	return w.Flush()
+}

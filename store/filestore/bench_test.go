@@ -1,0 +1,106 @@
+package filestore
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tenure-io/tenure/store"
+)
+
+// Benchmarks write to b.TempDir(), so they measure the file system that
+// holds it, fsyncs included.
+
+func benchStore(b *testing.B) *store.Store {
+	s := store.New(newDriver(b, b.TempDir()))
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// benchValue is the size of a lease record.
+func benchValue(i int) []byte {
+	v := make([]byte, 256)
+	copy(v, fmt.Sprintf(`{"leaderID":"node-%d","nonce":"%d"}`, i, i))
+	return v
+}
+
+func BenchmarkGet(b *testing.B) {
+	s := benchStore(b)
+	ctx := b.Context()
+	if _, err := s.Put(ctx, "leases/shard-1", benchValue(0), store.IfAbsent()); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, _, err := s.Get(ctx, "leases/shard-1"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPutCreate(b *testing.B) {
+	s := benchStore(b)
+	ctx := b.Context()
+	i := 0
+	for b.Loop() {
+		if _, err := s.Put(ctx, fmt.Sprintf("log/%020d", i), benchValue(i), store.IfAbsent()); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+func BenchmarkPutCAS(b *testing.B) {
+	s := benchStore(b)
+	ctx := b.Context()
+	v, err := s.Put(ctx, "leases/shard-1", benchValue(0), store.IfAbsent())
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := 1
+	for b.Loop() {
+		if v, err = s.Put(ctx, "leases/shard-1", benchValue(i), store.IfMatch(v)); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkCASContended has 16 goroutines swap one key, each reading it
+// again after a refusal, as contending leaders would. An operation is one
+// successful swap.
+func BenchmarkCASContended(b *testing.B) {
+	const goroutines = 16
+	s := benchStore(b)
+	ctx := b.Context()
+	if _, err := s.Put(ctx, "leases/shard-1", benchValue(0), store.IfAbsent()); err != nil {
+		b.Fatal(err)
+	}
+	var wins, attempts, next atomic.Int64
+	b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			for {
+				_, v, err := s.Get(ctx, "leases/shard-1")
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				attempts.Add(1)
+				_, err = s.Put(ctx, "leases/shard-1", benchValue(int(next.Add(1))), store.IfMatch(v))
+				if err == nil {
+					wins.Add(1)
+					break
+				}
+				if !errors.Is(err, store.ErrPreconditionFailed) {
+					b.Error(err)
+					return
+				}
+			}
+		}
+	})
+	b.ReportMetric(float64(wins.Load())/b.Elapsed().Seconds(), "cas/s")
+	b.ReportMetric(float64(attempts.Load())/float64(wins.Load()), "attempts/cas")
+}

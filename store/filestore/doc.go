@@ -1,0 +1,67 @@
+// Package filestore is tenure's embedded default store: each key is a file
+// under one directory on a local file system. Import it for its side effect
+// and open it by URL, or call New:
+//
+//	import _ "github.com/tenure-io/tenure/store/filestore"
+//
+//	s, err := store.Open(ctx, "file:///var/lib/tenure")  // absolute path
+//	s, err := store.Open(ctx, "file://./data")           // relative to the working directory
+//
+// The directory is created if missing. Open fails with a clear error if the
+// path is a regular file or the directory cannot be written.
+//
+// # Guarantees
+//
+// Every write is atomic and durable when it returns. Writes of a key hold an
+// exclusive flock(2) on one of 256 lock files in <dir>/.locks, check their
+// condition under it, and only then write the value in full to a temp file
+// in <dir>/.tmp and fsync it; create-if-absent links the temp file into
+// place with link(2), which fails if the name exists; compare-and-swap
+// renames it over the old file; delete removes the file. The key's directory
+// is fsynced before the call returns. A crash at any moment, of the process
+// or of the machine, leaves each key with its old value or its new one,
+// never a torn or partial one. Reads take no lock: they open one complete
+// file or none.
+//
+// These guarantees hold between goroutines, between Stores opened on the
+// same directory in one process, and between processes on the same machine.
+// Waiting for a lock ends when the caller's context does.
+//
+// Versions are a hash of the value (like S3's ETag): writing the same bytes
+// twice gives the same version. tenure's records always carry a nonce, so
+// this does not cause ABA for them.
+//
+// Keys map to paths: each '/'-separated segment of the key is escaped to
+// [a-z0-9_-] and %XX, so that any key round-trips, including keys with
+// spaces, Unicode, "." and "..", and leading, trailing or doubled slashes,
+// and no two keys collide on file systems that fold case or normalise
+// Unicode. List reads the directories below the prefix's last '/', so it is
+// cheap when keys are grouped by prefix, and it reads each listed file to
+// report its version.
+//
+// # Errors
+//
+// Conditions that do not hold are reported as store.ErrPreconditionFailed,
+// absent keys as store.ErrNotFound, and keys whose path would exceed the
+// system's path limit (4096 bytes on Linux, 1024 elsewhere, including the
+// directory's own path) as store.ErrInvalidArgument before anything is
+// written. Permission errors and read-only file systems are permanent; a
+// full disk is transient.
+//
+// # What it does not guarantee
+//
+// It is for one machine. Network file systems (NFS, SMB, FUSE mounts of
+// object stores, and the like) may not make flock(2) and link(2) atomic
+// between clients, and their caches may serve stale reads: do not share a
+// filestore directory between machines, and do not put one on a network
+// file system even for one machine. File systems without hard links (FAT,
+// exFAT) cannot be used. On operating systems without flock(2) (Windows,
+// Solaris) New returns an error.
+//
+// Directories are never removed, even when their last key is deleted: an
+// empty directory costs an inode, while removing it could race with another
+// process creating a key in it. Temp files left by a crashed writer are
+// removed by the next New, once they are a minute old; a writer stalled for
+// longer than that between writing its temp file and committing it fails
+// with a transient error and changes nothing.
+package filestore

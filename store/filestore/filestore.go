@@ -1,0 +1,704 @@
+package filestore
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/driver"
+)
+
+func init() {
+	store.Register("file", func(ctx context.Context, u *url.URL) (driver.Store, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		dir, err := dirFromURL(u)
+		if err != nil {
+			return nil, err
+		}
+		s, err := New(dir)
+		if err != nil {
+			return nil, err // not s: a nil *Store in a driver.Store is not nil
+		}
+		return s, nil
+	})
+}
+
+const (
+	tmpDirName  = ".tmp"
+	lockDirName = ".locks"
+	// numStripes and stripeOf's hash are part of the on-disk format, like
+	// the key encoding: processes that map a key to different lock files
+	// would not exclude each other.
+	numStripes = 256
+	// staleTemp is how old a temp file must be before New removes it.
+	// Younger ones may belong to a write in flight in another process.
+	staleTemp = time.Minute
+)
+
+// dirFromURL accepts file:///abs/dir, file://localhost/abs/dir and
+// file://./rel/dir (the host "." or ".." starts a relative path).
+func dirFromURL(u *url.URL) (string, error) {
+	const want = "want file:///absolute/dir or file://./relative/dir"
+	bad := func(format string, args ...any) error {
+		return driver.Errorf(driver.InvalidArgument, "filestore: %s: %s; %s", u.Redacted(), fmt.Sprintf(format, args...), want)
+	}
+	switch {
+	case u.Opaque != "":
+		return "", bad("a relative path needs \"//.\" after \"file:\"")
+	case u.User != nil:
+		return "", bad("user information is not allowed")
+	case u.RawQuery != "" || u.ForceQuery:
+		return "", bad("the file store takes no query parameters")
+	case u.Fragment != "":
+		return "", bad("a fragment is not allowed")
+	}
+	switch u.Host {
+	case "", "localhost":
+		if u.Path == "" {
+			return "", bad("no directory")
+		}
+		return u.Path, nil
+	case ".", "..":
+		return u.Host + u.Path, nil
+	}
+	return "", bad("host %q: the file store is local to this machine (a relative path starts with ./)", u.Host)
+}
+
+// Store is a driver that keeps each key in a file under one directory. It is
+// safe for concurrent use by multiple goroutines, and by multiple processes
+// (and multiple Stores in one process) on the same directory of a local file
+// system.
+type Store struct {
+	root   string // absolute
+	tmp    string
+	locks  string
+	closed atomic.Bool
+
+	stripes [numStripes]stripe
+}
+
+// stripe is one of the locks that serialise the writes of a key. Keys share
+// stripes by hash, so the number of open lock files is bounded.
+type stripe struct {
+	// mu is a mutex that can be abandoned when ctx ends: a goroutine holds
+	// it while its token sits in the channel. It also guards fd.
+	mu chan struct{}
+	// fd is the lock file, opened on first use; flock on it excludes
+	// other processes and other Stores of this process (flock locks belong
+	// to the open file description, not to the process).
+	fd int
+}
+
+var (
+	_ driver.Store  = (*Store)(nil)
+	_ driver.Limits = (*Store)(nil)
+)
+
+// New opens the store in dir, creating the directory if it is missing. It
+// fails if dir is not a directory or cannot be written. It removes temp files
+// left by writers that crashed over a minute ago.
+func New(dir string) (*Store, error) {
+	if !supported {
+		return nil, driver.Errorf(driver.Permanent, "filestore: not supported on %s: it needs flock(2)", runtime.GOOS)
+	}
+	if dir == "" {
+		return nil, driver.Errorf(driver.InvalidArgument, "filestore: empty directory name")
+	}
+	root, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, driver.Errorf(driver.InvalidArgument, "filestore: directory %q: %w", dir, err)
+	}
+	if err := ensureDir(root, "the store's directory", true); err != nil {
+		return nil, err
+	}
+	s := &Store{root: root, tmp: filepath.Join(root, tmpDirName), locks: filepath.Join(root, lockDirName)}
+	for i := range s.stripes {
+		s.stripes[i] = stripe{mu: make(chan struct{}, 1), fd: -1}
+	}
+	if err := ensureDir(s.tmp, "where filestore writes temp files", false); err != nil {
+		return nil, err
+	}
+	if err := ensureDir(s.locks, "where filestore keeps lock files", false); err != nil {
+		return nil, err
+	}
+	if err := s.probeWritable(); err != nil {
+		return nil, err
+	}
+	s.removeStaleTemps()
+	return s, nil
+}
+
+// probeWritable finds out now, not at the first write, that a directory
+// the store writes to is read-only, or that the file system has no hard
+// links. It writes a temp file, links it into the root as every create
+// does, and creates a file where lock files go.
+func (s *Store) probeWritable() error {
+	notWritable := func(dir string, err error) error {
+		return driver.Errorf(kindOr(err, driver.Permanent), "filestore: directory %s is not writable: %w", dir, err)
+	}
+	f, err := s.createTemp()
+	if err != nil {
+		return notWritable(s.tmp, err)
+	}
+	_ = f.Close()
+	defer os.Remove(f.Name())
+	// The name has none of the suffixes of keys, so List would ignore it
+	// if a crash left it behind.
+	probe := filepath.Join(s.root, ".probe-"+crand.Text())
+	if err := os.Link(f.Name(), probe); err != nil {
+		return driver.Errorf(kindOr(err, driver.Permanent),
+			"filestore: directory %s is not writable, or its file system has no hard links: %w", s.root, err)
+	}
+	_ = os.Remove(probe)
+	probe = filepath.Join(s.locks, ".probe-"+crand.Text())
+	if err := os.WriteFile(probe, nil, 0o666); err != nil {
+		return notWritable(s.locks, err)
+	}
+	_ = os.Remove(probe)
+	return nil
+}
+
+func ensureDir(dir, what string, parents bool) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		mkdir := os.Mkdir
+		if parents {
+			mkdir = os.MkdirAll
+		}
+		err = mkdir(dir, 0o777)
+		if err == nil || errors.Is(err, fs.ErrExist) && isDir(dir) {
+			return nil
+		}
+		return driver.Errorf(kindOr(err, driver.Permanent), "filestore: cannot create %s (%s): %w", dir, what, err)
+	case err != nil:
+		return driver.Errorf(kindOr(err, driver.Permanent), "filestore: %s (%s): %w", dir, what, err)
+	case !fi.IsDir():
+		return driver.Errorf(driver.Permanent, "filestore: %s (%s) is not a directory", dir, what)
+	}
+	return nil
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
+func (s *Store) removeStaleTemps() {
+	entries, err := os.ReadDir(s.tmp)
+	if err != nil {
+		return // best effort: a leftover temp file costs only space
+	}
+	cutoff := time.Now().Add(-staleTemp)
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || info.IsDir() || !info.ModTime().Before(cutoff) {
+			continue
+		}
+		_ = os.Remove(filepath.Join(s.tmp, e.Name()))
+	}
+}
+
+// Version returns the version filestore gives to data: a hash of its bytes,
+// as S3's ETag is, so the same bytes always have the same version.
+func Version(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:16])
+}
+
+// CheckKey refuses keys whose file path would exceed the system's limit. On
+// Linux every key of up to 1024 bytes fits unless the directory's own path
+// is longer than about 900 bytes.
+func (s *Store) CheckKey(key string) error {
+	if n := len(s.root) + 1 + encodedLen(key); n >= pathMax {
+		return fmt.Errorf("filestore: the %d-byte key needs a path of %d bytes under %s; this system allows %d",
+			len(key), n, s.root, pathMax-1)
+	}
+	return nil
+}
+
+func (s *Store) path(key string) string {
+	return filepath.Join(append([]string{s.root}, encodeKey(key)...)...)
+}
+
+func (s *Store) begin(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return errClosed()
+	}
+	return nil
+}
+
+func errClosed() error { return driver.Errorf(driver.Permanent, "filestore: %w", store.ErrClosed) }
+
+// Get reads the file without a lock: files are only ever replaced whole by
+// rename or link, so a reader sees one complete value.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, "", err
+	}
+	data, err := os.ReadFile(s.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, "", driver.Errorf(driver.NotFound, "filestore: no such key")
+	}
+	if err != nil {
+		return nil, "", ioErr("read", err)
+	}
+	return data, Version(data), nil
+}
+
+// Put creates by link(2) and swaps by rename(2), under the key's lock. It
+// returns once the new value is durable.
+func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
+	if err := s.begin(ctx); err != nil {
+		return "", err
+	}
+	path := s.path(key)
+	var check func() error
+	switch cond.Kind {
+	case driver.IfAbsent:
+		check = func() error { return checkAbsent(path) }
+	case driver.IfMatch:
+		check = func() error { return checkVersion(path, cond.Version) }
+	default:
+		return "", driver.Errorf(driver.InvalidArgument, "filestore: put with condition %s", cond.Kind)
+	}
+	// A condition that already fails is refused without the lock: under
+	// contention, that is most of the losers.
+	if err := check(); err != nil {
+		return "", err
+	}
+	dir := filepath.Dir(path)
+	if cond.Kind == driver.IfAbsent {
+		if err := s.mkdirs(dir); err != nil {
+			return "", err
+		}
+	}
+	release, err := s.lock(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	// The write happens under the lock, after the check, so that only the
+	// one writer whose condition holds pays for an fsync.
+	err = check()
+	if err == nil {
+		err = s.commit(ctx, path, data, cond.Kind == driver.IfAbsent)
+	}
+	release()
+	if err != nil {
+		return "", err
+	}
+	// Syncing the directory after releasing the lock is enough: we return
+	// only once the new name is durable, and a later writer that saw it
+	// syncs the same directory before it returns.
+	if err := syncDir(dir); err != nil {
+		return "", ioErr("sync directory", err)
+	}
+	return Version(data), nil
+}
+
+// commit writes data to a temp file, syncs it, and gives it the key's name:
+// by link(2) to create, which fails if the name exists (so create-if-absent
+// holds even against a writer that ignored the lock), or by rename(2) to
+// replace. Either way the file appears whole or not at all.
+func (s *Store) commit(ctx context.Context, path string, data []byte, create bool) error {
+	tmp, err := s.writeTemp(data)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	if !create {
+		if err := os.Rename(tmp, path); err != nil {
+			_ = os.Remove(tmp)
+			return commitErr("rename", err)
+		}
+		return nil
+	}
+	err = os.Link(tmp, path)
+	_ = os.Remove(tmp) // after a link, the key's name still holds the file
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return errExists()
+	case err != nil:
+		return commitErr("link", err)
+	}
+	return nil
+}
+
+// Delete removes the key's file under its lock and returns once the removal
+// is durable.
+func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	if cond.Kind != driver.Unconditional && cond.Kind != driver.IfMatch {
+		return driver.Errorf(driver.InvalidArgument, "filestore: delete with condition %s", cond.Kind)
+	}
+	path := s.path(key)
+	release, err := s.lock(ctx, key)
+	if err != nil {
+		return err
+	}
+	removed, err := remove(ctx, path, cond)
+	release()
+	if err != nil || !removed {
+		return err
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return ioErr("sync directory", err)
+	}
+	return nil
+}
+
+// remove deletes the file under the key's lock. Its directory stays: were
+// directories removed, a create in another process could make the parent,
+// see it removed, and fail its link.
+func remove(ctx context.Context, path string, cond driver.Cond) (bool, error) {
+	if cond.Kind == driver.IfMatch {
+		if err := checkVersion(path, cond.Version); err != nil {
+			return false, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	err := os.Remove(path)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist) && cond.Kind == driver.Unconditional:
+		return false, nil
+	}
+	return false, ioErr("remove", err)
+}
+
+func checkVersion(path, want string) error {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return driver.Errorf(driver.PreconditionFailed, "filestore: key does not exist")
+	}
+	if err != nil {
+		return ioErr("read", err)
+	}
+	if v := Version(data); v != want {
+		return driver.Errorf(driver.PreconditionFailed, "filestore: version is %s, not %s", v, want)
+	}
+	return nil
+}
+
+func checkAbsent(path string) error {
+	_, err := os.Lstat(path)
+	switch {
+	case err == nil:
+		return errExists()
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	}
+	return ioErr("stat", err)
+}
+
+func errExists() error { return driver.Errorf(driver.PreconditionFailed, "filestore: key exists") }
+
+// List walks only the directory the prefix names up to its last '/', decodes
+// the names it finds, and sorts them: sorting afterwards is simpler than
+// walking the tree in key order, which the escaping and suffixes do not keep.
+func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]driver.Item, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	type candidate struct{ key, path string }
+	var cands []candidate
+	emit := func(key, path string) {
+		if strings.HasPrefix(key, prefix) && key > after {
+			cands = append(cands, candidate{key, path})
+		}
+	}
+	slash := strings.LastIndexByte(prefix, '/')
+	start, comps := s.root, []string(nil)
+	if slash >= 0 {
+		// The components of "a/b/" are those of the directories a.d/b.d
+		// and a final empty ".k", which is not a directory.
+		c := encodeKey(prefix[:slash+1])
+		comps = c[:len(c)-1]
+		start = filepath.Join(append([]string{s.root}, comps...)...)
+		if len(start) >= pathMax {
+			return nil, nil // no key under it could have been stored
+		}
+	}
+	if err := walk(ctx, start, comps, escapeSegment(prefix[slash+1:]), emit); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(cands, func(a, b candidate) int { return strings.Compare(a.key, b.key) })
+
+	items := make([]driver.Item, 0, min(limit, len(cands)))
+	for _, c := range cands {
+		if len(items) == limit {
+			break
+		}
+		data, err := os.ReadFile(c.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted since the walk
+		}
+		if err != nil {
+			return nil, ioErr("read", err)
+		}
+		items = append(items, driver.Item{Key: c.key, Version: Version(data), Size: int64(len(data))})
+	}
+	return items, nil
+}
+
+// walk calls emit for every key stored at or below dir, whose components
+// from the root are comps. At the top level it skips entries whose segment
+// cannot start with first (the escaped last segment of the prefix).
+func walk(ctx context.Context, dir string, comps []string, first string, emit func(key, path string)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f, err := os.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return ioErr("list", err)
+	}
+	entries, err := f.ReadDir(-1)
+	_ = f.Close()
+	if err != nil {
+		return ioErr("list", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		// Anything without one of our suffixes is not ours: .tmp, .locks,
+		// or a file someone else put here.
+		if len(name) < 2 || name[len(name)-2] != '.' {
+			continue
+		}
+		stem, suf := name[:len(name)-2], name[len(name)-2:]
+		if first != "" && !strings.HasPrefix(stem, first) && (suf != sufCont || !strings.HasPrefix(first, stem)) {
+			continue
+		}
+		c := append(comps[:len(comps):len(comps)], name)
+		switch {
+		case suf == sufKey && e.Type().IsRegular():
+			if key, ok := decodeKey(c); ok {
+				emit(key, filepath.Join(dir, name))
+			}
+		case (suf == sufDir || suf == sufCont) && e.IsDir():
+			if err := walk(ctx, filepath.Join(dir, name), c, "", emit); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ErrorKind classifies raw errors from the operating system; the errors
+// filestore builds itself carry their kind.
+func (s *Store) ErrorKind(err error) driver.Kind { return osKind(err) }
+
+func osKind(err error) driver.Kind {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return driver.NotFound
+	case errors.Is(err, fs.ErrPermission):
+		return driver.Permanent
+	}
+	return errnoKind(err)
+}
+
+// kindOr is osKind, with def for errors it cannot place.
+func kindOr(err error, def driver.Kind) driver.Kind {
+	if k := osKind(err); k != driver.Unknown {
+		return k
+	}
+	return def
+}
+
+// ioErr wraps an unexpected error of the file system. A missing file or
+// directory here is not a missing key (Get and the conditions report those)
+// but the store's directory changing under us, so it is not NotFound.
+func ioErr(op string, err error) error {
+	k := osKind(err)
+	if k == driver.NotFound {
+		k = driver.Permanent
+	}
+	return driver.Errorf(k, "filestore: %s: %w", op, err)
+}
+
+// commitErr wraps a failed link or rename. A missing source means our temp
+// file was removed as stale while this writer stalled for over a minute:
+// nothing was written and a retry may succeed.
+func commitErr(op string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return driver.Errorf(driver.Transient, "filestore: %s: %w (was the temp file removed as stale?)", op, err)
+	}
+	return ioErr(op, err)
+}
+
+// Close closes the lock files. Calls after it fail.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	for i := range s.stripes {
+		st := &s.stripes[i]
+		st.mu <- struct{}{}
+		if st.fd >= 0 {
+			errs = append(errs, closeFD(st.fd))
+			st.fd = -1
+		}
+		<-st.mu
+	}
+	return errors.Join(errs...)
+}
+
+// lock takes the key's stripe: first the in-process mutex, which a
+// cancelled ctx abandons, then flock, which is polled for the same reason.
+func (s *Store) lock(ctx context.Context, key string) (release func(), err error) {
+	i := stripeOf(key)
+	st := &s.stripes[i]
+	select {
+	case st.mu <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	fail := func(err error) (func(), error) {
+		<-st.mu
+		return nil, err
+	}
+	if s.closed.Load() {
+		return fail(errClosed())
+	}
+	if st.fd < 0 {
+		fd, err := openLockFile(filepath.Join(s.locks, fmt.Sprintf("%02x", i)))
+		if err != nil {
+			return fail(ioErr("open lock file", err))
+		}
+		st.fd = fd
+	}
+	if err := waitLock(ctx, st.fd); err != nil {
+		return fail(err)
+	}
+	return func() {
+		if unlock(st.fd) != nil {
+			// Closing the descriptor surely drops the lock; the next
+			// caller opens it again.
+			_ = closeFD(st.fd)
+			st.fd = -1
+		}
+		<-st.mu
+	}, nil
+}
+
+func stripeOf(key string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return h.Sum32() % numStripes
+}
+
+func waitLock(ctx context.Context, fd int) error {
+	delay := 20 * time.Microsecond
+	for {
+		ok, err := tryLock(fd)
+		if err != nil {
+			return ioErr("flock", err)
+		}
+		if ok {
+			return nil
+		}
+		// Another process (or Store) holds the stripe, for one write.
+		// Jitter keeps waiters from retrying in step.
+		t := time.NewTimer(delay/2 + rand.N(delay))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		delay = min(2*delay, 2*time.Millisecond)
+	}
+}
+
+// mkdirs creates dir and its missing parents, syncing each parent so that a
+// key's directory is as durable as the key.
+func (s *Store) mkdirs(dir string) error {
+	if _, err := os.Lstat(dir); err == nil || len(dir) <= len(s.root) {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if err := s.mkdirs(parent); err != nil {
+		return err
+	}
+	// If another writer made it first, sync anyway: that writer may not
+	// have synced the parent yet, and our key must not depend on it.
+	if err := os.Mkdir(dir, 0o777); err != nil && !errors.Is(err, fs.ErrExist) {
+		return ioErr("mkdir", err)
+	}
+	if err := syncDir(parent); err != nil {
+		return ioErr("sync directory", err)
+	}
+	return nil
+}
+
+// writeTemp writes data to a new temp file and syncs it, so that it is whole
+// on disk before any name of the store points to it.
+func (s *Store) writeTemp(data []byte) (string, error) {
+	f, err := s.createTemp()
+	if err != nil {
+		return "", ioErr("create temp file", err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return "", ioErr("write temp file", err)
+	}
+	return f.Name(), nil
+}
+
+func (s *Store) createTemp() (*os.File, error) {
+	// 128 random bits: no two writers pick the same name, and O_EXCL
+	// would refuse it if they did.
+	name := filepath.Join(s.tmp, crand.Text()+".tmp")
+	return os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

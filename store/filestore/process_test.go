@@ -1,0 +1,574 @@
+//go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
+
+package filestore
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/store"
+)
+
+// The tests in this file re-run the test binary as child processes that
+// share a store directory with the parent. The environment selects what a
+// child does.
+const (
+	helperEnv    = "TENURE_FILESTORE_HELPER" // "race" or "crash"
+	helperDirEnv = "TENURE_FILESTORE_DIR"
+	helperArgEnv = "TENURE_FILESTORE_ARGS" // JSON of the mode's parameters
+)
+
+func TestHelperProcess(t *testing.T) {
+	mode := os.Getenv(helperEnv)
+	if mode == "" {
+		t.Skip("only runs as a child process of TestTwoProcessRace and TestCrashDuringWrites")
+	}
+	dir := os.Getenv(helperDirEnv)
+	switch mode {
+	case "race":
+		var args raceArgs
+		if err := json.Unmarshal([]byte(os.Getenv(helperArgEnv)), &args); err != nil {
+			t.Fatalf("bad %s: %v", helperArgEnv, err)
+		}
+		raceChild(t, dir, args)
+	case "crash":
+		crashChild(t, dir)
+	default:
+		t.Fatalf("unknown %s %q", helperEnv, mode)
+	}
+}
+
+// helper is a child process, its stdin, and its stdout read line by line.
+type helper struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  *bufio.Scanner
+	stderr *bytes.Buffer
+}
+
+func startHelper(t *testing.T, mode, dir string, args any) *helper {
+	t.Helper()
+	argJSON, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode, helperDirEnv+"="+dir, helperArgEnv+"="+string(argJSON))
+	h := &helper{cmd: cmd, stderr: new(bytes.Buffer)}
+	cmd.Stderr = h.stderr
+	if h.stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.lines = bufio.NewScanner(stdout)
+	h.lines.Buffer(make([]byte, 64<<10), 64<<20)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start child: %v", err)
+	}
+	t.Cleanup(func() {
+		// A no-op after a clean exit; ends a child left behind by a failure.
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return h
+}
+
+// next returns the next line the child printed that starts with prefix,
+// passing the others to other (if not nil). It fails the test if the child
+// ends first.
+func (h *helper) next(t *testing.T, prefix string, other func(string)) string {
+	t.Helper()
+	for h.lines.Scan() {
+		line := h.lines.Text()
+		if strings.HasPrefix(line, prefix) {
+			return strings.TrimPrefix(line, prefix)
+		}
+		if other != nil {
+			other(line)
+		}
+	}
+	_ = h.cmd.Process.Kill()
+	err := h.cmd.Wait()
+	t.Fatalf("child ended (%v) before printing %q; its stderr:\n%s", err, prefix, h.stderr)
+	return ""
+}
+
+// --- Two processes racing ---
+
+// raceArgs parameterise the race child. Each round uses a fresh key and
+// three phases, each started by a barrier the parent runs over both
+// processes, so that both really race in every phase:
+//
+//  1. create: every worker in both processes creates the key if absent;
+//  2. read: every worker reads the key and notes its version and writer;
+//  3. swap: every worker swaps the key, if it still has the version it read.
+//
+// Exactly one worker in all must win each create and each swap, and every
+// read must see the create's winner.
+type raceArgs struct {
+	Proc    int `json:"proc"`
+	Rounds  int `json:"rounds"`
+	Workers int `json:"workers"`
+}
+
+const racePhases = 3
+
+type raceRecord struct {
+	Proc   int    `json:"proc"`
+	Worker int    `json:"worker"`
+	Round  int    `json:"round"`
+	Phase  string `json:"phase"`
+	Nonce  string `json:"nonce"`
+}
+
+type raceRound struct {
+	CreateWins   []int    `json:"createWins"`   // workers of this process that won
+	ReadVersions []string `json:"readVersions"` // by worker
+	ReadWriters  []string `json:"readWriters"`  // "proc/worker" of the record read, by worker
+	SwapWins     []int    `json:"swapWins"`
+	Errors       []string `json:"errors"` // anything but success or a refusal
+}
+
+func raceKey(r int) string { return fmt.Sprintf("race/ü %03d/key", r) }
+
+func raceChild(t *testing.T, dir string, args raceArgs) {
+	ctx := context.Background()
+	// Two Stores in the process: their workers exclude each other only
+	// through flock, as the two processes do.
+	var stores [2]*store.Store
+	for i := range stores {
+		s, err := store.Open(ctx, fileURL(dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stores[i] = s
+	}
+	in := bufio.NewReader(os.Stdin)
+	step := 0
+	barrier := func() {
+		fmt.Printf("ready %d\n", step)
+		step++
+		if _, err := in.ReadString('\n'); err != nil {
+			t.Fatalf("waiting for the parent: %v", err) // the parent is gone
+		}
+	}
+	// phase starts one goroutine per worker, lets them all go at once
+	// after the barrier, and waits for them.
+	phase := func(f func(w int)) {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for w := 0; w < args.Workers; w++ {
+			wg.Go(func() {
+				<-start
+				f(w)
+			})
+		}
+		barrier()
+		close(start)
+		wg.Wait()
+	}
+	results := make([]raceRound, args.Rounds)
+	for r := range results {
+		key := raceKey(r)
+		res := &results[r]
+		res.ReadVersions = make([]string, args.Workers)
+		res.ReadWriters = make([]string, args.Workers)
+		var mu sync.Mutex
+		outcome := func(wins *[]int, w int, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				*wins = append(*wins, w)
+			case !errors.Is(err, store.ErrPreconditionFailed):
+				res.Errors = append(res.Errors, fmt.Sprintf("worker %d: %v", w, err))
+			}
+		}
+		record := func(w int, phase string) []byte {
+			b, _ := json.Marshal(raceRecord{Proc: args.Proc, Worker: w, Round: r, Phase: phase, Nonce: rand.Text()})
+			return b
+		}
+		phase(func(w int) {
+			_, err := stores[w%2].Put(ctx, key, record(w, "create"), store.IfAbsent())
+			outcome(&res.CreateWins, w, err)
+		})
+		phase(func(w int) {
+			data, v, err := stores[w%2].Get(ctx, key)
+			var rec raceRecord
+			if err == nil {
+				err = json.Unmarshal(data, &rec)
+			}
+			if err != nil {
+				outcome(nil, w, err)
+				return
+			}
+			res.ReadVersions[w] = v
+			res.ReadWriters[w] = fmt.Sprintf("%d/%d", rec.Proc, rec.Worker)
+		})
+		phase(func(w int) {
+			_, err := stores[w%2].Put(ctx, key, record(w, "swap"), store.IfMatch(res.ReadVersions[w]))
+			outcome(&res.SwapWins, w, err)
+		})
+	}
+	out, err := json.Marshal(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("result %s\n", out)
+}
+
+func TestTwoProcessRace(t *testing.T) {
+	const rounds, workers = 250, 4
+	dir := t.TempDir()
+	procs := make([]*helper, 2)
+	for p := range procs {
+		procs[p] = startHelper(t, "race", dir, raceArgs{Proc: p, Rounds: rounds, Workers: workers})
+	}
+	for step := 0; step < rounds*racePhases; step++ {
+		for _, h := range procs {
+			if got := h.next(t, "ready ", nil); got != strconv.Itoa(step) {
+				t.Fatalf("child at step %s; want %d", got, step)
+			}
+		}
+		// Alternate who is released first, so neither has a head start.
+		for i := range procs {
+			if _, err := io.WriteString(procs[(step+i)%2].stdin, "go\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	results := make([][]raceRound, len(procs))
+	for p, h := range procs {
+		if err := json.Unmarshal([]byte(h.next(t, "result ", nil)), &results[p]); err != nil {
+			t.Fatalf("child %d result: %v", p, err)
+		}
+		if err := h.cmd.Wait(); err != nil {
+			t.Fatalf("child %d: %v; stderr:\n%s", p, err, h.stderr)
+		}
+	}
+
+	s := store.New(newDriver(t, dir))
+	defer s.Close()
+	var createWins, swapWins [2]int
+	for r := 0; r < rounds; r++ {
+		var creators, swappers, versions, writers []string
+		for p := range procs {
+			res := results[p][r]
+			for _, e := range res.Errors {
+				t.Errorf("round %d, process %d: %s", r, p, e)
+			}
+			for _, w := range res.CreateWins {
+				creators = append(creators, fmt.Sprintf("%d/%d", p, w))
+			}
+			for _, w := range res.SwapWins {
+				swappers = append(swappers, fmt.Sprintf("%d/%d", p, w))
+			}
+			createWins[p] += len(res.CreateWins)
+			swapWins[p] += len(res.SwapWins)
+			versions = append(versions, res.ReadVersions...)
+			writers = append(writers, res.ReadWriters...)
+		}
+		if len(creators) != 1 {
+			t.Fatalf("round %d: create-if-absent won by %v; want exactly one winner", r, creators)
+		}
+		for i := range versions {
+			if versions[i] != versions[0] || writers[i] != creators[0] {
+				t.Fatalf("round %d: readers saw versions %v written by %v; want all the same, by the creator %s", r, versions, writers, creators[0])
+			}
+		}
+		if len(swappers) != 1 {
+			t.Fatalf("round %d: compare-and-swap on version %s won by %v; want exactly one winner", r, versions[0], swappers)
+		}
+		data, v, err := s.Get(t.Context(), raceKey(r))
+		var rec raceRecord
+		if err == nil {
+			err = json.Unmarshal(data, &rec)
+		}
+		if err != nil || v != Version(data) || rec.Phase != "swap" || fmt.Sprintf("%d/%d", rec.Proc, rec.Worker) != swappers[0] {
+			t.Fatalf("round %d: stored %s (version %s, %v); want the swap of %s", r, data, v, err, swappers[0])
+		}
+	}
+	// Each process must have won some rounds, or they did not really race.
+	if createWins[0] == 0 || createWins[1] == 0 || swapWins[0] == 0 || swapWins[1] == 0 {
+		t.Errorf("wins by process: create %v, swap %v; one process never won, so the processes did not race", createWins, swapWins)
+	}
+	t.Logf("wins by process: create %v, swap %v", createWins, swapWins)
+}
+
+// --- A writer killed at random moments ---
+
+// crashKeys are the keys the crash child writes.
+var crashKeys = []string{"crash/a", "crash/b", "crash/nested/c", "crash/ü d", "crash/" + strings.Repeat("long", 60), "e"}
+
+// crashRecord is what the crash child writes: a sequence number that each
+// swap raises by one, a random payload of up to 1 MiB so that writes take a
+// while, and a checksum over everything else. It is stored as a header line
+// and the payload.
+type crashRecord struct {
+	Key     string
+	Seq     int
+	Nonce   string
+	Payload []byte
+}
+
+func (r *crashRecord) sum() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %d %q ", r.Key, r.Seq, r.Nonce)
+	h.Write(r.Payload)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func newCrashRecord(key string, seq, maxSize int) []byte {
+	r := crashRecord{Key: key, Seq: seq, Nonce: rand.Text(), Payload: make([]byte, mrand.IntN(maxSize))}
+	_, _ = rand.Read(r.Payload)
+	head := fmt.Sprintf("%q %d %s %s\n", r.Key, r.Seq, r.Nonce, r.sum())
+	return append([]byte(head), r.Payload...)
+}
+
+func parseCrashRecord(data []byte) (crashRecord, error) {
+	var r crashRecord
+	var sum string
+	head, payload, ok := bytes.Cut(data, []byte("\n"))
+	if !ok {
+		return r, fmt.Errorf("torn record (%d bytes): no header", len(data))
+	}
+	if _, err := fmt.Sscanf(string(head), "%q %d %s %s", &r.Key, &r.Seq, &r.Nonce, &sum); err != nil {
+		return r, fmt.Errorf("torn record (%d bytes): header %q: %w", len(data), head, err)
+	}
+	r.Payload = payload
+	if sum != r.sum() {
+		return r, fmt.Errorf("record of %q seq %d (%d bytes) fails its checksum", r.Key, r.Seq, len(data))
+	}
+	return r, nil
+}
+
+// crashChild swaps records in a loop, from several goroutines, until it is
+// killed. It prints "ack <key index> <seq>" for each write that returned
+// success, and "ready" after its first one.
+func crashChild(t *testing.T, dir string) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, fileURL(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var ready sync.Once
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Printf(format+"\n", args...)
+	}
+	for range 3 {
+		go func() {
+			for {
+				i := mrand.IntN(len(crashKeys))
+				key := crashKeys[i]
+				data, v, err := s.Get(ctx, key)
+				seq, cond := 1, store.IfAbsent()
+				switch {
+				case errors.Is(err, store.ErrNotFound):
+				case err != nil:
+					say("error get %q: %v", key, err)
+					continue
+				default:
+					rec, err := parseCrashRecord(data)
+					if err != nil {
+						say("error %q: %v", key, err)
+						continue
+					}
+					seq, cond = rec.Seq+1, store.IfMatch(v)
+				}
+				_, err = s.Put(ctx, key, newCrashRecord(key, seq, 1<<20), cond)
+				switch {
+				case err == nil:
+					say("ack %d %d", i, seq)
+					ready.Do(func() { say("ready") })
+				case !errors.Is(err, store.ErrPreconditionFailed):
+					say("error put %q: %v", key, err)
+				}
+			}
+		}()
+	}
+	// Run until killed, or until the parent is gone.
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+func TestCrashDuringWrites(t *testing.T) {
+	kills := 40
+	if testing.Short() {
+		kills = 10
+	}
+	dir := t.TempDir()
+	acked := make([]int, len(crashKeys)) // highest acknowledged seq by key
+	onLine := func(line string) {
+		var i, seq int
+		if _, err := fmt.Sscanf(line, "ack %d %d", &i, &seq); err == nil {
+			acked[i] = max(acked[i], seq)
+		} else if strings.HasPrefix(line, "error") {
+			t.Errorf("child: %s", line)
+		}
+	}
+	for k := 0; k < kills; k++ {
+		h := startHelper(t, "crash", dir, nil)
+		h.next(t, "ready", onLine)
+		time.Sleep(mrand.N(60 * time.Millisecond))
+		if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for h.lines.Scan() {
+			onLine(h.lines.Text())
+		}
+		err := h.cmd.Wait()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("kill %d: child ended with %v, not by SIGKILL; stderr:\n%s", k, err, h.stderr)
+		}
+		checkCrashState(t, dir, acked)
+	}
+
+	// Temp files of killed writes stay until they are a minute old; age
+	// them, and the next New must remove them all.
+	tmp := filepath.Join(dir, tmpDirName)
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * staleTemp)
+	for _, e := range entries {
+		if err := os.Chtimes(filepath.Join(tmp, e.Name()), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newDriver(t, dir).Close()
+	if left, err := os.ReadDir(tmp); err != nil || len(left) != 0 {
+		t.Fatalf("after New, %d of %d stale temp files remain (%v)", len(left), len(entries), err)
+	}
+	t.Logf("%d kills left %d temp files; acknowledged seqs %v", kills, len(entries), acked)
+}
+
+// checkCrashState checks that every key reads back whole, with a version
+// that is the hash of its content, that no acknowledged write was lost, and
+// that List shows nothing but the keys.
+func checkCrashState(t *testing.T, dir string, acked []int) {
+	t.Helper()
+	ctx := t.Context()
+	s := store.New(newDriver(t, dir))
+	defer s.Close()
+	items, err := s.List(ctx, "", "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]store.Item{}
+	for _, it := range items {
+		listed[it.Key] = it
+	}
+	for i, key := range crashKeys {
+		it, ok := listed[key]
+		delete(listed, key)
+		if !ok {
+			if acked[i] > 0 {
+				t.Fatalf("%q: acknowledged up to seq %d, but not listed", key, acked[i])
+			}
+			continue
+		}
+		data, v, err := s.Get(ctx, key)
+		if err != nil {
+			t.Fatalf("%q: listed but Get failed: %v", key, err)
+		}
+		rec, err := parseCrashRecord(data)
+		if err != nil {
+			t.Fatalf("%q: %v", key, err)
+		}
+		if rec.Key != key || v != Version(data) || it.Version != v || it.Size != int64(len(data)) {
+			t.Fatalf("%q: holds the record of %q; version %s, listed as %s size %d; content hash %s, %d bytes",
+				key, rec.Key, v, it.Version, it.Size, Version(data), len(data))
+		}
+		if rec.Seq < acked[i] {
+			t.Fatalf("%q: holds seq %d, but seq %d was acknowledged", key, rec.Seq, acked[i])
+		}
+	}
+	for key := range listed {
+		t.Fatalf("List shows %q, which no one wrote", key)
+	}
+}
+
+// TestReadersSeeWholeValues has readers Get keys while they are created,
+// swapped and deleted with values of up to 256 KiB: a reader must never see a
+// value that is partly written.
+func TestReadersSeeWholeValues(t *testing.T) {
+	ctx := t.Context()
+	s := openTemp(t)
+	defer s.Close()
+	keys := []string{"whole/created", "whole/swapped"}
+	done := make(chan struct{})
+	var readers sync.WaitGroup
+	var reads atomic.Int64
+	for range 4 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				for _, key := range keys {
+					data, v, err := s.Get(ctx, key)
+					if errors.Is(err, store.ErrNotFound) {
+						continue
+					}
+					if err != nil {
+						t.Errorf("Get(%q): %v", key, err)
+						return
+					}
+					if _, err := parseCrashRecord(data); err != nil || v != Version(data) {
+						t.Errorf("Get(%q) returned a partial value (version %s, hash %s): %v", key, v, Version(data), err)
+						return
+					}
+					reads.Add(1)
+				}
+			}
+		})
+	}
+	v, err := s.Put(ctx, keys[1], newCrashRecord(keys[1], 0, 256<<10), store.IfAbsent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 30 && !t.Failed(); i++ {
+		cv, err := s.Put(ctx, keys[0], newCrashRecord(keys[0], i, 256<<10), store.IfAbsent())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err = s.Put(ctx, keys[1], newCrashRecord(keys[1], i, 256<<10), store.IfMatch(v)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(ctx, keys[0], store.IfMatch(cv)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	readers.Wait()
+	t.Logf("%d whole reads", reads.Load())
+}

@@ -1,0 +1,138 @@
+package s3store_test
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tenure-io/tenure/internal/testutil"
+	"github.com/tenure-io/tenure/store"
+)
+
+// isolateAWSConfig keeps the developer's own AWS configuration out of a test.
+func isolateAWSConfig(t *testing.T) {
+	t.Helper()
+	none := filepath.Join(t.TempDir(), "none")
+	for k, v := range map[string]string{
+		"AWS_CONFIG_FILE":                        none,
+		"AWS_SHARED_CREDENTIALS_FILE":            none,
+		"AWS_PROFILE":                            "",
+		"AWS_REGION":                             "",
+		"AWS_DEFAULT_REGION":                     "",
+		"AWS_ACCESS_KEY_ID":                      "",
+		"AWS_SECRET_ACCESS_KEY":                  "",
+		"AWS_SESSION_TOKEN":                      "",
+		"AWS_EC2_METADATA_DISABLED":              "true",
+		"AWS_WEB_IDENTITY_TOKEN_FILE":            "",
+		"AWS_CONTAINER_CREDENTIALS_FULL_URI":     "",
+		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "",
+	} {
+		t.Setenv(k, v)
+	}
+}
+
+// Malformed URLs are refused before any request, with a message that says
+// what is wrong.
+func TestOpenRefusesBadURLs(t *testing.T) {
+	isolateAWSConfig(t)
+	cases := []struct{ name, url, want string }{
+		{"no bucket", "s3:///prefix?region=us-east-1", "no bucket"},
+		{"no bucket, no slash", "s3:?region=us-east-1", "no bucket"},
+		{"prefix with a leading slash", "s3://bucket//p?region=us-east-1", `prefix "/p" starts with "/"`},
+		{"port in the bucket", "s3://bucket:9000/p?region=us-east-1", "?endpoint="},
+		{"credentials in the URL", "s3://AKID:hunter2@bucket/p", "credentials do not belong in the URL"},
+		{"unknown parameter", "s3://bucket/p?regoin=us-east-1", `unknown parameter "regoin"`},
+		{"repeated parameter", "s3://bucket/p?region=a&region=b", "given 2 times"},
+		{"bad path_style", "s3://bucket/p?path_style=maybe", "path_style"},
+		{"endpoint without scheme", "s3://bucket/p?endpoint=127.0.0.1:9000", "http:// or https://"},
+		{"no region", "s3://bucket/p?endpoint=http://127.0.0.1:1", "no region"},
+		{"no credentials", "s3://bucket/p?endpoint=http://127.0.0.1:1&region=us-east-1", "no usable AWS credentials"},
+		{"missing profile", "s3://bucket/p?region=us-east-1&profile=nosuchprofile", "nosuchprofile"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := store.Open(ctx(t), c.url)
+			if err == nil {
+				s.Close()
+				t.Fatalf("Open(%q) succeeded", c.url)
+			}
+			if !errors.Is(err, store.ErrPermanent) {
+				t.Errorf("error %v does not match ErrPermanent", err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %q does not say %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("error %q shows the secret", err)
+			}
+		})
+	}
+}
+
+// Open against real servers: the bucket check turns a missing bucket or bad
+// credentials into a clear permanent error at start-up.
+func TestOpen(t *testing.T) {
+	for _, server := range servers {
+		t.Run(server.name, func(t *testing.T) {
+			srv := server.start(t)
+			isolateAWSConfig(t)
+			srv.SetEnv(t)
+
+			t.Run("ok", func(t *testing.T) {
+				s, err := store.Open(ctx(t), srv.URL(newPrefix()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				v, err := s.Put(ctx(t), "k", []byte("v"), store.IfAbsent())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if data, gv, err := s.Get(ctx(t), "k"); err != nil || string(data) != "v" || gv != v {
+					t.Fatalf("Get = %q, %q, %v; want v, %q", data, gv, err, v)
+				}
+			})
+			t.Run("missing bucket", func(t *testing.T) {
+				missing := srv
+				missing.Bucket = "no-such-bucket"
+				_, err := store.Open(ctx(t), missing.URL("p"))
+				t.Log(err)
+				if !errors.Is(err, store.ErrPermanent) {
+					t.Fatalf("error %v, want ErrPermanent", err)
+				}
+				for _, want := range []string{`bucket "no-such-bucket" does not exist`, srv.Endpoint} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error %q does not say %q", err, want)
+					}
+				}
+			})
+			t.Run("wrong secret", func(t *testing.T) {
+				t.Setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+				_, err := store.Open(ctx(t), srv.URL("p"))
+				t.Log(err)
+				if !errors.Is(err, store.ErrPermanent) || !strings.Contains(err.Error(), "denied") {
+					t.Fatalf("error %v, want ErrPermanent saying access is denied", err)
+				}
+			})
+			t.Run("unknown access key", func(t *testing.T) {
+				t.Setenv("AWS_ACCESS_KEY_ID", "NOSUCHKEY")
+				_, err := store.Open(ctx(t), srv.URL("p"))
+				t.Log(err)
+				if !errors.Is(err, store.ErrPermanent) || !strings.Contains(err.Error(), "denied") {
+					t.Fatalf("error %v, want ErrPermanent saying access is denied", err)
+				}
+			})
+			t.Run("nothing listening", func(t *testing.T) {
+				gone := testutil.S3Server{Endpoint: "http://127.0.0.1:1", Region: srv.Region, Bucket: srv.Bucket}
+				_, err := store.Open(ctx(t), gone.URL("p"))
+				if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+					t.Fatalf("error %v, want one naming the endpoint", err)
+				}
+				if !store.IsRetryable(err) {
+					t.Errorf("error %v: an unreachable endpoint may come back; want it retryable", err)
+				}
+			})
+		})
+	}
+}
