@@ -216,8 +216,14 @@ func (e *Elector) Stop(ctx context.Context) error {
 func (e *Elector) Run(ctx context.Context) error {
 	e.mu.Lock()
 	if e.startOnce {
+		done := e.runDone
 		e.mu.Unlock()
-		return ErrAlreadyStarted
+		select {
+		case <-done:
+			return ErrStopped
+		default:
+			return ErrAlreadyStarted
+		}
 	}
 	e.startOnce = true
 	e.runDone = make(chan struct{})

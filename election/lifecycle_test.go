@@ -51,6 +51,16 @@ func TestDoubleStartAndStartAfterStop(t *testing.T) {
 		if err := e.Start(t.Context()); !errors.Is(err, election.ErrStopped) {
 			t.Fatalf("Start after Stop = %v; want ErrStopped", err)
 		}
+		if err := e.Run(t.Context()); !errors.Is(err, election.ErrStopped) {
+			t.Fatalf("Run after Stop = %v; want ErrStopped", err)
+		}
+		never := newElector(t, store.New(memstore.New()), "b", nil)
+		if err := never.Stop(t.Context()); err != nil {
+			t.Fatalf("Stop before Start = %v", err)
+		}
+		if err := never.Run(t.Context()); !errors.Is(err, election.ErrStopped) {
+			t.Fatalf("Run after Stop = %v; want ErrStopped", err)
+		}
 		if e.IsLeader() {
 			t.Fatal("leader after Stop")
 		}
