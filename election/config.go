@@ -98,6 +98,11 @@ type Config struct {
 	// is observed, including this member's own.
 	OnNewLeader func(leaderID, leaderAddr string, term uint64)
 
+	// SkipProbe skips the check, at the start of Run, that the store
+	// enforces conditional writes. Set it only when the caller has probed
+	// the store itself (the lease package probes once for all its shards).
+	SkipProbe bool
+
 	// Logger receives transitions and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Clock is the time source. Default the system clock.

@@ -333,8 +333,9 @@ func (c *core) failed(op opKind, start, now time.Time, pending *pendingWrite) {
 	pause := c.backoff()
 	if c.leading {
 		// Near the deadline, try more often: an outage that ends just
-		// before it should still be ridden out.
-		pause = min(pause, c.deadline().Sub(now)/4)
+		// before it should still be ridden out. The floor keeps the
+		// retries finite as the deadline nears.
+		pause = max(min(pause, c.deadline().Sub(now)/4), 10*time.Millisecond)
 	}
 	c.retryAt = now.Add(pause)
 }

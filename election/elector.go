@@ -242,7 +242,9 @@ func (e *Elector) run(ctx context.Context) (err error) {
 	if e.ownsSt {
 		defer e.st.Close()
 	}
-	if _, perr := store.Probe(ctx, e.st, 1); perr != nil {
+	if e.cfg.SkipProbe {
+		// The caller probed the store.
+	} else if _, perr := store.Probe(ctx, e.st, 1); perr != nil {
 		if errors.Is(perr, store.ErrConditionsIgnored) {
 			e.log.Error("refusing to run: the store does not enforce conditional writes", "err", perr)
 			return perr

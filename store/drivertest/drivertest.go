@@ -27,6 +27,13 @@ type Options struct {
 	// then also checks that a longer key is refused with
 	// store.ErrInvalidArgument.
 	MaxKeyLen int
+	// MaxValueSize is the largest value, in bytes, that the driver stores
+	// (default: the suite writes a 5 MiB value, which every driver must
+	// then store). Drivers whose store caps values lower (DynamoDB's 400
+	// KiB items, Route 53's TXT records) set it; the suite then writes a
+	// value of exactly MaxValueSize bytes instead and checks that one byte
+	// more is refused with store.ErrInvalidArgument, writing nothing.
+	MaxValueSize int
 	// RaceRounds is the number of rounds of each race (default 200).
 	RaceRounds int
 	// RaceWorkers is the number of goroutines in each race (default 16).
@@ -63,7 +70,7 @@ func RunConformanceTests(t *testing.T, open func(t *testing.T) *store.Store, opt
 	t.Run("Delete", func(t *testing.T) { testDelete(t, mk(t)) })
 	t.Run("InvalidArguments", func(t *testing.T) { testInvalidArguments(t, mk(t), opts) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, mk(t), opts) })
-	t.Run("Values", func(t *testing.T) { testValues(t, mk(t)) })
+	t.Run("Values", func(t *testing.T) { testValues(t, mk(t), opts) })
 	t.Run("ListOrder", func(t *testing.T) { testListOrder(t, mk(t)) })
 	t.Run("ListPaging", func(t *testing.T) { testListPaging(t, mk(t)) })
 	t.Run("Cancellation", func(t *testing.T) { testCancellation(t, mk(t)) })
@@ -299,15 +306,23 @@ func testKeys(t *testing.T, s *store.Store, opts Options) {
 	}
 }
 
-func testValues(t *testing.T, s *store.Store) {
-	big := make([]byte, 5<<20)
+func testValues(t *testing.T, s *store.Store, opts Options) {
+	size := 5 << 20
+	if opts.MaxValueSize > 0 {
+		size = opts.MaxValueSize
+		over := make([]byte, size+1)
+		_, err := s.Put(ctxFor(t), "too-large", over, store.IfAbsent())
+		wantErr(t, fmt.Sprintf("Put of %d bytes, over the driver's MaxValueSize", size+1), err, store.ErrInvalidArgument)
+		wantGone(t, s, "too-large")
+	}
+	big := make([]byte, size)
 	if _, err := rand.Read(big); err != nil {
 		t.Fatal(err)
 	}
 	values := map[string][]byte{
-		"empty":  {},
-		"binary": {0, 1, 2, 0xff, 0, '\n', '\r'},
-		"5MiB":   big,
+		"empty":   {},
+		"binary":  {0, 1, 2, 0xff, 0, '\n', '\r'},
+		"largest": big,
 	}
 	for name, val := range values {
 		v := mustPut(t, s, name, val, store.IfAbsent())

@@ -1,0 +1,203 @@
+package lease
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+	"unicode/utf8"
+)
+
+// Assignment is the record that maps shards to members in member-lease
+// mode. It changes, by compare-and-swap, only when membership or the set of
+// shards changes, never on a renewal.
+type Assignment struct {
+	// Epoch grows by one with every change.
+	Epoch uint64 `json:"epoch"`
+	// Shards maps each shard to its entry.
+	Shards map[string]Entry `json:"shards"`
+	// UpdatedBy, LastUpdated: who wrote this version and when by its wall
+	// clock, for people only.
+	UpdatedBy   string    `json:"updatedBy"`
+	LastUpdated time.Time `json:"lastUpdated"`
+	// Nonce makes every version's bytes unique.
+	Nonce string `json:"nonce"`
+}
+
+// Entry is one shard's assignment.
+type Entry struct {
+	// Owner and Session name the member instance that may act on the
+	// shard; empty Owner means unassigned.
+	Owner   string `json:"owner,omitempty"`
+	Session string `json:"session,omitempty"`
+	// Term is the shard's fencing token: it grows by one whenever the
+	// shard changes hands.
+	Term uint64 `json:"term"`
+	// Waits lists earlier owners that were alive when the shard moved
+	// and so may still be acting on it: the new owner acts only once each
+	// has released the shard (or died, or left), or a full lease has
+	// passed since it saw this entry.
+	Waits []Holder `json:"waits,omitempty"`
+}
+
+// Holder is an owner of a shard at a term.
+type Holder struct {
+	Owner   string `json:"owner"`
+	Session string `json:"session"`
+	Term    uint64 `json:"term"`
+}
+
+func (e Entry) equal(o Entry) bool {
+	return e.Owner == o.Owner && e.Session == o.Session && e.Term == o.Term && slices.Equal(e.Waits, o.Waits)
+}
+
+// maxAssignmentSize bounds what DecodeAssignment accepts.
+const maxAssignmentSize = 16 << 20
+
+// DecodeAssignment parses an assignment record, refusing anything that is
+// not one with an error that says why.
+func DecodeAssignment(data []byte) (Assignment, error) {
+	var a Assignment
+	if len(data) > maxAssignmentSize {
+		return a, fmt.Errorf("lease: assignment record is %d bytes; the limit is %d", len(data), maxAssignmentSize)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&a); err != nil {
+		return Assignment{}, fmt.Errorf("lease: assignment record: %w", err)
+	}
+	if dec.More() {
+		return Assignment{}, fmt.Errorf("lease: assignment record has data after the JSON object")
+	}
+	for id, e := range a.Shards {
+		if id == "" || !utf8.ValidString(id) {
+			return Assignment{}, fmt.Errorf("lease: assignment record has an invalid shard ID %q", id)
+		}
+		if (e.Owner == "") != (e.Session == "") {
+			return Assignment{}, fmt.Errorf("lease: assignment record: shard %q has an owner without a session or the reverse", id)
+		}
+	}
+	if a.Shards == nil {
+		a.Shards = map[string]Entry{}
+	}
+	return a, nil
+}
+
+// Encode returns the record's JSON.
+func (a Assignment) Encode() []byte {
+	b, err := json.Marshal(a)
+	if err != nil {
+		panic("lease: encoding an assignment: " + err.Error())
+	}
+	return b
+}
+
+// balance computes the assignment that should follow cur, given the live
+// members (owner -> session) and the set of shards. It is deterministic, so
+// members that compute it concurrently agree, and sticky: a shard stays
+// with its owner unless the owner is gone or holds more than its share,
+// ceil(shards/members). Shards of dead or departed members move at once;
+// a shard taken from a live member lists it in Waits, so the new owner
+// waits for its release. changed reports whether the result differs from
+// cur; if not, next is cur.
+func balance(cur Assignment, live map[string]string, shards []string) (next Assignment, changed bool) {
+	next = Assignment{Epoch: cur.Epoch, Shards: make(map[string]Entry, len(shards))}
+	ids := slices.Clone(shards)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+
+	owners := make([]string, 0, len(live))
+	for o := range live {
+		owners = append(owners, o)
+	}
+	sort.Strings(owners)
+	alive := func(h Holder) bool { return live[h.Owner] == h.Session }
+
+	count := map[string]int{}
+	var free []string // shards needing an owner
+	for _, id := range ids {
+		e := cur.Shards[id]
+		// Holders that died or left have no rights left: stop waiting
+		// for them.
+		var waits []Holder
+		for _, h := range e.Waits {
+			if alive(h) {
+				waits = append(waits, h)
+			}
+		}
+		e.Waits = waits
+		switch {
+		case e.Owner == "":
+			next.Shards[id] = e
+			free = append(free, id)
+		case live[e.Owner] == "":
+			// The owner died or left: its rights have expired.
+			next.Shards[id] = Entry{Term: e.Term, Waits: e.Waits}
+			free = append(free, id)
+		case live[e.Owner] != e.Session:
+			// The owner restarted: same member, new session, new term.
+			// The old session is dead (its record was observed dead).
+			e.Session, e.Term = live[e.Owner], e.Term+1
+			next.Shards[id] = e
+			count[e.Owner]++
+		default:
+			next.Shards[id] = e
+			count[e.Owner]++
+		}
+	}
+	if len(owners) > 0 {
+		share := (len(ids) + len(owners) - 1) / len(owners)
+		// Take the excess from members over their share, the
+		// highest-sorting shards first, so that the choice is
+		// deterministic.
+		for i := len(ids) - 1; i >= 0; i-- {
+			id := ids[i]
+			e := next.Shards[id]
+			if e.Owner != "" && count[e.Owner] > share {
+				count[e.Owner]--
+				e.Waits = appendHolder(e.Waits, Holder{Owner: e.Owner, Session: e.Session, Term: e.Term})
+				e.Owner, e.Session = "", ""
+				next.Shards[id] = e
+				free = append(free, id)
+			}
+		}
+		slices.Sort(free)
+		for _, id := range free {
+			e := next.Shards[id]
+			best := ""
+			for _, o := range owners {
+				if best == "" || count[o] < count[best] {
+					best = o
+				}
+			}
+			count[best]++
+			e.Owner, e.Session, e.Term = best, live[best], e.Term+1
+			next.Shards[id] = e
+		}
+	}
+	changed = len(next.Shards) != len(cur.Shards)
+	for id, e := range next.Shards {
+		if old, ok := cur.Shards[id]; !ok || !old.equal(e) {
+			changed = true
+		}
+	}
+	if !changed {
+		return cur, false
+	}
+	next.Epoch = cur.Epoch + 1
+	return next, true
+}
+
+// appendHolder adds h to hs, keeping one entry per owner session: the one
+// with the highest term (a release acknowledges every lower term too).
+func appendHolder(hs []Holder, h Holder) []Holder {
+	out := slices.Clone(hs)
+	for i, x := range out {
+		if x.Owner == h.Owner && x.Session == h.Session {
+			out[i].Term = max(x.Term, h.Term)
+			return out
+		}
+	}
+	return append(out, h)
+}

@@ -1,0 +1,1045 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tenure-io/tenure/store"
+)
+
+// Member-lease mode. Keys under the prefix:
+//
+//	members/<owner>/<session>   one record per member instance, renewed every RenewPeriod
+//	assignment.json             shard -> owner, session, term; changed only on membership change
+//
+// Every RenewPeriod a member renews its record (one compare-and-swap) and
+// lists the prefix (one request), which returns the version of every
+// member record and of the assignment: a record whose version has not
+// changed for LeaseDuration, as this member observed it, belongs to a dead
+// member. The assignment is read only when its version changes. A member
+// acts on a shard only while the assignment names its session for the
+// shard, its own record was renewed, and the assignment was confirmed
+// unchanged, both within RenewDeadline.
+
+// MemberRecord is a member's lease record.
+type MemberRecord struct {
+	OwnerID     string    `json:"ownerID"`
+	Session     string    `json:"session"`
+	LastUpdated time.Time `json:"lastUpdated"`
+	LeaseMillis int64     `json:"leaseMillis"`
+	Nonce       string    `json:"nonce"`
+	Counter     uint64    `json:"counter"`
+	// Released maps shards this member no longer acts on to the term it
+	// last held: a new owner waiting for the handoff may start at once.
+	Released map[string]uint64 `json:"released,omitempty"`
+	// EvictedBy is set on a tombstone: another member judged this one dead
+	// and replaced its record by compare-and-swap on the version it saw
+	// unchanged for a lease. The evicted session never acts again.
+	EvictedBy string `json:"evictedBy,omitempty"`
+}
+
+// DecodeMemberRecord parses a member record.
+func DecodeMemberRecord(data []byte) (MemberRecord, error) {
+	var r MemberRecord
+	if len(data) > maxAssignmentSize {
+		return r, fmt.Errorf("lease: member record is %d bytes", len(data))
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return MemberRecord{}, fmt.Errorf("lease: member record: %w", err)
+	}
+	if r.OwnerID == "" || r.Session == "" {
+		return MemberRecord{}, errors.New("lease: member record without ownerID or session")
+	}
+	return r, nil
+}
+
+const assignmentKey = "assignment.json"
+
+func memberKey(owner, session string) string {
+	return "members/" + url.PathEscape(owner) + "/" + session
+}
+
+func parseMemberKey(rel string) (owner, session string, ok bool) {
+	rest, ok := strings.CutPrefix(rel, "members/")
+	if !ok {
+		return "", "", false
+	}
+	o, s, ok := strings.Cut(rest, "/")
+	if !ok || s == "" || strings.Contains(s, "/") {
+		return "", "", false
+	}
+	owner, err := url.PathUnescape(o)
+	if err != nil || owner == "" {
+		return "", "", false
+	}
+	return owner, s, true
+}
+
+// memberView is what this member knows of another member's record.
+type memberView struct {
+	owner, session string
+	version        string
+	since          time.Time // when this version was first seen
+	at             time.Time // when it was last confirmed
+	// The last content fetched (for release acks and tombstones), and its
+	// version.
+	rec        MemberRecord
+	recVersion string
+	evicted    bool
+}
+
+// dead reports whether the record has been unchanged for a lease: its
+// session's rights have lapsed, and it may be evicted.
+func (v *memberView) dead(lease time.Duration) bool { return v.evicted || v.at.Sub(v.since) >= lease }
+
+type shardRun struct {
+	id     string
+	term   uint64
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type memberMode struct {
+	c       *Coordinator
+	session string
+
+	// Owned by the loop goroutine.
+	myVersion    string
+	needRead     bool // our record's state is unknown: read it before writing
+	retrySoon    bool // the last round failed
+	pendingNonce string
+	pendingStart time.Time
+	counter      uint64
+	renewStart   time.Time // start of the last successful renewal of our record
+	confirmStart time.Time // start of the last read that confirmed the assignment
+	assign       Assignment
+	assignVer    string
+	assignFound  bool
+	assignBad    bool
+	views        map[string]*memberView // by relative key
+	firstSeen    map[string]time.Time   // "shard\x00term" -> when we first saw it assigned to us
+	ranTerm      map[string]uint64      // shard -> the last term we ran it at
+	bumps        map[string]bool        // our shards to move to a new term before running again
+	fenceTimer   interface{ Stop() bool }
+
+	// hookStep, if set (tests only), runs at the top of every round.
+	hookStep func()
+	// hook, if set (tests only), sees every start and end of a shard's
+	// term and every move of the deadline.
+	hook func(shard string, leading bool, term uint64, at, deadline time.Time)
+
+	mu        sync.Mutex
+	runs      map[string]*shardRun // shards we lead
+	finished  []*shardRun          // runs cancelled whose work has not returned yet
+	released  map[string]uint64    // acks to publish: shard -> term we stopped
+	pubShards []string
+	deadline  time.Time
+	members   []string
+	epoch     uint64
+	lastErr   error
+	duplicate bool
+	adds      []string
+	removes   []string
+	wake      chan struct{}
+}
+
+func newMemberMode(c *Coordinator) *memberMode {
+	m := &memberMode{
+		c: c, session: rand.Text()[:16],
+		views: map[string]*memberView{}, firstSeen: map[string]time.Time{},
+		ranTerm: map[string]uint64{}, bumps: map[string]bool{},
+		released: map[string]uint64{}, runs: map[string]*shardRun{},
+		wake: make(chan struct{}, 1),
+	}
+	m.adds = slices.Clone(c.cfg.ShardIDs)
+	m.pubShards = slices.Clone(c.cfg.ShardIDs)
+	return m
+}
+
+func (m *memberMode) key(rel string) string { return m.c.cfg.Prefix + rel }
+
+// retry is the schedule of attempts of one store call: at once, then
+// after a fiftieth and a fifth of the renew period (100 ms and 1 s with the
+// defaults), each with jitter.
+func (m *memberMode) retry() []time.Duration {
+	rp := m.c.cfg.RenewPeriod
+	return []time.Duration{0, store.Jitter(rp/50, 0.2), store.Jitter(rp/5, 0.2)}
+}
+
+func (m *memberMode) sleep(ctx context.Context, d time.Duration) error {
+	t := m.c.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
+// get reads key, retrying transient failures on the retry schedule.
+func (m *memberMode) get(ctx context.Context, key string) (data []byte, version string, err error) {
+	for _, pause := range m.retry() {
+		if pause > 0 {
+			if err := m.sleep(ctx, pause); err != nil {
+				return nil, "", err
+			}
+		}
+		gctx, cancel := context.WithTimeout(ctx, m.callTimeout())
+		data, version, err = m.c.cfg.Store.Get(gctx, key)
+		cancel()
+		if err == nil || !store.IsRetryable(err) {
+			return data, version, err
+		}
+	}
+	return nil, "", err
+}
+
+// callTimeout bounds one store read: a hung call must not hold the loop
+// past the point where our rights would lapse.
+func (m *memberMode) callTimeout() time.Duration { return m.c.cfg.renewDeadline() / 2 }
+
+func (m *memberMode) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (m *memberMode) now() time.Time { return m.c.cfg.Clock.Now() }
+
+// PanicError is returned (by Stop) when the coordinator's loop panicked.
+// Every shard was stopped first.
+type PanicError struct{ Value any }
+
+func (e *PanicError) Error() string { return fmt.Sprintf("lease: loop panicked: %v", e.Value) }
+
+func (m *memberMode) run(ctx context.Context) (err error) {
+	cfg := m.c.cfg
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r}
+			m.c.log.Error("the coordinator loop panicked; stopping every shard", "panic", r)
+			m.setErr(err)
+			m.mu.Lock()
+			m.deadline = time.Time{}
+			m.mu.Unlock()
+			m.leave()
+		}
+	}()
+	for ctx.Err() == nil {
+		if m.hookStep != nil {
+			m.hookStep()
+		}
+		m.tick(ctx)
+		pause := m.c.cfg.RenewPeriod/2 + store.Jitter(cfg.RenewPeriod/2, 0.2)
+		if m.retrySoon {
+			// The last round failed: our rights run on the older
+			// confirmations, so try again well before they lapse.
+			pause = store.Jitter(cfg.RenewPeriod/4, 0.2)
+			m.retrySoon = false
+		}
+		// Look again the moment a member that stopped renewing would be
+		// judged dead, rather than at the next round.
+		if d := m.nextDeath().Sub(m.now()); d > 0 && d < pause {
+			pause = d + time.Millisecond
+		}
+		t := cfg.Clock.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+		case <-t.C():
+		case <-m.wake:
+		}
+		t.Stop()
+	}
+	m.leave()
+	return nil
+}
+
+// tick is one round: renew, list, read the assignment if it changed,
+// rebalance if membership changed, then start and stop shards.
+func (m *memberMode) tick(ctx context.Context) {
+	cfg := m.c.cfg
+	renewed := m.renew(ctx)
+	var (
+		items              []store.Item
+		err                error
+		listStart, listEnd time.Time
+	)
+	for _, pause := range m.retry() {
+		if pause > 0 {
+			if m.sleep(ctx, pause) != nil {
+				return
+			}
+		}
+		listStart = m.now()
+		lctx, cancel := context.WithTimeout(ctx, m.callTimeout())
+		items, err = cfg.Store.ListAll(lctx, cfg.Prefix, 1000)
+		cancel()
+		listEnd = m.now()
+		if err == nil || !store.IsRetryable(err) {
+			break
+		}
+	}
+	if err != nil {
+		m.setErr(fmt.Errorf("lease: listing %s: %w", cfg.Prefix, err))
+		m.retrySoon = true
+	} else {
+		m.observe(ctx, items, listStart, listEnd)
+		m.evictDead(ctx)
+		m.rebalance(ctx)
+	}
+	if !renewed && !m.now().Before(m.rightsDeadline()) {
+		m.c.log.Warn("renew deadline passed; stopped acting on every shard")
+	}
+	m.reconcile(ctx)
+}
+
+// renew writes our record: create on the first round, then compare-and-
+// swap on our last version, carrying the release acks. After a failure
+// whose outcome is unknown it first reads the record back: only we write
+// it, so what is there is ours (a write of ours that landed counts as a
+// renewal from the moment it started, if that is recent enough).
+func (m *memberMode) renew(ctx context.Context) bool {
+	cfg := m.c.cfg
+	key := m.key(memberKey(cfg.OwnerID, m.session))
+	if m.needRead {
+		data, v, err := m.get(ctx, key)
+		rec, derr := DecodeMemberRecord(data)
+		switch {
+		case errors.Is(err, store.ErrNotFound) && m.myVersion == "":
+			m.needRead = false
+		case errors.Is(err, store.ErrNotFound), err == nil && (derr != nil || rec.EvictedBy != "" || rec.Session != m.session):
+			// Evicted (or removed): this session never acts again.
+			m.abandon()
+			key = m.key(memberKey(cfg.OwnerID, m.session))
+		case err != nil:
+			m.setErr(err)
+			return false
+		default:
+			m.needRead = false
+			m.myVersion = v
+			if rec.Nonce == m.pendingNonce && m.now().Sub(m.pendingStart) < cfg.renewDeadline() {
+				m.renewStart = m.pendingStart
+			}
+		}
+	}
+	m.counter++
+	m.mu.Lock()
+	acks := make(map[string]uint64, len(m.released))
+	for k, v := range m.released {
+		acks[k] = v
+	}
+	m.mu.Unlock()
+	rec := MemberRecord{
+		OwnerID: cfg.OwnerID, Session: m.session, LastUpdated: cfg.Clock.Wall(),
+		LeaseMillis: cfg.LeaseDuration.Milliseconds(), Nonce: rand.Text(), Counter: m.counter,
+		Released: acks,
+	}
+	data, _ := json.Marshal(rec)
+	cond := store.IfAbsent()
+	if m.myVersion != "" {
+		cond = store.IfMatch(m.myVersion)
+	}
+	start := m.now()
+	wctx, cancel := context.WithTimeout(ctx, cfg.renewDeadline())
+	defer cancel()
+	v, err := store.PutResolved(wctx, cfg.Store, key, data, cond, store.ResolveOptions{
+		Attempts: 3,
+		Backoff: func(n int) time.Duration {
+			return store.Jitter([]time.Duration{0, cfg.RenewPeriod / 50, cfg.RenewPeriod / 5}[min(n, 2)], 0.2)
+		},
+	})
+	if err == nil {
+		m.myVersion, m.renewStart = v, start
+		return true
+	}
+	m.setErr(err)
+	m.c.log.Warn("renewing our member record failed", "err", err)
+	m.needRead, m.retrySoon = true, true
+	m.pendingNonce, m.pendingStart = rec.Nonce, start
+	return false
+}
+
+// abandon ends this session after it was evicted: every shard stops, and
+// the member joins again under a new session, which others treat as a
+// restart (its shards come back with new terms).
+func (m *memberMode) abandon() {
+	m.c.log.Warn("this member was judged dead and evicted; joining again with a new session", "session", m.session)
+	m.mu.Lock()
+	for _, r := range m.runs {
+		m.stopRunLocked(r)
+	}
+	m.session = rand.Text()[:16]
+	clear(m.released)
+	m.mu.Unlock()
+	m.myVersion, m.renewStart, m.needRead = "", time.Time{}, false
+	clear(m.ranTerm)
+	clear(m.bumps)
+	clear(m.firstSeen)
+}
+
+// observe updates the member views from a listing, and reads the
+// assignment if its version changed.
+func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end time.Time) {
+	cfg := m.c.cfg
+	seen := map[string]bool{}
+	assignVer := ""
+	for _, it := range items {
+		rel := strings.TrimPrefix(it.Key, cfg.Prefix)
+		if rel == assignmentKey {
+			assignVer = it.Version
+			continue
+		}
+		owner, session, ok := parseMemberKey(rel)
+		if !ok {
+			continue
+		}
+		seen[rel] = true
+		v := m.views[rel]
+		if v == nil || v.version != it.Version {
+			// A record we did not know, or one that was dead and changed,
+			// may be a tombstone: read it.
+			check := v == nil || v.dead(cfg.LeaseDuration)
+			if v == nil {
+				v = &memberView{owner: owner, session: session}
+				m.views[rel] = v
+			}
+			v.version, v.since = it.Version, end
+			if check && session != m.session {
+				m.fetch(ctx, rel, v)
+			}
+		}
+		v.at = end
+	}
+	for rel := range m.views {
+		if !seen[rel] {
+			delete(m.views, rel)
+		}
+	}
+	switch {
+	case assignVer == "":
+		m.assign, m.assignVer, m.assignFound, m.assignBad = Assignment{Shards: map[string]Entry{}}, "", false, false
+		m.confirmStart = start
+	case assignVer == m.assignVer:
+		m.confirmStart = start
+	default:
+		getStart := m.now()
+		data, v, err := m.get(ctx, m.key(assignmentKey))
+		getEnd := m.now()
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			m.assign, m.assignVer, m.assignFound, m.assignBad = Assignment{Shards: map[string]Entry{}}, "", false, false
+			m.confirmStart = getStart
+		case err != nil:
+			m.setErr(err)
+			m.retrySoon = true
+			return
+		default:
+			a, derr := DecodeAssignment(data)
+			if derr != nil {
+				if !m.assignBad || m.assignVer != v {
+					m.c.log.Error("the assignment record is corrupt; acting on no shard until it is repaired", "version", v, "err", derr)
+				}
+				m.setErr(derr)
+				m.assign, m.assignVer, m.assignFound, m.assignBad = Assignment{Shards: map[string]Entry{}}, v, true, true
+				return
+			}
+			m.assign, m.assignVer, m.assignFound, m.assignBad = a, v, true, false
+			m.confirmStart = getStart
+			m.noteAssigned(getEnd)
+		}
+	}
+}
+
+// fetch reads a member record into its view.
+func (m *memberMode) fetch(ctx context.Context, rel string, v *memberView) bool {
+	gctx, cancel := context.WithTimeout(ctx, m.callTimeout())
+	data, ver, err := m.c.cfg.Store.Get(gctx, m.key(rel))
+	cancel()
+	if err != nil {
+		return false
+	}
+	rec, err := DecodeMemberRecord(data)
+	if err != nil {
+		return false
+	}
+	v.rec, v.recVersion = rec, ver
+	v.evicted = rec.EvictedBy != ""
+	return true
+}
+
+// nextDeath is the earliest moment a member that keeps its current record
+// version would be judged dead.
+func (m *memberMode) nextDeath() time.Time {
+	var next time.Time
+	for _, v := range m.views {
+		if v.evicted || v.session == m.session {
+			continue
+		}
+		if t := v.since.Add(m.c.cfg.LeaseDuration); next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	return next
+}
+
+// evictDead replaces the record of every member judged dead by a
+// tombstone, by compare-and-swap on the version seen unchanged for a
+// lease. The swap and the member's own renewal are on the same key, so
+// exactly one wins: if the member renewed meanwhile, it is alive; if the
+// tombstone landed, the member's next renewal fails and it never acts
+// again under that session. Only evicted members' shards move without
+// waiting for a release.
+func (m *memberMode) evictDead(ctx context.Context) {
+	cfg := m.c.cfg
+	for rel, v := range m.views {
+		if v.evicted && v.at.Sub(v.since) >= 2*cfg.LeaseDuration {
+			// A tombstone everyone has had time to see: its session is
+			// dead for good, so an unconditional delete is safe.
+			dctx, cancel := context.WithTimeout(ctx, m.callTimeout())
+			if err := cfg.Store.Delete(dctx, m.key(rel), store.Cond{}); err == nil {
+				delete(m.views, rel)
+			}
+			cancel()
+			continue
+		}
+		if v.evicted || v.session == m.session || !v.dead(cfg.LeaseDuration) {
+			continue
+		}
+		tomb := MemberRecord{OwnerID: v.owner, Session: v.session, LastUpdated: cfg.Clock.Wall(),
+			Nonce: rand.Text(), EvictedBy: cfg.OwnerID}
+		data, _ := json.Marshal(tomb)
+		wctx, cancel := context.WithTimeout(ctx, m.callTimeout())
+		ver, err := store.PutResolved(wctx, cfg.Store, m.key(rel), data, store.IfMatch(v.version), store.ResolveOptions{Attempts: 2})
+		cancel()
+		switch {
+		case err == nil:
+			m.c.log.Info("evicted a dead member", "member", v.owner, "session", v.session)
+			v.version, v.rec, v.recVersion, v.evicted = ver, tomb, ver, true
+		case errors.Is(err, store.ErrPreconditionFailed):
+			// It renewed (or someone else evicted it): look again.
+			v.since = m.now()
+			m.fetch(ctx, rel, v)
+		default:
+			m.setErr(err)
+		}
+	}
+}
+
+// noteAssigned records when we first saw each shard assigned to us at its
+// term: a handoff from a live member waits a lease from then at most.
+func (m *memberMode) noteAssigned(at time.Time) {
+	for id, e := range m.assign.Shards {
+		if e.Owner == m.c.cfg.OwnerID && e.Session == m.session {
+			k := id + "\x00" + fmt.Sprint(e.Term)
+			if _, ok := m.firstSeen[k]; !ok {
+				m.firstSeen[k] = at
+			}
+		}
+	}
+	for k := range m.firstSeen {
+		id, _, _ := strings.Cut(k, "\x00")
+		e, ok := m.assign.Shards[id]
+		if !ok || k != id+"\x00"+fmt.Sprint(e.Term) {
+			delete(m.firstSeen, k)
+		}
+	}
+}
+
+// live returns the members that have not been evicted or left, owner ->
+// session. Where an owner has
+// several live sessions (two processes with one OwnerID), the session the
+// assignment already names wins, else the one seen first; if that is not
+// us, we are the duplicate and stay out.
+func (m *memberMode) live() map[string]string {
+	incumbent := map[string]string{}
+	for _, e := range m.assign.Shards {
+		if e.Owner != "" {
+			incumbent[e.Owner] = e.Session
+		}
+	}
+	type cand struct {
+		session string
+		since   time.Time
+	}
+	best := map[string]cand{}
+	dup := false
+	for _, v := range m.views {
+		// A member judged dead but not evicted still counts: its shards
+		// move only with a wait until the eviction lands.
+		if v.evicted {
+			continue
+		}
+		if b, ok := best[v.owner]; ok {
+			if v.owner == m.c.cfg.OwnerID {
+				dup = true
+			}
+			switch {
+			case incumbent[v.owner] == b.session:
+				continue
+			case incumbent[v.owner] == v.session:
+			case v.since.Before(b.since), v.since.Equal(b.since) && v.session < b.session:
+			default:
+				continue
+			}
+		}
+		best[v.owner] = cand{v.session, v.since}
+	}
+	out := make(map[string]string, len(best))
+	for o, c := range best {
+		out[o] = c.session
+	}
+	// We count as live only while our own record is current.
+	if m.myVersion == "" || m.renewStart.IsZero() {
+		if out[m.c.cfg.OwnerID] == m.session {
+			delete(out, m.c.cfg.OwnerID)
+		}
+	}
+	m.mu.Lock()
+	if dup && !m.duplicate && out[m.c.cfg.OwnerID] != m.session {
+		m.c.log.Error("another live process uses this OwnerID; staying idle until it stops", "session", m.session)
+		m.lastErr = ErrDuplicateOwner
+	}
+	m.duplicate = dup && out[m.c.cfg.OwnerID] != m.session
+	m.mu.Unlock()
+	return out
+}
+
+// rebalance writes a new assignment when membership or the shard set
+// changed. Concurrent members compute the same result; one write wins.
+func (m *memberMode) rebalance(ctx context.Context) {
+	if m.assignBad {
+		return
+	}
+	cfg := m.c.cfg
+	live := m.live()
+	if len(live) == 0 {
+		return
+	}
+	m.mu.Lock()
+	adds, removes := slices.Clone(m.adds), slices.Clone(m.removes)
+	m.mu.Unlock()
+	set := map[string]bool{}
+	for id := range m.assign.Shards {
+		set[id] = true
+	}
+	for _, id := range adds {
+		set[id] = true
+	}
+	for _, id := range removes {
+		delete(set, id)
+	}
+	shards := make([]string, 0, len(set))
+	for id := range set {
+		shards = append(shards, id)
+	}
+	next, changed := balance(m.assign, live, shards)
+	for id := range m.bumps {
+		e, ok := next.Shards[id]
+		if !ok || e.Owner != cfg.OwnerID || e.Session != m.session || e.Term != m.ranTerm[id] {
+			delete(m.bumps, id)
+			continue
+		}
+		if !changed {
+			next = cloneAssignment(m.assign)
+			next.Epoch++
+			changed = true
+		}
+		e.Term++
+		next.Shards[id] = e
+	}
+	if !changed {
+		m.clearPending(adds, removes)
+		return
+	}
+	// Only a member that is itself live and current writes.
+	if live[cfg.OwnerID] != m.session {
+		return
+	}
+	next.UpdatedBy, next.LastUpdated, next.Nonce = cfg.OwnerID, cfg.Clock.Wall(), rand.Text()
+	cond := store.IfAbsent()
+	if m.assignFound {
+		cond = store.IfMatch(m.assignVer)
+	}
+	start := m.now()
+	wctx, cancel := context.WithTimeout(ctx, cfg.renewDeadline())
+	v, err := store.PutResolved(wctx, cfg.Store, m.key(assignmentKey), next.Encode(), cond, store.ResolveOptions{Attempts: 3})
+	cancel()
+	end := m.now()
+	switch {
+	case err == nil:
+		m.assign, m.assignVer, m.assignFound = next, v, true
+		m.confirmStart = start
+		m.noteAssigned(end)
+		m.clearPending(adds, removes)
+		clear(m.bumps)
+		m.c.log.Info("rebalanced shards", "epoch", next.Epoch, "members", len(live))
+	case errors.Is(err, store.ErrPreconditionFailed):
+		// Someone else rebalanced first; the next listing shows it.
+		m.poke()
+	default:
+		m.setErr(err)
+	}
+}
+
+func cloneAssignment(a Assignment) Assignment {
+	out := a
+	out.Shards = make(map[string]Entry, len(a.Shards))
+	for id, e := range a.Shards {
+		out.Shards[id] = e
+	}
+	return out
+}
+
+func (m *memberMode) clearPending(adds, removes []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.adds = slices.DeleteFunc(m.adds, func(s string) bool { return slices.Contains(adds, s) })
+	m.removes = slices.DeleteFunc(m.removes, func(s string) bool { return slices.Contains(removes, s) })
+}
+
+// rightsDeadline is when our rights to every shard lapse unless renewed:
+// RenewDeadline after the later of the two confirmations' starts... the
+// earlier one, as both must hold.
+func (m *memberMode) rightsDeadline() time.Time {
+	if m.renewStart.IsZero() || m.confirmStart.IsZero() || m.assignBad {
+		return time.Time{}
+	}
+	first := m.renewStart
+	if m.confirmStart.Before(first) {
+		first = m.confirmStart
+	}
+	return first.Add(m.c.cfg.renewDeadline())
+}
+
+// reconcile starts and stops shard work to match the assignment and our
+// rights, and publishes the result.
+func (m *memberMode) reconcile(ctx context.Context) {
+	cfg := m.c.cfg
+	now := m.now()
+	deadline := m.rightsDeadline()
+	live := m.live()
+	m.mu.Lock()
+	valid := !m.duplicate && now.Before(deadline)
+	m.finished = slices.DeleteFunc(m.finished, func(r *shardRun) bool {
+		select {
+		case <-r.done:
+			return true
+		default:
+			return false
+		}
+	})
+	before := sortedKeys(m.runs)
+	for id, r := range m.runs {
+		e, ok := m.assign.Shards[id]
+		mine := ok && e.Owner == cfg.OwnerID && e.Session == m.session && e.Term == r.term
+		if !mine || !valid {
+			m.stopRunLocked(r)
+		}
+	}
+	var start []string
+	if valid {
+		for id, e := range m.assign.Shards {
+			if e.Owner == cfg.OwnerID && e.Session == m.session && m.runs[id] == nil && !m.busyLocked(id) {
+				start = append(start, id)
+			}
+		}
+	}
+	m.mu.Unlock()
+
+	sort.Strings(start)
+	for _, id := range start {
+		e := m.assign.Shards[id]
+		if m.ranTerm[id] == e.Term {
+			// A term that ended (our rights lapsed) is never resumed:
+			// the next rebalance moves the shard to a new term.
+			m.bumps[id] = true
+			continue
+		}
+		if !m.handoffDone(ctx, id, e, live, m.now()) {
+			continue
+		}
+		m.mu.Lock()
+		// The checks above made store calls: the rights may have lapsed
+		// meanwhile.
+		if m.duplicate || !m.now().Before(deadline) {
+			m.mu.Unlock()
+			break
+		}
+		m.ranTerm[id] = e.Term
+		delete(m.released, id)
+		m.startRunLocked(id, e.Term, deadline)
+		m.mu.Unlock()
+	}
+
+	members := make([]string, 0, len(live))
+	for o := range live {
+		members = append(members, o)
+	}
+	sort.Strings(members)
+	shards := make([]string, 0, len(m.assign.Shards))
+	for id := range m.assign.Shards {
+		shards = append(shards, id)
+	}
+	m.mu.Lock()
+	shards = append(shards, m.adds...)
+	sort.Strings(shards)
+	m.pubShards = slices.Compact(shards)
+	moved := m.deadline != deadline
+	m.members, m.epoch, m.deadline = members, m.assign.Epoch, deadline
+	after := sortedKeys(m.runs)
+	if m.hook != nil && moved {
+		for _, r := range m.runs {
+			m.hook(r.id, true, r.term, now, deadline)
+		}
+	}
+	m.mu.Unlock()
+	if !slices.Equal(before, after) {
+		m.c.changed(after)
+	}
+	// One timer fences every shard at the deadline, in case the loop is
+	// stuck in a store call when it passes.
+	if m.fenceTimer != nil {
+		m.fenceTimer.Stop()
+	}
+	if len(after) > 0 {
+		m.fenceTimer = cfg.Clock.AfterFunc(deadline.Sub(m.now()), m.fenceAll)
+	}
+}
+
+// fenceAll stops every shard if the deadline has passed.
+func (m *memberMode) fenceAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.now().Before(m.deadline) {
+		return
+	}
+	for _, r := range m.runs {
+		m.stopRunLocked(r)
+	}
+	m.poke()
+}
+
+// stopRunLocked cancels a run; once its work returns, the shard is
+// acknowledged as released in our next renewal. The caller holds m.mu.
+func (m *memberMode) stopRunLocked(r *shardRun) {
+	if m.hook != nil {
+		m.hook(r.id, false, r.term, m.now(), m.deadline)
+	}
+	r.cancel()
+	delete(m.runs, r.id)
+	m.finished = append(m.finished, r)
+	go func() {
+		<-r.done
+		m.mu.Lock()
+		m.released[r.id] = max(m.released[r.id], r.term)
+		m.mu.Unlock()
+		// Renew now, so that the new owner hears of the release at once.
+		m.poke()
+	}()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// busyLocked reports whether an earlier run of shard has not returned
+// yet. The caller holds m.mu.
+func (m *memberMode) busyLocked(shard string) bool {
+	for _, r := range m.finished {
+		if r.id != shard {
+			continue
+		}
+		select {
+		case <-r.done:
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// handoffDone reports whether every earlier owner that may still act on
+// the shard has stopped: it released the shard (its record says so), or
+// it is no longer live, or a full lease has passed since we first saw the
+// shard assigned to us.
+func (m *memberMode) handoffDone(ctx context.Context, id string, e Entry, live map[string]string, now time.Time) bool {
+	cfg := m.c.cfg
+	first, ok := m.firstSeen[id+"\x00"+fmt.Sprint(e.Term)]
+	if ok && now.Sub(first) >= cfg.LeaseDuration {
+		return true
+	}
+	for _, h := range e.Waits {
+		if h.Session == m.session || live[h.Owner] != h.Session {
+			continue
+		}
+		v := m.views[memberKey(h.Owner, h.Session)]
+		if v == nil {
+			continue // gone: left
+		}
+		if v.recVersion != v.version {
+			gctx, cancel := context.WithTimeout(ctx, m.callTimeout())
+			data, ver, err := cfg.Store.Get(gctx, m.key(memberKey(h.Owner, h.Session)))
+			cancel()
+			if err != nil {
+				return false
+			}
+			rec, err := DecodeMemberRecord(data)
+			if err != nil {
+				return false
+			}
+			v.rec, v.recVersion = rec, ver
+		}
+		if t, ok := v.rec.Released[id]; !ok || t < h.Term {
+			return false
+		}
+	}
+	return true
+}
+
+// startRunLocked starts leading a shard. The caller holds m.mu.
+func (m *memberMode) startRunLocked(id string, term uint64, deadline time.Time) {
+	cfg := m.c.cfg
+	if m.hook != nil {
+		m.hook(id, true, term, m.now(), deadline)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &shardRun{id: id, term: term, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	m.runs[id] = r
+	m.c.log.Info("leading shard", "shard", id, "term", term)
+	go func() {
+		defer close(r.done)
+		if f := cfg.OnStartedLeading; f != nil {
+			if p := callSafely(func() { f(ctx, id, term) }); p != nil {
+				m.c.log.Error("OnStartedLeading panicked", "shard", id, "panic", p)
+			}
+		}
+		<-ctx.Done()
+		if f := cfg.OnStoppedLeading; f != nil {
+			if p := callSafely(func() { f(id, term) }); p != nil {
+				m.c.log.Error("OnStoppedLeading panicked", "shard", id, "panic", p)
+			}
+		}
+	}()
+}
+
+// leave stops every shard, waits for the work to return, and deletes our
+// record so that the others reassign our shards at once.
+func (m *memberMode) leave() {
+	m.mu.Lock()
+	for _, r := range m.runs {
+		m.stopRunLocked(r)
+	}
+	waiting := slices.Clone(m.finished)
+	m.mu.Unlock()
+	if m.fenceTimer != nil {
+		m.fenceTimer.Stop()
+	}
+	for _, r := range waiting {
+		<-r.done
+	}
+	m.c.changed(nil)
+	if m.myVersion == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.c.cfg.renewDeadline())
+	defer cancel()
+	if err := m.c.cfg.Store.Delete(ctx, m.key(memberKey(m.c.cfg.OwnerID, m.session)), store.IfMatch(m.myVersion)); err != nil {
+		m.c.log.Warn("removing our member record failed; the others will judge us dead after LeaseDuration", "err", err)
+	}
+}
+
+func (m *memberMode) setErr(err error) {
+	m.mu.Lock()
+	m.lastErr = err
+	m.mu.Unlock()
+}
+
+func (m *memberMode) isLeader(shard string) bool {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.runs[shard]
+	return r != nil && r.ctx.Err() == nil && now.Before(m.deadline)
+}
+
+func (m *memberMode) known(shard string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := slices.BinarySearch(m.pubShards, shard)
+	return ok || slices.Contains(m.adds, shard)
+}
+
+func (m *memberMode) term(shard string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r := m.runs[shard]; r != nil {
+		return r.term
+	}
+	return 0
+}
+
+func (m *memberMode) held() []string {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !now.Before(m.deadline) {
+		return nil
+	}
+	var out []string
+	for id, r := range m.runs {
+		if r.ctx.Err() == nil {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (m *memberMode) add(shard string) {
+	m.mu.Lock()
+	if !slices.Contains(m.adds, shard) {
+		m.adds = append(m.adds, shard)
+	}
+	m.removes = slices.DeleteFunc(m.removes, func(s string) bool { return s == shard })
+	m.mu.Unlock()
+	m.poke()
+}
+
+func (m *memberMode) remove(shard string) {
+	m.mu.Lock()
+	m.adds = slices.DeleteFunc(m.adds, func(s string) bool { return s == shard })
+	if !slices.Contains(m.removes, shard) {
+		m.removes = append(m.removes, shard)
+	}
+	m.mu.Unlock()
+	m.poke()
+}
+
+func (m *memberMode) status() Status {
+	held := m.held()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := Status{OwnerID: m.c.cfg.OwnerID, Session: m.session, Mode: MemberLeases.String(), Held: held,
+		Shards: slices.Clone(m.pubShards), Members: slices.Clone(m.members), Epoch: m.epoch}
+	if m.lastErr != nil {
+		st.LastError = m.lastErr.Error()
+	}
+	return st
+}
