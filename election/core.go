@@ -20,10 +20,11 @@ const (
 	opAcquire               // write decision.record with decision.cond
 	opRenew                 // write decision.record with decision.cond
 	opDemote                // the deadline passed: stop leading now
+	opWatch                 // wait for the store to notify a change (until decision.until)
 )
 
 func (k opKind) String() string {
-	return [...]string{"wait", "read", "peer", "acquire", "renew", "demote"}[k]
+	return [...]string{"wait", "read", "peer", "acquire", "renew", "demote", "watch"}[k]
 }
 
 type decision struct {
@@ -69,6 +70,11 @@ type core struct {
 	session   string
 	peerMode  bool
 	leaseMill int64
+	// watch: the store notifies changes, so a follower waits for them
+	// instead of polling. watchDownUntil: the last watch ended early; poll
+	// until then.
+	watch          bool
+	watchDownUntil time.Time
 
 	obs     observation
 	haveObs bool
@@ -156,6 +162,12 @@ func (c *core) next(now time.Time) decision {
 			return decision{op: opWait, until: now.Add(c.t.frequent)}
 		}
 		return c.acquire(now)
+	}
+	if c.watch && !now.Before(c.watchDownUntil) && c.obs.found && !c.obs.rec.Released {
+		// Every change will be notified: wait for one, or for the moment
+		// the record would have been unchanged for LeaderTimeout, when a
+		// read confirms it before taking the lock.
+		return decision{op: opWatch, until: c.obs.since.Add(c.t.leaderTimeout)}
 	}
 	if c.stable() && c.peerMode && c.obs.rec.LeaderAddr != "" {
 		return decision{op: opPeer}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenure-io/tenure/internal/clock"
 	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/driver"
 )
 
 // Errors returned by the Elector.
@@ -67,6 +68,11 @@ type Elector struct {
 	notes      *notifier
 	peer       *peerServer
 	httpClient *http.Client
+
+	// A store that notifies changes (etcd): followers watch the lock.
+	watcher     driver.Watcher
+	watchCh     <-chan driver.WatchEvent
+	watchCancel context.CancelFunc
 
 	// hookStep, if set (tests only), runs at the top of every loop step.
 	hookStep func()
@@ -143,6 +149,10 @@ func New(ctx context.Context, cfg Config) (*Elector, error) {
 		jitter: func(d time.Duration) time.Duration { return store.Jitter(d, cfg.RetryJitter) },
 	}
 	e.core = newCore(t, cfg.ServerID, cfg.ServerAddr, e.session, cfg.PeerMode)
+	if w, ok := e.st.Driver().(driver.Watcher); ok {
+		e.watcher = w
+		e.core.watch = true
+	}
 	return e, nil
 }
 
@@ -290,6 +300,7 @@ func (e *Elector) run(ctx context.Context) (err error) {
 		}
 	}()
 	e.loop(ctx)
+	e.stopWatch()
 	e.shutdown()
 	return nil
 }
@@ -308,6 +319,8 @@ func (e *Elector) loop(ctx context.Context) {
 			e.read(ctx)
 		case opPeer:
 			e.peerCheck(ctx)
+		case opWatch:
+			e.watchWait(ctx, d.until)
 		case opAcquire:
 			if e.core.obs.rec.Released || !e.core.obs.found {
 				// Several followers saw the same release: spread them.
@@ -325,6 +338,10 @@ func (e *Elector) loop(ctx context.Context) {
 			e.core.demote()
 		}
 		e.sync(e.clk.Now(), nil)
+		if e.core.leading && e.watchCh != nil {
+			// A leader learns of its lock through its own writes.
+			e.stopWatch()
+		}
 	}
 }
 
@@ -383,6 +400,55 @@ func (e *Elector) read(ctx context.Context) {
 		}
 		e.core.observe(now, true, rec, derr != nil, version)
 	}
+}
+
+// watchWait waits for the store to notify a change of the lock, at most
+// until until. An event is an observation like a read; a watch that ends
+// early falls back to polling for a frequent interval.
+func (e *Elector) watchWait(ctx context.Context, until time.Time) {
+	c := e.core
+	if e.watchCh == nil {
+		wctx, cancel := context.WithCancel(ctx)
+		ch, err := e.watcher.Watch(wctx, e.cfg.LockfilePath, c.obs.version)
+		if err != nil {
+			cancel()
+			e.log.Info("watching the lock failed; polling", "err", err)
+			c.watchDownUntil = e.clk.Now().Add(e.cfg.FrequentInterval)
+			return
+		}
+		e.watchCh, e.watchCancel = ch, cancel
+	}
+	t := e.clk.NewTimer(until.Sub(e.clk.Now()))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-e.wake:
+	case <-t.C():
+		// Unchanged for LeaderTimeout as far as the watch tells: confirm
+		// with a read before taking the lock.
+		c.needRead = true
+	case ev, ok := <-e.watchCh:
+		now := e.clk.Now()
+		if !ok {
+			e.stopWatch()
+			c.watchDownUntil = now.Add(e.cfg.FrequentInterval)
+			c.needRead = true
+			return
+		}
+		if ev.Deleted {
+			c.observe(now, false, Record{}, false, "")
+			return
+		}
+		rec, derr := DecodeRecord(ev.Data)
+		c.observe(now, true, rec, derr != nil, ev.Version)
+	}
+}
+
+func (e *Elector) stopWatch() {
+	if e.watchCancel != nil {
+		e.watchCancel()
+	}
+	e.watchCh, e.watchCancel = nil, nil
 }
 
 // callTimeout bounds one store call.
@@ -472,6 +538,8 @@ func (e *Elector) sync(now time.Time, loopErr error) {
 	switch {
 	case c.leading:
 		mode = "leader"
+	case c.watch && now.After(c.watchDownUntil) && c.haveObs && c.obs.found && !c.obs.rec.Released:
+		mode = "watch"
 	case c.stable() && c.peerMode && c.obs.rec.LeaderAddr != "":
 		mode = "peer"
 	case c.stable():
@@ -696,7 +764,8 @@ type Status struct {
 	// Unchanged is how long the record's version has been unchanged, as
 	// this member saw it.
 	Unchanged time.Duration `json:"unchangedNanos,omitempty"`
-	// Mode is "leader", "peer", "infrequent" or "frequent".
+	// Mode is "leader", "watch" (the store notifies changes), "peer",
+	// "infrequent" or "frequent".
 	Mode              string `json:"mode"`
 	DuplicateServerID bool   `json:"duplicateServerID,omitempty"`
 	LastError         string `json:"lastError,omitempty"`
