@@ -256,7 +256,11 @@ func (c *core) observe(now time.Time, found bool, rec Record, corrupt bool, vers
 	if found && !corrupt && rec.Term > c.maxTerm {
 		c.maxTerm = rec.Term
 	}
-	c.duplicateID = found && !corrupt && !rec.Released && rec.LeaderID == c.id && rec.Session != c.session
+	// Another session writing under our ServerID. A record left by our
+	// own previous process (same ID, dead) is not a duplicate: only one
+	// that changes while naming another session is.
+	other := found && !corrupt && !rec.Released && rec.LeaderID == c.id && rec.Session != c.session
+	c.duplicateID = other && prev.found && prev.rec.Session == rec.Session && prev.version != version
 
 	// An earlier write of ours whose outcome was unknown has landed if its
 	// nonce is in the store.

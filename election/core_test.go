@@ -94,12 +94,17 @@ func TestCoreReleasedAndOwnRecordsAreTakenAtOnce(t *testing.T) {
 	if d := c.next(at(0)); d.op != opAcquire || d.record.Term != 10 {
 		t.Fatalf("own stale record: %+v", d)
 	}
-	// Same ServerID, other session: a duplicate, not ours.
+	// Same ServerID, other session: not ours. Once it changes (another
+	// live process renewing under our ServerID) it is reported.
 	c = testCore()
 	dup := Record{LeaderID: "me", Session: "someone-else", Term: 9}
 	c.observe(at(0), true, dup, false, "v1")
-	if d := c.next(at(0)); d.op == opAcquire || !c.duplicateID {
-		t.Fatalf("a duplicate ServerID's record: %+v, duplicate %v", d, c.duplicateID)
+	if d := c.next(at(0)); d.op == opAcquire || c.duplicateID {
+		t.Fatalf("a record of our ServerID under another session: %+v, duplicate %v; want neither taken nor yet a duplicate", d, c.duplicateID)
+	}
+	c.observe(at(5*time.Second), true, dup, false, "v2")
+	if !c.duplicateID {
+		t.Fatal("another session renewing under our ServerID is not reported")
 	}
 }
 

@@ -496,6 +496,15 @@ func (e *Elector) write(ctx context.Context, d decision) {
 // queues OnNewLeader notes. Only the loop goroutine calls it.
 func (e *Elector) sync(now time.Time, loopErr error) {
 	c := e.core
+	if e.lead != nil && c.leading && c.term == e.lead.term && e.lead.ctx.Err() != nil {
+		// The term's context ended while the core still leads: the
+		// fencing timer fired just before a renewal was accepted, or
+		// OnStartedLeading panicked. A term whose work has stopped is
+		// not resumed: step down; the lock, being ours, is taken again
+		// with a new term after a frequent interval.
+		c.demote()
+		c.retryAt = now.Add(e.cfg.FrequentInterval)
+	}
 	if e.lead != nil && (!c.leading || c.term != e.lead.term) {
 		e.endTerm(now)
 	}

@@ -306,3 +306,30 @@ func TestOnNewLeaderInOrder(t *testing.T) {
 		c.checkOverlap()
 	})
 }
+
+func TestPanicInOnStartedLeadingEndsTheTerm(t *testing.T) {
+	// A leader whose work panicked must not keep the lock with no work
+	// running: it steps down, and the next term runs the work again.
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		e := newElector(t, store.New(memstore.New()), "a", func(cfg *election.Config) {
+			cfg.OnStartedLeading = func(ctx context.Context) {
+				if calls.Add(1) == 1 {
+					panic("first term's work fails")
+				}
+				<-ctx.Done()
+			}
+		})
+		if err := e.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		if !e.IsLeader() || e.Term() < 2 || calls.Load() != 2 {
+			t.Fatalf("after a panic in the work: leader %v, term %d, OnStartedLeading called %d times; want a new term running the work",
+				e.IsLeader(), e.Term(), calls.Load())
+		}
+		if err := e.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
