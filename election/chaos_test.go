@@ -113,7 +113,12 @@ func runChaos(t *testing.T, seed uint64, base election.Config) {
 			m.fs.SetLatency(faultstore.AllOps, nil)
 		}
 		healed := time.Now()
-		bound := election.DefaultRenewDeadline + election.DefaultInfrequentInterval*12/10 + election.DefaultLeaderTimeout + 5*time.Second
+		// Calls that were hanging when the faults stopped end at their
+		// deadlines (at most RenewDeadline later) and may still cost the
+		// current leader its term; the bound covers that, then a stale
+		// record's LeaderTimeout seen across two stable polls.
+		bound := election.DefaultRenewDeadline + 2*election.DefaultInfrequentInterval*12/10 + election.DefaultLeaderTimeout + 5*time.Second
+		time.Sleep(election.DefaultRenewDeadline)
 		c.waitLeader(bound)
 		t.Logf("one leader %v after the faults stopped (bound %v)", time.Since(healed), bound)
 		for stable := time.Now().Add(10 * time.Minute); time.Now().Before(stable); time.Sleep(time.Second) {

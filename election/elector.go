@@ -589,7 +589,7 @@ func (e *Elector) sync(now time.Time, loopErr error) {
 
 func (e *Elector) startTerm(now time.Time) {
 	c := e.core
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), termKey{}, c.term))
 	l := &leadership{ctx: ctx, cancel: cancel, done: make(chan struct{}), term: c.term, deadline: c.deadline()}
 	l.timer = e.clk.AfterFunc(c.deadline().Sub(now), cancel)
 	e.lead = l
@@ -693,6 +693,16 @@ func callSafely(f func()) (recovered any) {
 	defer func() { recovered = recover() }()
 	f()
 	return nil
+}
+
+type termKey struct{}
+
+// TermOf returns the term of the leadership whose context ctx is (the ctx
+// passed to OnStartedLeading), and false for any other context. Unlike
+// Term, it cannot change while the work runs.
+func TermOf(ctx context.Context) (uint64, bool) {
+	t, ok := ctx.Value(termKey{}).(uint64)
+	return t, ok
 }
 
 // IsLeader reports whether this member leads now: it holds the lock and

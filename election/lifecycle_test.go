@@ -333,3 +333,31 @@ func TestPanicInOnStartedLeadingEndsTheTerm(t *testing.T) {
 		}
 	})
 }
+
+func TestTermOfLeadershipContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		got := make(chan uint64, 1)
+		e := newElector(t, store.New(memstore.New()), "a", func(cfg *election.Config) {
+			cfg.OnStartedLeading = func(ctx context.Context) {
+				term, ok := election.TermOf(ctx)
+				if !ok {
+					term = 0
+				}
+				got <- term
+				<-ctx.Done()
+			}
+		})
+		if err := e.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if term := <-got; term != 1 {
+			t.Fatalf("TermOf(leadership ctx) = %d; want 1", term)
+		}
+		if _, ok := election.TermOf(t.Context()); ok {
+			t.Fatal("TermOf found a term in an unrelated context")
+		}
+		if err := e.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -24,6 +24,10 @@ type Assignment struct {
 	LastUpdated time.Time `json:"lastUpdated"`
 	// Nonce makes every version's bytes unique.
 	Nonce string `json:"nonce"`
+	// Evicted lists member sessions replaced by a tombstone, so that every
+	// member learns of an eviction with the assignment that follows it,
+	// without reading the tombstone itself.
+	Evicted []Holder `json:"evicted,omitempty"`
 }
 
 // Entry is one shard's assignment.

@@ -101,6 +101,15 @@ type memberView struct {
 // session's rights have lapsed, and it may be evicted.
 func (v *memberView) dead(lease time.Duration) bool { return v.evicted || v.at.Sub(v.since) >= lease }
 
+// markEvicted flags the views of sessions the assignment lists as evicted.
+func (m *memberMode) markEvicted() {
+	for _, h := range m.assign.Evicted {
+		if v := m.views[memberKey(h.Owner, h.Session)]; v != nil {
+			v.evicted = true
+		}
+	}
+}
+
 type shardRun struct {
 	id     string
 	term   uint64
@@ -427,6 +436,7 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 			delete(m.views, rel)
 		}
 	}
+	m.markEvicted()
 	switch {
 	case assignVer == "":
 		m.assign, m.assignVer, m.assignFound, m.assignBad = Assignment{Shards: map[string]Entry{}}, "", false, false
@@ -458,6 +468,7 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 			m.assign, m.assignVer, m.assignFound, m.assignBad = a, v, true, false
 			m.confirmStart = getStart
 			m.noteAssigned(getEnd)
+			m.markEvicted()
 		}
 	}
 }
@@ -645,6 +656,28 @@ func (m *memberMode) rebalance(ctx context.Context) {
 		shards = append(shards, id)
 	}
 	next, changed := balance(m.assign, live, shards)
+	// Record every eviction we know of in the assignment, and forget those
+	// whose tombstones are gone.
+	var evicted []Holder
+	for _, v := range m.views {
+		if v.evicted {
+			evicted = append(evicted, Holder{Owner: v.owner, Session: v.session})
+		}
+	}
+	sort.Slice(evicted, func(i, j int) bool {
+		if evicted[i].Owner != evicted[j].Owner {
+			return evicted[i].Owner < evicted[j].Owner
+		}
+		return evicted[i].Session < evicted[j].Session
+	})
+	if !slices.Equal(evicted, m.assign.Evicted) {
+		if !changed {
+			next = cloneAssignment(m.assign)
+			next.Epoch++
+			changed = true
+		}
+	}
+	next.Evicted = evicted
 	for id := range m.bumps {
 		e, ok := next.Shards[id]
 		if !ok || e.Owner != cfg.OwnerID || e.Session != m.session || e.Term != m.ranTerm[id] {

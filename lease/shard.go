@@ -21,6 +21,7 @@ type shardMode struct {
 	ctx     context.Context
 	wg      sync.WaitGroup
 	heldSet map[string]bool
+	terms   map[string]uint64 // shard -> the term of its latest leadership
 }
 
 type shardElection struct {
@@ -30,7 +31,7 @@ type shardElection struct {
 }
 
 func newShardMode(c *Coordinator) *shardMode {
-	m := &shardMode{c: c, shards: map[string]*shardElection{}, heldSet: map[string]bool{}}
+	m := &shardMode{c: c, shards: map[string]*shardElection{}, heldSet: map[string]bool{}, terms: map[string]uint64{}}
 	for _, id := range c.cfg.ShardIDs {
 		m.shards[id] = nil
 	}
@@ -59,19 +60,32 @@ func (m *shardMode) electionConfig(shard string) election.Config {
 		Clock:              cfg.Clock,
 		OnStartedLeading: func(ctx context.Context) {
 			m.setHeld(shard, true)
+			term, _ := election.TermOf(ctx)
+			m.setTerm(shard, term)
 			if f := cfg.OnStartedLeading; f != nil {
-				// The elector's Term is this shard's term while it leads.
-				f(ctx, shard, m.termOf(shard))
+				f(ctx, shard, term)
 			}
 			<-ctx.Done()
 		},
 		OnStoppedLeading: func() {
 			m.setHeld(shard, false)
 			if f := cfg.OnStoppedLeading; f != nil {
-				f(shard, m.termOf(shard))
+				f(shard, m.lastTerm(shard))
 			}
 		},
 	}
+}
+
+func (m *shardMode) setTerm(shard string, term uint64) {
+	m.mu.Lock()
+	m.terms[shard] = term
+	m.mu.Unlock()
+}
+
+func (m *shardMode) lastTerm(shard string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.terms[shard]
 }
 
 func (m *shardMode) termOf(shard string) uint64 {

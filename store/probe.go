@@ -48,6 +48,9 @@ type LatencyStats struct {
 }
 
 func (l LatencyStats) String() string {
+	if l.N == 0 {
+		return "not measured"
+	}
 	return fmt.Sprintf("min %v  p50 %v  max %v  (n=%d)", round(l.Min), round(l.P50), round(l.Max), l.N)
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,4 +194,57 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+func TestShards(t *testing.T) {
+	url := "mem://shards-" + t.Name()
+	ctx, cancel := context.WithCancel(t.Context())
+	out, errb := &lockedBuffer{}, &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, &env{stdout: out, stderr: errb},
+			[]string{"shards", "--store", url, "--shards", "12", "--id", "w 1", "--lease", "1s", "--renew", "250ms", "--log-level", "error"})
+	}()
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(out.String(), "leads 12 shards") {
+			break
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	got := out.String()
+	if !strings.Contains(got, "leads 12 shards: shard-0000 shard-0001") || !strings.Contains(got, "stopped: released every shard") {
+		t.Fatalf("output:\n%s", got)
+	}
+	for _, bad := range [][]string{
+		{"shards", "--store", url},
+		{"shards", "--shards", "3"},
+		{"shards", "--store", url, "--shards", "3", "--mode", "weird"},
+		{"shards", "--store", url, "--shards", "3", "--lease", "1s", "--renew", "1s"},
+	} {
+		if code, _, _ := runCmd(t, bad...); code == 0 {
+			t.Errorf("%v succeeded", bad)
+		}
+	}
+}
+
+// lockedBuffer is a strings.Builder safe for a command writing and a test
+// reading at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *lockedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *lockedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

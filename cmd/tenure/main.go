@@ -37,6 +37,7 @@ func commands() []command {
 		{"demo", "three members elect a leader on a local directory: failover and handover, measured", runDemo},
 		{"elect", "take part in an election: peer endpoint, /metrics, /healthz; SIGTERM releases", runElect},
 		{"run", "run a command only while this member leads: tenure run --lock URL -- CMD ARGS", runRun},
+		{"shards", "run a member of a shard group and show which shards it leads", runShards},
 		{"status", "show the leader, term and age of a lock: tenure status LOCK_URL", runStatus},
 		{"store", "inspect and probe a store: tenure store probe|get|list URL", runStore},
 		{"version", "print the version", runVersion},

@@ -5,6 +5,7 @@
 package all
 
 import (
+	_ "github.com/tenure-io/tenure/store/azurestore"   // azblob://
 	_ "github.com/tenure-io/tenure/store/dynamostore"  // dynamodb://
 	_ "github.com/tenure-io/tenure/store/etcdstore"    // etcd://
 	_ "github.com/tenure-io/tenure/store/filestore"    // file://

@@ -341,7 +341,7 @@ func listItem(it map[string]types.AttributeValue) (driver.Item, error) {
 }
 
 // ErrorKind implements driver.Store.
-func (s *Store) ErrorKind(err error) driver.Kind { return classify(err) }
+func (s *Store) ErrorKind(err error) driver.Kind { return errorKinds.Kind(err) }
 
 // Close does nothing: an SDK client holds no resources but idle
 // connections, which its transport closes after a while.

@@ -5,16 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/tenure-io/tenure/internal/awsutil"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 )
@@ -32,8 +31,16 @@ func init() {
 	})
 }
 
-// URL query parameters OpenURL accepts.
-var params = []string{"endpoint", "region", "profile", "create"}
+// awsDriver describes the driver to awsutil: its name, URL and defaults.
+var awsDriver = awsutil.Driver{
+	Name:            "dynamostore",
+	Scheme:          Scheme,
+	Resource:        "table",
+	ResourceName:    "table name",
+	Form:            "dynamodb://table/namespace",
+	Params:          []string{"endpoint", "region", "profile", "create"},
+	ExampleEndpoint: "http://127.0.0.1:8000",
+}
 
 // OpenURL opens a driver for a URL such as
 // "dynamodb://tenure/app1?region=eu-west-1" or
@@ -48,35 +55,16 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	var load []func(*config.LoadOptions) error
-	if c.region != "" {
-		load = append(load, config.WithRegion(c.region))
-	}
-	if c.profile != "" {
-		load = append(load, config.WithSharedConfigProfile(c.profile))
-	}
-	cfg, err := config.LoadDefaultConfig(ctx, load...)
+	cfg, err := awsDriver.LoadConfig(ctx, c.Settings)
 	if err != nil {
-		return nil, driver.Errorf(driver.Permanent, "dynamostore: load AWS configuration: %w", err)
-	}
-	if cfg.Region == "" {
-		return nil, driver.Errorf(driver.Permanent, "dynamostore: no region: add ?region= to the URL or set AWS_REGION")
-	}
-	if cfg.Credentials == nil {
-		return nil, driver.Errorf(driver.Permanent, "dynamostore: no AWS credentials configured")
-	}
-	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("dynamostore: retrieve AWS credentials: %w", errors.Join(ctx.Err(), err))
-		}
-		return nil, driver.Errorf(driver.Permanent, "dynamostore: no usable AWS credentials (environment, shared files, instance role, or ?profile=): %w", err)
+		return nil, err
 	}
 	client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
-		if c.endpoint != "" {
-			o.BaseEndpoint = aws.String(c.endpoint)
+		if c.Endpoint != "" {
+			o.BaseEndpoint = aws.String(c.Endpoint)
 		}
 	})
-	where := c.endpoint
+	where := c.Endpoint
 	if where == "" {
 		where = "AWS DynamoDB in " + cfg.Region
 	}
@@ -91,59 +79,33 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 }
 
 type urlConfig struct {
-	table, namespace          string
-	endpoint, region, profile string
-	create                    bool
+	awsutil.Settings
+	table, namespace string
+	create           bool
 }
 
 func parseURL(u *url.URL) (urlConfig, error) {
-	bad := func(format string, args ...any) (urlConfig, error) {
-		return urlConfig{}, driver.Errorf(driver.Permanent, "dynamostore: URL %q: "+format, append([]any{u.Redacted()}, args...)...)
+	if err := awsDriver.CheckHost(u); err != nil {
+		return urlConfig{}, err
 	}
-	var c urlConfig
-	if u.Scheme != Scheme {
-		return bad("scheme is %q, not %q", u.Scheme, Scheme)
-	}
-	if u.User != nil {
-		return bad("credentials do not belong in the URL: use the AWS credential chain (environment, shared files, ?profile=)")
-	}
-	if u.Opaque != "" || u.Host == "" {
-		return bad("no table: want dynamodb://table/namespace")
-	}
-	if u.Port() != "" {
-		return bad("%q is not a table name: set the server with ?endpoint=", u.Host)
-	}
-	c.table = u.Host
+	c := urlConfig{table: u.Host}
 	if err := checkTableName(c.table); err != nil {
-		return bad("%v", err)
+		return urlConfig{}, awsDriver.Errorf(u, "%v", err)
 	}
 	// dynamodb://t/ns and dynamodb://t/ns/ are the same store.
 	c.namespace = strings.TrimSuffix(strings.TrimPrefix(u.Path, "/"), "/")
 	if strings.HasPrefix(c.namespace, "/") || strings.HasSuffix(c.namespace, "/") {
-		return bad("the namespace %q starts or ends with \"/\"", c.namespace)
+		return urlConfig{}, awsDriver.Errorf(u, "the namespace %q starts or ends with \"/\"", c.namespace)
 	}
-	q := u.Query()
-	for k, vs := range q {
-		if !slices.Contains(params, k) {
-			return bad("unknown parameter %q (known: %s)", k, strings.Join(params, ", "))
-		}
-		if len(vs) > 1 {
-			return bad("parameter %q given %d times", k, len(vs))
-		}
+	q, settings, err := awsDriver.Query(u)
+	if err != nil {
+		return urlConfig{}, err
 	}
-	c.region = q.Get("region")
-	c.profile = q.Get("profile")
-	if e := q.Get("endpoint"); e != "" {
-		eu, err := url.Parse(e)
-		if err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" {
-			return bad("endpoint %q: want an http:// or https:// URL such as http://127.0.0.1:8000", e)
-		}
-		c.endpoint = e
-	}
+	c.Settings = settings
 	if v := q.Get("create"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return bad("create=%q: want true or false", v)
+			return urlConfig{}, awsDriver.Errorf(u, "create=%q: want true or false", v)
 		}
 		c.create = b
 	}
@@ -175,10 +137,10 @@ func (s *Store) CheckTable(ctx context.Context, create bool) error {
 			return s.createTable(ctx, where)
 		case errors.As(err, &nf):
 			return driver.Errorf(driver.Permanent, "dynamostore: table %q does not exist at %s: create it as the package documentation shows, or add ?create=true: %w", s.table, where, err)
-		case classify(err) == driver.Permanent:
+		case errorKinds.Kind(err) == driver.Permanent:
 			return driver.Errorf(driver.Permanent, "dynamostore: describe table %q at %s: are the credentials right, and do they allow dynamodb:DescribeTable? %w", s.table, where, err)
 		}
-		return driver.Errorf(classify(err), "dynamostore: describe table %q at %s: %w", s.table, where, err)
+		return driver.Errorf(errorKinds.Kind(err), "dynamostore: describe table %q at %s: %w", s.table, where, err)
 	}
 	return checkSchema(s.table, out.Table)
 }
@@ -228,7 +190,7 @@ func (s *Store) createTable(ctx context.Context, where string) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("dynamostore: create table %q at %s: %w", s.table, where, errors.Join(ctx.Err(), err))
 		}
-		return driver.Errorf(classify(err), "dynamostore: create table %q at %s (does the role allow dynamodb:CreateTable?): %w", s.table, where, err)
+		return driver.Errorf(errorKinds.Kind(err), "dynamostore: create table %q at %s (does the role allow dynamodb:CreateTable?): %w", s.table, where, err)
 	}
 	w := dynamodb.NewTableExistsWaiter(s.client, func(o *dynamodb.TableExistsWaiterOptions) {
 		o.MinDelay = 500 * time.Millisecond

@@ -1,33 +1,14 @@
 package route53store
 
 import (
-	"context"
 	"errors"
-	"io"
-	"net"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/route53/types"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/tenure-io/tenure/internal/awsutil"
 	"github.com/tenure-io/tenure/store/driver"
 )
-
-// statusAndCode returns the HTTP status (0 if no response arrived) and the
-// Route 53 error code.
-func statusAndCode(err error) (status int, code string) {
-	var re interface{ HTTPStatusCode() int }
-	if errors.As(err, &re) {
-		status = re.HTTPStatusCode()
-	}
-	var api smithy.APIError
-	if errors.As(err, &api) {
-		code = api.ErrorCode()
-	}
-	return status, code
-}
 
 // throttleCodes are the answers to a request that Route 53 refused without
 // processing it: too many requests for the account, or a change batch sent
@@ -38,30 +19,26 @@ var throttleCodes = map[string]bool{
 	"PriorRequestNotComplete": true,
 }
 
-// Error codes, from the Route 53 API reference. A code decides before the
+// errorKinds maps an SDK error to a driver.Kind: Route 53's codes, then the
+// AWS Common Errors and the REST-XML codes it shares with S3, Route 53's
+// statuses, then the rules common to AWS services. Change batches add one
+// rule of their own (changeError).
+var errorKinds = awsutil.Classifier{
+	Codes:    codeKinds,
+	Shared:   []awsutil.CodeSet{awsutil.CommonErrors, awsutil.RESTXMLErrors},
+	Statuses: statusKinds,
+}
+
+// Error codes, from the Route 53 API reference, less those in
+// awsutil.CommonErrors and awsutil.RESTXMLErrors. A code decides before the
 // status does: Route 53 answers throttling with 400.
 var codeKinds = map[string]driver.Kind{
-	"Throttling":              driver.Throttled,
-	"ThrottlingException":     driver.Throttled,
 	"PriorRequestNotComplete": driver.Throttled,
 
-	"InternalFailure":    driver.Transient,
-	"InternalError":      driver.Transient,
-	"ServiceUnavailable": driver.Transient,
-	"RequestTimeout":     driver.Transient,
-
-	"NoSuchHostedZone":            driver.Permanent,
-	"HostedZoneNotFound":          driver.Permanent,
-	"AccessDenied":                driver.Permanent,
-	"AccessDeniedException":       driver.Permanent,
-	"NotAuthorizedException":      driver.Permanent,
-	"InvalidClientTokenId":        driver.Permanent,
-	"UnrecognizedClientException": driver.Permanent,
-	"SignatureDoesNotMatch":       driver.Permanent,
-	"IncompleteSignature":         driver.Permanent,
-	"MissingAuthenticationToken":  driver.Permanent,
-	"ExpiredToken":                driver.Permanent,
-	"LimitsExceeded":              driver.Permanent, // records per zone
+	"NoSuchHostedZone":       driver.Permanent,
+	"HostedZoneNotFound":     driver.Permanent,
+	"NotAuthorizedException": driver.Permanent,
+	"LimitsExceeded":         driver.Permanent, // records per zone
 
 	// A change batch that is refused for any reason but its conditions
 	// (see changeError), or a request Route 53 cannot parse.
@@ -71,52 +48,9 @@ var codeKinds = map[string]driver.Kind{
 	"InvalidDomainName":  driver.InvalidArgument,
 }
 
-// classify maps an SDK error to a driver.Kind. Change batches add one rule
-// of their own (changeError).
-func classify(err error) driver.Kind {
-	switch {
-	case err == nil:
-		return driver.Unknown
-	case errors.Is(err, context.Canceled):
-		return driver.Canceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return driver.Transient
-	}
-	status, code := statusAndCode(err)
-	if k, ok := codeKinds[code]; ok {
-		return k
-	}
-	switch {
-	case status == 429:
-		return driver.Throttled
-	case status == 501:
-		return driver.Permanent
-	case status >= 500:
-		return driver.Transient
-	case status == 401 || status == 403:
-		return driver.Permanent
-	case status == 404:
-		return driver.Permanent // no such zone
-	case status >= 300 && status < 400:
-		return driver.Permanent
-	case status >= 400:
-		return driver.Unknown
-	}
-	var (
-		send       *smithyhttp.RequestSendError
-		netErr     net.Error
-		deser      *smithy.DeserializationError
-		noRegion   *aws.MissingRegionError
-		noEndpoint *aws.EndpointNotFoundError
-	)
-	switch {
-	case errors.As(err, &noRegion), errors.As(err, &noEndpoint):
-		return driver.Permanent
-	case errors.As(err, &send), errors.As(err, &netErr), errors.As(err, &deser),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return driver.Transient
-	}
-	return driver.Unknown
+// statusKinds are the statuses Route 53 gives a meaning of its own.
+var statusKinds = map[int]driver.Kind{
+	404: driver.Permanent, // no such zone
 }
 
 // conditionMessages are the three ways Route 53 says that a change batch

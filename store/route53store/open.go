@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/route53"
 	"github.com/aws/aws-sdk-go-v2/service/route53/types"
 
+	"github.com/tenure-io/tenure/internal/awsutil"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 )
@@ -31,13 +30,22 @@ func init() {
 	})
 }
 
-// URL query parameters OpenURL accepts.
-var params = []string{"endpoint", "region", "profile", "rate"}
-
 // DefaultRegion signs requests when neither the URL nor the AWS
 // configuration names a region: Route 53 is a global service served from
 // us-east-1.
 const DefaultRegion = "us-east-1"
+
+// awsDriver describes the driver to awsutil: its name, URL and defaults.
+var awsDriver = awsutil.Driver{
+	Name:            "route53store",
+	Scheme:          Scheme,
+	Resource:        "hosted zone ID",
+	ResourceName:    "hosted zone ID",
+	Form:            "route53://ZONEID/NAME",
+	Params:          []string{"endpoint", "region", "profile", "rate"},
+	ExampleEndpoint: "http://127.0.0.1:5000",
+	DefaultRegion:   DefaultRegion,
+}
 
 // OpenURL opens a driver for a URL such as
 // "route53://Z0123456789ABCDEFGHIJ/tenure" or
@@ -51,35 +59,16 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	var load []func(*config.LoadOptions) error
-	if c.region != "" {
-		load = append(load, config.WithRegion(c.region))
-	}
-	if c.profile != "" {
-		load = append(load, config.WithSharedConfigProfile(c.profile))
-	}
-	cfg, err := config.LoadDefaultConfig(ctx, load...)
+	cfg, err := awsDriver.LoadConfig(ctx, c.Settings)
 	if err != nil {
-		return nil, driver.Errorf(driver.Permanent, "route53store: load AWS configuration: %w", err)
-	}
-	if cfg.Region == "" {
-		cfg.Region = DefaultRegion
-	}
-	if cfg.Credentials == nil {
-		return nil, driver.Errorf(driver.Permanent, "route53store: no AWS credentials configured")
-	}
-	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("route53store: retrieve AWS credentials: %w", errors.Join(ctx.Err(), err))
-		}
-		return nil, driver.Errorf(driver.Permanent, "route53store: no usable AWS credentials (environment, shared files, instance role, or ?profile=): %w", err)
+		return nil, err
 	}
 	client := route53.NewFromConfig(cfg, func(o *route53.Options) {
-		if c.endpoint != "" {
-			o.BaseEndpoint = aws.String(c.endpoint)
+		if c.Endpoint != "" {
+			o.BaseEndpoint = aws.String(c.Endpoint)
 		}
 	})
-	where := c.endpoint
+	where := c.Endpoint
 	if where == "" {
 		where = "AWS Route 53"
 	}
@@ -92,69 +81,43 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		switch {
 		case errors.As(err, &nsz):
 			return nil, driver.Errorf(driver.Permanent, "route53store: hosted zone %q does not exist at %s: %w", c.zoneID, where, err)
-		case classify(err) == driver.Permanent:
+		case errorKinds.Kind(err) == driver.Permanent:
 			return nil, driver.Errorf(driver.Permanent, "route53store: hosted zone %q at %s: are the credentials right, and do they allow route53:GetHostedZone? %w", c.zoneID, where, err)
 		}
-		return nil, driver.Errorf(classify(err), "route53store: look up hosted zone %q at %s: %w", c.zoneID, where, err)
+		return nil, driver.Errorf(errorKinds.Kind(err), "route53store: look up hosted zone %q at %s: %w", c.zoneID, where, err)
 	}
 	return New(client, c.zoneID, zoneName, c.prefix, Options{Endpoint: where, RequestsPerSecond: c.rate})
 }
 
 type urlConfig struct {
-	zoneID, prefix            string
-	endpoint, region, profile string
-	rate                      float64
+	awsutil.Settings
+	zoneID, prefix string
+	rate           float64
 }
 
 func parseURL(u *url.URL) (urlConfig, error) {
-	bad := func(format string, args ...any) (urlConfig, error) {
-		return urlConfig{}, driver.Errorf(driver.Permanent, "route53store: URL %q: "+format, append([]any{u.Redacted()}, args...)...)
+	if err := awsDriver.CheckHost(u); err != nil {
+		return urlConfig{}, err
 	}
-	var c urlConfig
-	if u.Scheme != Scheme {
-		return bad("scheme is %q, not %q", u.Scheme, Scheme)
-	}
-	if u.User != nil {
-		return bad("credentials do not belong in the URL: use the AWS credential chain (environment, shared files, ?profile=)")
-	}
-	if u.Opaque != "" || u.Host == "" {
-		return bad("no hosted zone ID: want route53://ZONEID/NAME")
-	}
-	if u.Port() != "" {
-		return bad("%q is not a hosted zone ID: set the server with ?endpoint=", u.Host)
-	}
-	c.zoneID = u.Host
+	c := urlConfig{zoneID: u.Host}
 	for _, r := range c.zoneID {
 		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
-			return bad("%q is not a hosted zone ID (letters and digits, such as Z0123456789ABCDEFGHIJ)", c.zoneID)
+			return urlConfig{}, awsDriver.Errorf(u, "%q is not a hosted zone ID (letters and digits, such as Z0123456789ABCDEFGHIJ)", c.zoneID)
 		}
 	}
 	c.prefix = strings.TrimSuffix(strings.TrimPrefix(u.Path, "/"), "/")
 	if err := checkPrefixName(c.prefix); err != nil {
-		return bad("%v", err)
+		return urlConfig{}, awsDriver.Errorf(u, "%v", err)
 	}
-	q := u.Query()
-	for k, vs := range q {
-		if !slices.Contains(params, k) {
-			return bad("unknown parameter %q (known: %s)", k, strings.Join(params, ", "))
-		}
-		if len(vs) > 1 {
-			return bad("parameter %q given %d times", k, len(vs))
-		}
+	q, settings, err := awsDriver.Query(u)
+	if err != nil {
+		return urlConfig{}, err
 	}
-	c.region = q.Get("region")
-	c.profile = q.Get("profile")
-	if e := q.Get("endpoint"); e != "" {
-		eu, err := url.Parse(e)
-		if err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" {
-			return bad("endpoint %q: want an http:// or https:// URL such as http://127.0.0.1:5000", e)
-		}
-		c.endpoint = e
-	}
+	c.Settings = settings
 	if v := q.Get("rate"); v != "" {
 		r, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(r > 0) {
-			return bad("rate=%q: want requests a second, a number above 0", v)
+			return urlConfig{}, awsDriver.Errorf(u, "rate=%q: want requests a second, a number above 0", v)
 		}
 		c.rate = r
 	}

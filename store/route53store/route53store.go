@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/route53"
 	"github.com/aws/aws-sdk-go-v2/service/route53/types"
 
+	"github.com/tenure-io/tenure/internal/awsutil"
 	"github.com/tenure-io/tenure/store/driver"
 )
 
@@ -224,7 +225,7 @@ func (s *Store) list(ctx context.Context, in *route53.ListResourceRecordSetsInpu
 }
 
 func code(err error) string {
-	_, c := statusAndCode(err)
+	_, c := awsutil.StatusAndCode(err)
 	return c
 }
 
@@ -491,7 +492,7 @@ func LookupZone(ctx context.Context, client API, zoneID string) (string, error) 
 }
 
 // ErrorKind implements driver.Store.
-func (s *Store) ErrorKind(err error) driver.Kind { return classify(err) }
+func (s *Store) ErrorKind(err error) driver.Kind { return errorKinds.Kind(err) }
 
 // Close does nothing: an SDK client holds no resources but idle
 // connections, which its transport closes after a while.

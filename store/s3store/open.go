@@ -2,17 +2,14 @@ package s3store
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/tenure-io/tenure/internal/awsutil"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 )
@@ -30,8 +27,16 @@ func init() {
 	})
 }
 
-// URL query parameters OpenURL accepts.
-var params = []string{"endpoint", "region", "path_style", "profile"}
+// awsDriver describes the driver to awsutil: its name, URL and defaults.
+var awsDriver = awsutil.Driver{
+	Name:            "s3store",
+	Scheme:          Scheme,
+	Resource:        "bucket",
+	ResourceName:    "bucket name",
+	Form:            "s3://bucket/prefix",
+	Params:          []string{"endpoint", "region", "path_style", "profile"},
+	ExampleEndpoint: "http://127.0.0.1:9000",
+}
 
 // OpenURL opens a driver for a URL such as
 // "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true".
@@ -45,41 +50,19 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-
-	// The configuration builds its own HTTP client: it must, to honour
-	// AWS_CA_BUNDLE.
-	var load []func(*config.LoadOptions) error
-	if c.region != "" {
-		load = append(load, config.WithRegion(c.region))
-	}
-	if c.profile != "" {
-		load = append(load, config.WithSharedConfigProfile(c.profile))
-	}
-	cfg, err := config.LoadDefaultConfig(ctx, load...)
+	cfg, err := awsDriver.LoadConfig(ctx, c.Settings)
 	if err != nil {
-		return nil, driver.Errorf(driver.Permanent, "s3store: load AWS configuration: %w", err)
-	}
-	if cfg.Region == "" {
-		return nil, driver.Errorf(driver.Permanent, "s3store: no region: add ?region= to the URL or set AWS_REGION")
-	}
-	if cfg.Credentials == nil {
-		return nil, driver.Errorf(driver.Permanent, "s3store: no AWS credentials configured")
-	}
-	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("s3store: retrieve AWS credentials: %w", errors.Join(ctx.Err(), err))
-		}
-		return nil, driver.Errorf(driver.Permanent, "s3store: no usable AWS credentials (environment, shared files, instance role, or ?profile=): %w", err)
+		return nil, err
 	}
 	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
-		if c.endpoint != "" {
-			o.BaseEndpoint = aws.String(c.endpoint)
+		if c.Endpoint != "" {
+			o.BaseEndpoint = aws.String(c.Endpoint)
 		}
 		o.UsePathStyle = c.pathStyle
 		configureChecksums(o)
 	})
 
-	where := c.endpoint
+	where := c.Endpoint
 	if where == "" {
 		where = "AWS S3 in " + cfg.Region
 	}
@@ -107,56 +90,28 @@ func configureChecksums(o *s3.Options) {
 }
 
 type urlConfig struct {
-	bucket, prefix            string
-	endpoint, region, profile string
-	pathStyle                 bool
+	awsutil.Settings
+	bucket, prefix string
+	pathStyle      bool
 }
 
 func parseURL(u *url.URL) (urlConfig, error) {
-	bad := func(format string, args ...any) (urlConfig, error) {
-		return urlConfig{}, driver.Errorf(driver.Permanent, "s3store: URL %q: "+format, append([]any{u.Redacted()}, args...)...)
+	if err := awsDriver.CheckHost(u); err != nil {
+		return urlConfig{}, err
 	}
-	var c urlConfig
-	if u.Scheme != Scheme {
-		return bad("scheme is %q, not %q", u.Scheme, Scheme)
-	}
-	if u.User != nil {
-		return bad("credentials do not belong in the URL: use the AWS credential chain (environment, shared files, ?profile=)")
-	}
-	if u.Opaque != "" || u.Host == "" {
-		return bad("no bucket: want s3://bucket/prefix")
-	}
-	if u.Port() != "" {
-		return bad("%q is not a bucket name: set the server with ?endpoint=", u.Host)
-	}
-	c.bucket = u.Host
-	c.prefix = strings.TrimPrefix(u.Path, "/")
+	c := urlConfig{bucket: u.Host, prefix: strings.TrimPrefix(u.Path, "/")}
 	if strings.HasPrefix(c.prefix, "/") {
-		return bad("the prefix %q starts with \"/\"", c.prefix)
+		return urlConfig{}, awsDriver.Errorf(u, "the prefix %q starts with \"/\"", c.prefix)
 	}
-
-	q := u.Query()
-	for k, vs := range q {
-		if !slices.Contains(params, k) {
-			return bad("unknown parameter %q (known: %s)", k, strings.Join(params, ", "))
-		}
-		if len(vs) > 1 {
-			return bad("parameter %q given %d times", k, len(vs))
-		}
+	q, settings, err := awsDriver.Query(u)
+	if err != nil {
+		return urlConfig{}, err
 	}
-	c.region = q.Get("region")
-	c.profile = q.Get("profile")
-	if e := q.Get("endpoint"); e != "" {
-		eu, err := url.Parse(e)
-		if err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" {
-			return bad("endpoint %q: want an http:// or https:// URL such as http://127.0.0.1:9000", e)
-		}
-		c.endpoint = e
-	}
+	c.Settings = settings
 	if v := q.Get("path_style"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return bad("path_style=%q: want true or false", v)
+			return urlConfig{}, awsDriver.Errorf(u, "path_style=%q: want true or false", v)
 		}
 		c.pathStyle = b
 	}

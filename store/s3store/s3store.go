@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/tenure-io/tenure/internal/awsutil"
 	"github.com/tenure-io/tenure/store/driver"
 )
 
@@ -191,7 +192,7 @@ func conditionalError(err error, cond driver.Cond) error {
 	if cond.Kind != driver.IfMatch {
 		return err
 	}
-	status, code := statusAndCode(err)
+	status, code := awsutil.StatusAndCode(err)
 	if status == 404 && code != "NoSuchBucket" {
 		return &driver.Error{Kind: driver.PreconditionFailed, Err: fmt.Errorf("if-match on a missing key: %w", err)}
 	}
@@ -246,7 +247,7 @@ func (s *Store) CheckBucket(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("s3store: check bucket %q at %s: %w", s.bucket, where, errors.Join(ctx.Err(), err))
 	}
-	if status, _ := statusAndCode(err); status >= 300 && status < 500 {
+	if status, _ := awsutil.StatusAndCode(err); status >= 300 && status < 500 {
 		// A HEAD response has no body, so no error code, and servers
 		// disagree on the status: versitygw answers an unknown access key
 		// with 404. On this failure path only, spend a second request
@@ -259,11 +260,11 @@ func (s *Store) CheckBucket(ctx context.Context) error {
 		if lerr == nil {
 			return nil
 		}
-		if _, code := statusAndCode(lerr); code != "" {
+		if _, code := awsutil.StatusAndCode(lerr); code != "" {
 			err = lerr
 		}
 	}
-	status, code := statusAndCode(err)
+	status, code := awsutil.StatusAndCode(err)
 	switch {
 	case code == "NoSuchBucket" || code == "" && status == 404:
 		return driver.Errorf(driver.Permanent, "s3store: bucket %q does not exist at %s: %w", s.bucket, where, err)
@@ -272,7 +273,7 @@ func (s *Store) CheckBucket(ctx context.Context) error {
 	case status >= 300 && status < 400 || code == "AuthorizationHeaderMalformed":
 		return driver.Errorf(driver.Permanent, "s3store: bucket %q at %s: is the region right? %w", s.bucket, where, err)
 	}
-	return driver.Errorf(classify(err), "s3store: check bucket %q at %s: %w", s.bucket, where, err)
+	return driver.Errorf(errorKinds.Kind(err), "s3store: check bucket %q at %s: %w", s.bucket, where, err)
 }
 
 // authCodes are the error codes that mean the server refused the
@@ -287,7 +288,7 @@ var authCodes = map[string]bool{
 }
 
 // ErrorKind implements driver.Store.
-func (s *Store) ErrorKind(err error) driver.Kind { return classify(err) }
+func (s *Store) ErrorKind(err error) driver.Kind { return errorKinds.Kind(err) }
 
 // Close does nothing: an SDK client holds no resources but idle
 // connections, which its transport closes after a while.
