@@ -9,6 +9,7 @@ import (
 	_ "github.com/tenure-io/tenure/store/dynamostore"  // dynamodb://
 	_ "github.com/tenure-io/tenure/store/etcdstore"    // etcd://
 	_ "github.com/tenure-io/tenure/store/filestore"    // file://
+	_ "github.com/tenure-io/tenure/store/gcsstore"     // gs://
 	_ "github.com/tenure-io/tenure/store/memstore"     // mem://
 	_ "github.com/tenure-io/tenure/store/route53store" // route53://
 	_ "github.com/tenure-io/tenure/store/s3store"      // s3://

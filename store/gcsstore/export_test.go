@@ -1,0 +1,4 @@
+package gcsstore
+
+// Classify exposes the error classification to the tests.
+var Classify = classify
