@@ -34,6 +34,7 @@ var errUsage = errors.New("usage")
 
 func commands() []command {
 	return []command{
+		{"bench", "measure failover, handover and store cost: tenure bench election|shards", runBench},
 		{"demo", "three members elect a leader on a local directory: failover and handover, measured", runDemo},
 		{"elect", "take part in an election: peer endpoint, /metrics, /healthz; SIGTERM releases", runElect},
 		{"run", "run a command only while this member leads: tenure run --lock URL -- CMD ARGS", runRun},

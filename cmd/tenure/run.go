@@ -67,7 +67,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		el       *election.Elector
 	)
 	cfg.OnStartedLeading = func(lctx context.Context) {
-		term := el.Term()
+		term, _ := election.TermOf(lctx)
 		cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
 		cmd.Env = append(os.Environ(), "TENURE_TERM="+strconv.FormatUint(term, 10), "TENURE_SERVER_ID="+cfg.ServerID)
