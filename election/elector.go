@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/internal/clock"
+	"github.com/tenure-io/tenure/internal/notify"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 )
@@ -65,7 +66,7 @@ type Elector struct {
 	prevWork chan struct{}
 	wake     chan struct{}
 
-	notes      *notifier
+	notes      *notify.Queue
 	peer       *peerServer
 	httpClient *http.Client
 
@@ -247,8 +248,8 @@ func (e *Elector) Run(ctx context.Context) error {
 }
 
 func (e *Elector) run(ctx context.Context) (err error) {
-	e.notes = newNotifier(e.log)
-	defer e.notes.close()
+	e.notes = notify.New(e.log)
+	defer e.notes.Close()
 	if e.ownsSt {
 		defer e.st.Close()
 	}
@@ -581,7 +582,7 @@ func (e *Elector) sync(now time.Time, loopErr error) {
 			c.lastObserved = k
 			if f := e.cfg.OnNewLeader; f != nil {
 				id, addr, term := c.obs.rec.LeaderID, c.obs.rec.LeaderAddr, c.obs.rec.Term
-				e.notes.add(func() { f(id, addr, term) })
+				e.notes.Add(func() { f(id, addr, term) })
 			}
 		}
 	}
@@ -600,14 +601,14 @@ func (e *Elector) startTerm(now time.Time) {
 		defer close(l.done)
 		defer e.poke()
 		if f := e.cfg.OnStartedLeading; f != nil {
-			if r := callSafely(func() { f(ctx) }); r != nil {
+			if r := notify.Safely(func() { f(ctx) }); r != nil {
 				e.log.Error("OnStartedLeading panicked", "panic", r, "term", l.term)
 				cancel()
 			}
 		}
 		<-ctx.Done()
 		if f := e.cfg.OnStoppedLeading; f != nil {
-			if r := callSafely(f); r != nil {
+			if r := notify.Safely(f); r != nil {
 				e.log.Error("OnStoppedLeading panicked", "panic", r, "term", l.term)
 			}
 		}
@@ -687,12 +688,6 @@ func (e *Elector) setErr(err error) {
 	e.mu.Lock()
 	e.pub.lastErr = err
 	e.mu.Unlock()
-}
-
-func callSafely(f func()) (recovered any) {
-	defer func() { recovered = recover() }()
-	f()
-	return nil
 }
 
 type termKey struct{}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/tenure-io/tenure/internal/notify"
 	"github.com/tenure-io/tenure/store"
 )
 
@@ -35,7 +36,7 @@ type Coordinator struct {
 	cancelRun context.CancelFunc
 	runDone   chan struct{}
 	runErr    error
-	notes     *notifier
+	notes     *notify.Queue
 }
 
 // modeImpl is one way of keeping shard ownership in the store.
@@ -72,7 +73,7 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Coordinator{cfg: cfg, log: cfg.Logger.With("shards", cfg.Prefix, "owner", cfg.OwnerID)}
-	c.notes = newNotifier(c.log)
+	c.notes = notify.New(c.log)
 	switch cfg.Mode {
 	case MemberLeases:
 		c.impl = newMemberMode(c)
@@ -113,7 +114,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 }
 
 func (c *Coordinator) finish(err error) {
-	c.notes.close()
+	c.notes.Close()
 	c.mu.Lock()
 	c.runErr = err
 	c.mu.Unlock()
@@ -130,7 +131,7 @@ func (c *Coordinator) Stop(ctx context.Context) error {
 		c.started = true
 		c.runDone = make(chan struct{})
 		close(c.runDone)
-		c.notes.close()
+		c.notes.Close()
 		c.mu.Unlock()
 		return nil
 	}
@@ -191,78 +192,6 @@ func (c *Coordinator) Status() Status { return c.impl.status() }
 func (c *Coordinator) changed(held []string) {
 	if f := c.cfg.OnChange; f != nil {
 		held = slices.Clone(held)
-		c.notes.add(func() { f(held) })
+		c.notes.Add(func() { f(held) })
 	}
-}
-
-// notifier runs callbacks in order on one goroutine, so a slow callback
-// never delays a renewal.
-type notifier struct {
-	log   *slog.Logger
-	mu    sync.Mutex
-	queue []func()
-	ready chan struct{}
-	done  chan struct{}
-	quit  bool
-}
-
-func newNotifier(log *slog.Logger) *notifier {
-	n := &notifier{log: log, ready: make(chan struct{}, 1), done: make(chan struct{})}
-	go n.run()
-	return n
-}
-
-func (n *notifier) add(f func()) {
-	n.mu.Lock()
-	n.queue = append(n.queue, f)
-	n.mu.Unlock()
-	select {
-	case n.ready <- struct{}{}:
-	default:
-	}
-}
-
-func (n *notifier) run() {
-	defer close(n.done)
-	for range n.ready {
-		for {
-			n.mu.Lock()
-			if len(n.queue) == 0 {
-				quit := n.quit
-				n.mu.Unlock()
-				if quit {
-					return
-				}
-				break
-			}
-			f := n.queue[0]
-			n.queue = n.queue[1:]
-			n.mu.Unlock()
-			if r := callSafely(f); r != nil {
-				n.log.Error("callback panicked", "panic", r)
-			}
-		}
-	}
-}
-
-func (n *notifier) close() {
-	n.mu.Lock()
-	if n.quit {
-		n.mu.Unlock()
-		<-n.done
-		return
-	}
-	n.quit = true
-	n.mu.Unlock()
-	select {
-	case n.ready <- struct{}{}:
-	default:
-	}
-	<-n.done
-}
-
-func callSafely(f func()) (recovered any) {
-	defer func() { recovered = recover() }()
-	f()
-	return nil
 }

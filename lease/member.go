@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenure-io/tenure/internal/notify"
 	"github.com/tenure-io/tenure/store"
 )
 
@@ -959,13 +960,13 @@ func (m *memberMode) startRunLocked(id string, term uint64, deadline time.Time) 
 	go func() {
 		defer close(r.done)
 		if f := cfg.OnStartedLeading; f != nil {
-			if p := callSafely(func() { f(ctx, id, term) }); p != nil {
+			if p := notify.Safely(func() { f(ctx, id, term) }); p != nil {
 				m.c.log.Error("OnStartedLeading panicked", "shard", id, "panic", p)
 			}
 		}
 		<-ctx.Done()
 		if f := cfg.OnStoppedLeading; f != nil {
-			if p := callSafely(func() { f(id, term) }); p != nil {
+			if p := notify.Safely(func() { f(id, term) }); p != nil {
 				m.c.log.Error("OnStoppedLeading panicked", "shard", id, "panic", p)
 			}
 		}

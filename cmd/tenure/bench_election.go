@@ -437,7 +437,8 @@ func (b *electionBench) transitionLimit() time.Duration {
 }
 
 // waitStable waits until one member leads and every other follows it in
-// the steady mode (peer or infrequent) and returns the leader's sample.
+// the steady mode (peer, infrequent, or watch on etcd) and returns the
+// leader's sample.
 func (b *electionBench) waitStable(ctx context.Context) (benchSample, error) {
 	want := "infrequent"
 	if b.peer {
@@ -461,7 +462,10 @@ func (b *electionBench) waitStable(ctx context.Context) (benchSample, error) {
 		if stable && len(leaders) == 1 {
 			l := leaders[0]
 			for _, s := range ss {
-				if s.m != l.m && (s.st.Mode != want || s.st.LeaderID != l.st.ServerID || s.st.LeaderTerm != l.st.Term || s.st.Released) {
+				// On a store that notifies changes (etcd) followers watch
+				// instead of polling: that is their steady mode too.
+				steady := s.st.Mode == want || s.st.Mode == "watch"
+				if s.m != l.m && (!steady || s.st.LeaderID != l.st.ServerID || s.st.LeaderTerm != l.st.Term || s.st.Released) {
 					stable = false
 				}
 			}
