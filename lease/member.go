@@ -766,6 +766,10 @@ func (m *memberMode) reconcile(ctx context.Context) {
 	live := m.live()
 	m.mu.Lock()
 	valid := !m.duplicate && now.Before(deadline)
+	// Publish the deadline before any run starts, so that IsLeader and
+	// Held are true as soon as OnStartedLeading runs.
+	moved := m.deadline != deadline
+	m.deadline = deadline
 	m.finished = slices.DeleteFunc(m.finished, func(r *shardRun) bool {
 		select {
 		case <-r.done:
@@ -830,8 +834,7 @@ func (m *memberMode) reconcile(ctx context.Context) {
 	shards = append(shards, m.adds...)
 	sort.Strings(shards)
 	m.pubShards = slices.Compact(shards)
-	moved := m.deadline != deadline
-	m.members, m.epoch, m.deadline = members, m.assign.Epoch, deadline
+	m.members, m.epoch = members, m.assign.Epoch
 	after := sortedKeys(m.runs)
 	if m.hook != nil && moved {
 		for _, r := range m.runs {
