@@ -594,6 +594,13 @@ func (e *Elector) startTerm(now time.Time) {
 	l := &leadership{ctx: ctx, cancel: cancel, done: make(chan struct{}), term: c.term, deadline: c.deadline()}
 	l.timer = e.clk.AfterFunc(c.deadline().Sub(now), cancel)
 	e.lead = l
+	// Publish before the work starts, so that IsLeader is true inside
+	// OnStartedLeading.
+	e.mu.Lock()
+	e.pub.leading, e.pub.term, e.pub.deadline = true, c.term, c.deadline()
+	close(e.changed)
+	e.changed = make(chan struct{})
+	e.mu.Unlock()
 	if e.hookTransition != nil {
 		e.hookTransition(transition{leading: true, term: c.term, at: now, deadline: c.deadline()})
 	}
