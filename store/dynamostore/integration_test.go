@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,30 +17,6 @@ import (
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/dynamostore"
 )
-
-// isolateAWSConfig keeps the developer's own AWS configuration out of a test.
-func isolateAWSConfig(t *testing.T) {
-	t.Helper()
-	none := filepath.Join(t.TempDir(), "none")
-	for k, v := range map[string]string{
-		"AWS_CONFIG_FILE":                        none,
-		"AWS_SHARED_CREDENTIALS_FILE":            none,
-		"AWS_PROFILE":                            "",
-		"AWS_REGION":                             "",
-		"AWS_DEFAULT_REGION":                     "",
-		"AWS_ACCESS_KEY_ID":                      "",
-		"AWS_SECRET_ACCESS_KEY":                  "",
-		"AWS_SESSION_TOKEN":                      "",
-		"AWS_EC2_METADATA_DISABLED":              "true",
-		"AWS_WEB_IDENTITY_TOKEN_FILE":            "",
-		"AWS_CONTAINER_CREDENTIALS_FULL_URI":     "",
-		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "",
-		"AWS_ENDPOINT_URL":                       "",
-		"AWS_ENDPOINT_URL_DYNAMODB":              "",
-	} {
-		t.Setenv(k, v)
-	}
-}
 
 func motoURL(srv testutil.MotoServer, table, namespace, extra string) string {
 	q := url.Values{}
@@ -57,7 +32,7 @@ func motoURL(srv testutil.MotoServer, table, namespace, extra string) string {
 // Malformed URLs are refused before any request, with a message that says
 // what is wrong.
 func TestOpenRefusesBadURLs(t *testing.T) {
-	isolateAWSConfig(t)
+	testutil.IsolateAWSConfig(t)
 	cases := []struct{ name, url, want string }{
 		{"no table", "dynamodb:///ns?region=us-east-1", "no table"},
 		{"no table, no slash", "dynamodb:?region=us-east-1", "no table"},
@@ -97,7 +72,7 @@ func TestOpenRefusesBadURLs(t *testing.T) {
 // clear permanent error at start-up; ?create=true creates the table.
 func TestOpen(t *testing.T) {
 	srv := testutil.Moto(t)
-	isolateAWSConfig(t)
+	testutil.IsolateAWSConfig(t)
 	srv.SetEnv(t)
 
 	missing := newTable()

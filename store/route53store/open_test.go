@@ -3,7 +3,6 @@ package route53store_test
 import (
 	"errors"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,32 +11,8 @@ import (
 	"github.com/tenure-io/tenure/store/route53store"
 )
 
-// isolateAWSConfig keeps the developer's own AWS configuration out of a test.
-func isolateAWSConfig(t *testing.T) {
-	t.Helper()
-	none := filepath.Join(t.TempDir(), "none")
-	for k, v := range map[string]string{
-		"AWS_CONFIG_FILE":                        none,
-		"AWS_SHARED_CREDENTIALS_FILE":            none,
-		"AWS_PROFILE":                            "",
-		"AWS_REGION":                             "",
-		"AWS_DEFAULT_REGION":                     "",
-		"AWS_ACCESS_KEY_ID":                      "",
-		"AWS_SECRET_ACCESS_KEY":                  "",
-		"AWS_SESSION_TOKEN":                      "",
-		"AWS_EC2_METADATA_DISABLED":              "true",
-		"AWS_WEB_IDENTITY_TOKEN_FILE":            "",
-		"AWS_CONTAINER_CREDENTIALS_FULL_URI":     "",
-		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "",
-		"AWS_ENDPOINT_URL":                       "",
-		"AWS_ENDPOINT_URL_ROUTE_53":              "",
-	} {
-		t.Setenv(k, v)
-	}
-}
-
 func TestOpenRefusesBadURLs(t *testing.T) {
-	isolateAWSConfig(t)
+	testutil.IsolateAWSConfig(t)
 	cases := []struct{ name, url, want string }{
 		{"no zone", "route53:///tenure", "no hosted zone ID"},
 		{"no zone, no slash", "route53:", "no hosted zone ID"},
@@ -84,7 +59,7 @@ func motoURL(srv testutil.MotoServer, zone, name string) string {
 // is global); a missing zone is a clear permanent error.
 func TestOpen(t *testing.T) {
 	srv := testutil.Moto(t)
-	isolateAWSConfig(t)
+	testutil.IsolateAWSConfig(t)
 	srv.SetEnv(t)
 	zone := motoZone(t, srv)
 	s, err := store.Open(ctx(t), motoURL(srv, zone, "prod.tenure"))

@@ -2,7 +2,6 @@ package s3store_test
 
 import (
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,32 +9,10 @@ import (
 	"github.com/tenure-io/tenure/store"
 )
 
-// isolateAWSConfig keeps the developer's own AWS configuration out of a test.
-func isolateAWSConfig(t *testing.T) {
-	t.Helper()
-	none := filepath.Join(t.TempDir(), "none")
-	for k, v := range map[string]string{
-		"AWS_CONFIG_FILE":                        none,
-		"AWS_SHARED_CREDENTIALS_FILE":            none,
-		"AWS_PROFILE":                            "",
-		"AWS_REGION":                             "",
-		"AWS_DEFAULT_REGION":                     "",
-		"AWS_ACCESS_KEY_ID":                      "",
-		"AWS_SECRET_ACCESS_KEY":                  "",
-		"AWS_SESSION_TOKEN":                      "",
-		"AWS_EC2_METADATA_DISABLED":              "true",
-		"AWS_WEB_IDENTITY_TOKEN_FILE":            "",
-		"AWS_CONTAINER_CREDENTIALS_FULL_URI":     "",
-		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "",
-	} {
-		t.Setenv(k, v)
-	}
-}
-
 // Malformed URLs are refused before any request, with a message that says
 // what is wrong.
 func TestOpenRefusesBadURLs(t *testing.T) {
-	isolateAWSConfig(t)
+	testutil.IsolateAWSConfig(t)
 	cases := []struct{ name, url, want string }{
 		{"no bucket", "s3:///prefix?region=us-east-1", "no bucket"},
 		{"no bucket, no slash", "s3:?region=us-east-1", "no bucket"},
@@ -76,7 +53,7 @@ func TestOpen(t *testing.T) {
 	for _, server := range servers {
 		t.Run(server.name, func(t *testing.T) {
 			srv := server.start(t)
-			isolateAWSConfig(t)
+			testutil.IsolateAWSConfig(t)
 			srv.SetEnv(t)
 
 			t.Run("ok", func(t *testing.T) {
