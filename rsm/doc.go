@@ -1,0 +1,42 @@
+// Package rsm is a quorum-less replicated state machine on a store with
+// conditional writes, after S2C ("Shared Storage Consensus"): the log,
+// snapshots and leader state live in the store, so one live node is enough
+// to make progress and a group can be cold-started from the store alone.
+//
+// # Usage
+//
+//	host, err := rsm.NewHost(ctx, st, rsm.HostConfig{ID: "node-1", Addr: "10.0.0.1:7400",
+//		ServerTLS: serverTLS, ClientTLS: clientTLS})
+//	node, err := host.Join(ctx, "orders", map[string]rsm.StateMachine{"kv": kv.New()}, rsm.Options{})
+//	res, err := node.Command(ctx, "kv", cmd) // applied exactly once, on every replica
+//	ans, err := node.Read(ctx, "kv", query)  // linearizable
+//	defer host.Close()
+//
+// Any node accepts requests and forwards them to the leader over gRPC. The
+// leader batches commands (FlushInterval or BatchMinCount, whichever comes
+// first) and commits each batch with one create-if-absent of the next log
+// object; it acknowledges a batch only after a read of leader_state.json,
+// issued after the batch landed, still shows its term. One such read
+// confirms every write and read batch waiting in a round.
+//
+// Layout in the store, under {group}/: leader_state.json (JSON), log/{index}
+// (one batch per object, write-once) and snapshot. docs/rsm.md has the
+// protocol and its safety argument.
+//
+// # Errors
+//
+// ErrUnknownOutcome: a command may or may not have been applied (its
+// deadline passed while its fate was open). ErrApplicationResultUnavailable:
+// it was applied, once, but its result was replaced by a later command of
+// the same node. *NotLeaderError, ErrBusy, ErrTooLarge, ErrUnknownMachine,
+// ErrClosed and *CorruptError (matching ErrCorrupt) are as named.
+//
+// # What it does not guarantee
+//
+// Exactly-once holds per node incarnation and only while the node's record
+// stays in the dedup table (MaxDedupClients, least recently used evicted):
+// a command retried after its node restarted may apply twice. Node IDs must
+// be unique. Liveness needs the store: without it nothing commits and no
+// read is answered. Safety never depends on clocks; failover speed does
+// (HeartbeatInterval × MaxMissedHeartbeats, then LeadershipDelay per rank).
+package rsm

@@ -1,0 +1,63 @@
+package rsm
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrClosed is returned by calls on a closed node or host.
+	ErrClosed = errors.New("rsm: closed")
+	// ErrRequestOutOfSequence: the command's sequence number is ahead of
+	// the next one the group expects from its client; the node retries it
+	// until the commands before it are applied. Returned to the caller only
+	// when the request times out still out of sequence.
+	ErrRequestOutOfSequence = errors.New("rsm: request out of sequence")
+	// ErrApplicationResultUnavailable: the command was applied, exactly
+	// once, but its result is no longer kept (a later command of the same
+	// client replaced it). The command is not applied again.
+	ErrApplicationResultUnavailable = errors.New("rsm: command applied, result unavailable")
+	// ErrUnknownOutcome: the request timed out or was cancelled after it
+	// may have been committed. Retrying a command through the same node is
+	// safe (exactly once); its outcome is settled by a later read.
+	ErrUnknownOutcome = errors.New("rsm: outcome unknown")
+	// ErrNotCommitted: the command was definitely not applied.
+	ErrNotCommitted = errors.New("rsm: not committed")
+	// ErrUnknownMachine: no state machine of that name is registered.
+	ErrUnknownMachine = errors.New("rsm: unknown state machine")
+	// ErrTooLarge: a request or result exceeds MaxMessageSize.
+	ErrTooLarge = errors.New("rsm: message too large")
+	// ErrBusy: too many requests are pending; back off and retry.
+	ErrBusy = errors.New("rsm: too many pending requests")
+	// ErrCorrupt matches a *CorruptError.
+	ErrCorrupt = errors.New("rsm: corrupt object in the store")
+)
+
+// NotLeaderError reports that the node asked is not the leader of Term.
+// Leader and Addr name the leader it knows of, if any.
+type NotLeaderError struct {
+	Leader string
+	Addr   string
+	Term   uint64
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return "rsm: not the leader, no leader known"
+	}
+	return fmt.Sprintf("rsm: not the leader; leader is %s at %s (term %d)", e.Leader, e.Addr, e.Term)
+}
+
+// CorruptError reports an object in the store that fails its checksum or
+// does not decode. It is never applied.
+type CorruptError struct {
+	Key string
+	Err error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("rsm: corrupt object %q in the store: %v", e.Key, e.Err)
+}
+
+func (e *CorruptError) Unwrap() error        { return e.Err }
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }

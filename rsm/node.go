@@ -1,0 +1,766 @@
+package rsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/store"
+)
+
+// Node is this host's member of one group. It is safe for concurrent use.
+type Node struct {
+	host   *Host
+	group  string
+	opts   Options
+	gs     *groupStore
+	log    *slog.Logger
+	m      *metrics
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// repMu serializes every use of the state machines: applies, reads,
+	// snapshots and restores happen strictly one at a time.
+	repMu sync.Mutex
+	rep   *replica
+
+	// subMu orders submissions: sequence numbers are assigned and requests
+	// sent in the same critical section.
+	subMu  sync.Mutex
+	client string
+	seq    uint64
+	fwd    *forwarder
+
+	mu          sync.Mutex
+	state       State
+	role        Role
+	term        uint64
+	leaderID    string
+	leaderAddr  string
+	leader      *leaderRun
+	joined      chan struct{} // closed while Joined
+	heard       chan struct{} // a heartbeat from the leader
+	tooFar      bool
+	peers       []followerInfo // the group's followers, from heartbeats
+	snapIndex   uint64
+	left        bool
+	followingLS string // version of leader_state.json we joined under
+}
+
+func newNode(h *Host, group string, machines map[string]StateMachine, opts Options) (*Node, error) {
+	if err := validGroup(group); err != nil {
+		return nil, err
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if len(machines) == 0 {
+		return nil, errors.New("rsm: no state machines given")
+	}
+	for name, m := range machines {
+		if name == "" || m == nil {
+			return nil, fmt.Errorf("rsm: machine %q: empty name or nil machine", name)
+		}
+	}
+	opts = opts.withDefaults()
+	rep, err := newReplica(machines, opts.MaxDedupClients)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{
+		host: h, group: group, opts: opts, rep: rep, m: h.m, ctx: ctx, cancel: cancel,
+		log:    h.log.With("group", group, "node", h.cfg.ID),
+		gs:     &groupStore{st: h.st, group: group, retry: opts.Retry, now: time.Now},
+		client: h.cfg.ID + "#" + newNonceHex()[:12],
+		joined: make(chan struct{}),
+		heard:  make(chan struct{}, 1),
+	}
+	return n, nil
+}
+
+func (n *Node) start() {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.run()
+	}()
+}
+
+// Status reports the node's view of its group.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	s := Status{Group: n.group, ID: n.host.cfg.ID, State: n.state.String(), Role: n.role.String(), Term: n.term,
+		LeaderID: n.leaderID, LeaderAddr: n.leaderAddr, SnapshotIndex: n.snapIndex}
+	l := n.leader
+	n.mu.Unlock()
+	if l != nil {
+		l.mu.Lock()
+		for _, f := range l.ls.Followers {
+			s.Followers = append(s.Followers, FollowerStatus{ID: f.ID, Addr: f.Addr, ApplyIndex: l.followerIdx[f.ID]})
+		}
+		l.mu.Unlock()
+	}
+	n.repMu.Lock()
+	s.ApplyIndex = n.rep.applied
+	n.repMu.Unlock()
+	return s
+}
+
+func (n *Node) setState(st State, role Role) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.setStateLocked(st, role)
+}
+
+func (n *Node) setStateLocked(st State, role Role) {
+	if st == Joined && n.state != Joined {
+		close(n.joined)
+	}
+	if st == Joining && n.state == Joined {
+		n.joined = make(chan struct{})
+	}
+	n.state, n.role = st, role
+	v := 0.0
+	if st == Joined {
+		v = float64(role)
+	}
+	n.m.role.WithLabelValues(n.group).Set(v)
+}
+
+func (n *Node) setSnapshotIndex(i uint64) {
+	n.mu.Lock()
+	if i > n.snapIndex {
+		n.snapIndex = i
+	}
+	n.mu.Unlock()
+}
+
+// observeLeader records a leader seen in the store or an RPC.
+func (n *Node) observeLeader(ls leaderState) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ls.Term >= n.term {
+		n.term, n.leaderID, n.leaderAddr = ls.Term, ls.LeaderID, ls.LeaderAddr
+		n.m.term.WithLabelValues(n.group).Set(float64(ls.Term))
+	}
+}
+
+func (n *Node) noteCorrupt(err error) {
+	var c *CorruptError
+	if errors.As(err, &c) {
+		n.m.corrupt.WithLabelValues(n.group, objectKind(n.group, c.Key)).Inc()
+		n.log.Error("corrupt object in the store; it is not applied", "key", c.Key, "err", c.Err)
+	}
+}
+
+func objectKind(group, key string) string {
+	switch {
+	case key == group+"/"+leaderStateKey:
+		return "leader_state"
+	case key == group+"/"+snapshotKey:
+		return "snapshot"
+	}
+	return "log"
+}
+
+// resetReplica returns the machines to their empty state; the next
+// catch-up rebuilds them from the store. A deposed leader does this: it may
+// have applied entries that were never committed.
+func (n *Node) resetReplica() {
+	n.repMu.Lock()
+	defer n.repMu.Unlock()
+	if err := n.rep.reset(); err != nil {
+		n.log.Error("reset of the state machines failed", "err", err)
+	}
+}
+
+// run is the node's lifecycle: JOINING (discover, catch up, follow or lead)
+// then JOINED until the leader is lost, then JOINING again.
+func (n *Node) run() {
+	attempt := 0
+	for n.ctx.Err() == nil {
+		start := time.Now()
+		n.setState(Joining, NoRole)
+		err := n.joinOnce()
+		if n.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			attempt++
+			n.noteCorrupt(err)
+			n.log.Info("join attempt failed", "err", describe(err))
+			if sleepCtx(n.ctx, n.gs.backoff(min(attempt, 5))) != nil {
+				return
+			}
+			continue
+		}
+		attempt = 0
+		n.m.join.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
+	}
+}
+
+// joinOnce makes one pass of the join loop and returns when the node must
+// join again.
+func (n *Node) joinOnce() error {
+	ls, version, err := n.gs.readLeaderState(n.ctx)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// The first node creates the group.
+		return n.lead(leaderState{}, "")
+	case err != nil:
+		return err
+	}
+	n.observeLeader(ls)
+	if ls.LeaderID == n.host.cfg.ID {
+		// We led before a restart or a step-down: take a new term.
+		return n.lead(ls, version)
+	}
+	n.mu.Lock()
+	tooFar := n.tooFar
+	n.tooFar = false
+	n.mu.Unlock()
+	if tooFar {
+		if _, _, err := n.catchUp(n.ctx); err != nil {
+			return err
+		}
+	}
+	if err := n.follow(ls); err != nil {
+		n.log.Info("cannot follow the leader", "leader", ls.LeaderID, "addr", ls.LeaderAddr, "err", err)
+		var nl *NotLeaderError
+		if errors.As(err, &nl) {
+			return nil // leader_state.json moved on; read it again
+		}
+		return n.checkAndAttempt(version)
+	}
+	n.mu.Lock()
+	n.followingLS = version
+	n.setStateLocked(Joined, Follower)
+	n.mu.Unlock()
+	n.log.Info("following", "leader", ls.LeaderID, "term", ls.Term)
+	return n.watchLeader()
+}
+
+// watchLeader returns when MaxMissedHeartbeats heartbeats were missed, or
+// the follower must catch up.
+func (n *Node) watchLeader() error {
+	limit := time.Duration(n.opts.MaxMissedHeartbeats) * n.opts.HeartbeatInterval
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return nil
+		case <-n.heard:
+			n.mu.Lock()
+			tooFar, role := n.tooFar, n.role
+			n.mu.Unlock()
+			if tooFar || role != Follower {
+				return nil
+			}
+			t.Reset(limit)
+		case <-t.C:
+			n.mu.Lock()
+			version := n.followingLS
+			n.mu.Unlock()
+			n.log.Warn("missed heartbeats from the leader", "missed", n.opts.MaxMissedHeartbeats)
+			return n.checkAndAttempt(version)
+		}
+	}
+}
+
+// checkAndAttempt is S2C's LeaderState check: if leader_state.json still
+// has the version we saw, wait for our rank and attempt leadership.
+func (n *Node) checkAndAttempt(seen string) error {
+	rank := n.rank()
+	delay := time.Duration(rank)*n.opts.LeadershipDelay + store.Jitter(n.opts.LeadershipDelay/4, 1)
+	if sleepCtx(n.ctx, delay) != nil {
+		return nil
+	}
+	ls, version, err := n.gs.readLeaderState(n.ctx)
+	if err != nil {
+		return err
+	}
+	if version != seen {
+		n.observeLeader(ls)
+		return nil
+	}
+	return n.lead(ls, version)
+}
+
+// rank counts the group's followers more up to date than us (ties by ID).
+func (n *Node) rank() int {
+	n.repMu.Lock()
+	mine := n.rep.applied
+	n.repMu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r := 0
+	for _, p := range n.peers {
+		if p.ID == n.host.cfg.ID || p.ID == n.leaderID {
+			continue
+		}
+		if p.ApplyIndex > mine || (p.ApplyIndex == mine && p.ID < n.host.cfg.ID) {
+			r++
+		}
+	}
+	return r
+}
+
+// lead attempts leadership over prev (version "" creates the group), then
+// takes over and serves until deposed.
+func (n *Node) lead(prev leaderState, version string) error {
+	start := time.Now()
+	n.repMu.Lock()
+	applied := n.rep.applied
+	n.repMu.Unlock()
+	ls := leaderState{Term: prev.Term + 1, LeaderID: n.host.cfg.ID, LeaderAddr: n.host.cfg.Addr, CommitIndex: applied, Counter: prev.Counter}
+	v, err := n.gs.writeLeaderState(n.ctx, ls, version)
+	n.m.leaderUpdate.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
+	if errors.Is(err, store.ErrPreconditionFailed) && !store.IsAmbiguous(err) {
+		return nil // another node won; read it and follow
+	}
+	if err != nil {
+		return err
+	}
+	ls.Counter++
+	n.observeLeader(ls)
+	l := newLeaderRun(n, ls.Term, ls, v)
+	n.mu.Lock()
+	n.leader = l
+	n.mu.Unlock()
+	defer func() {
+		l.depose(nil)
+		n.mu.Lock()
+		n.leader = nil
+		n.mu.Unlock()
+	}()
+	if err := l.takeover(); err != nil {
+		n.log.Info("takeover failed", "term", ls.Term, "err", err)
+		n.resetReplica()
+		return nil
+	}
+	n.m.leaderAttempt.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
+	n.setState(Joined, Leader)
+	err = l.serve()
+	n.setState(Joining, NoRole)
+	n.log.Info("leadership ended", "term", ls.Term, "cause", err)
+	// What we applied may include entries that were never confirmed.
+	n.resetReplica()
+	return nil
+}
+
+// catchUp brings the replica up to the end of the store's log, stopping at
+// the first hole. Entries are read before the snapshot: if the snapshot
+// has reached an index we read, a truncation may have raced us, so what we
+// read is discarded and the snapshot loaded instead. It returns the
+// snapshot's end index and version.
+func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string, err error) {
+	start := time.Now()
+	defer func() { n.m.catchUp.WithLabelValues(n.group).Observe(time.Since(start).Seconds()) }()
+	snap, version, err := n.gs.readSnapshot(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	if err := n.loadSnapshot(snap); err != nil {
+		return 0, "", err
+	}
+	const chunk = 100
+	for {
+		n.repMu.Lock()
+		applied := n.rep.applied
+		n.repMu.Unlock()
+		idx, err := n.gs.listLog(ctx, applied, chunk)
+		if err != nil {
+			return 0, "", err
+		}
+		var entries []*rsmpb.Entry
+		for i, index := range idx {
+			if index != applied+1+uint64(i) {
+				break // a hole: wait for it to be filled
+			}
+			e, err := n.gs.readEntry(ctx, index)
+			if errors.Is(err, store.ErrNotFound) {
+				break // truncated under us; the snapshot read below tells
+			}
+			if err != nil {
+				return 0, "", err
+			}
+			n.m.logReads.WithLabelValues(n.group).Inc()
+			entries = append(entries, e)
+		}
+		// The snapshot after the entries: one read per chunk.
+		snap2, version2, err := n.gs.readSnapshot(ctx)
+		if err != nil {
+			return 0, "", err
+		}
+		if snap2 != nil && (snap == nil || snap2.EndIndex > snap.EndIndex) {
+			snap, version = snap2, version2
+		}
+		if snap != nil && snap.EndIndex > applied {
+			// Loaded a newer snapshot: anything we read at or below its
+			// end may be a stale writer's late create on a deleted slot.
+			if err := n.loadSnapshot(snap); err != nil {
+				return 0, "", err
+			}
+			continue
+		}
+		n.repMu.Lock()
+		for _, e := range entries {
+			if e.Index != n.rep.applied+1 {
+				break
+			}
+			n.rep.apply(e)
+		}
+		n.m.applyIndex.WithLabelValues(n.group).Set(float64(n.rep.applied))
+		n.repMu.Unlock()
+		if len(entries) < chunk {
+			end := uint64(0)
+			if snap != nil {
+				end = snap.EndIndex
+			}
+			return end, version, nil
+		}
+	}
+}
+
+// loadSnapshot restores snap if it is ahead of the replica.
+func (n *Node) loadSnapshot(snap *rsmpb.Snapshot) error {
+	if snap == nil {
+		return nil
+	}
+	start := time.Now()
+	n.repMu.Lock()
+	defer n.repMu.Unlock()
+	if snap.EndIndex <= n.rep.applied {
+		return nil
+	}
+	if err := n.rep.restore(snap); err != nil {
+		return err
+	}
+	n.m.snapshotLoad.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
+	n.setSnapshotIndex(snap.EndIndex)
+	return nil
+}
+
+// follow registers with the leader named in ls.
+func (n *Node) follow(ls leaderState) error {
+	n.repMu.Lock()
+	applied := n.rep.applied
+	n.repMu.Unlock()
+	var resp *rsmpb.FollowResponse
+	var err error
+	for attempt := 0; attempt < n.opts.Retry.MaxAttempts; attempt++ {
+		if attempt > 0 && sleepCtx(n.ctx, n.gs.backoff(attempt)) != nil {
+			return n.ctx.Err()
+		}
+		resp, err = n.host.follow(n.ctx, ls.LeaderAddr, &rsmpb.FollowRequest{
+			Group: n.group, NodeId: n.host.cfg.ID, Addr: n.host.cfg.Addr, ApplyIndex: applied, Term: ls.Term})
+		if err == nil {
+			break
+		}
+	}
+	n.m.follows.WithLabelValues(n.group, outcome(err, resp)).Inc()
+	if err != nil {
+		return err
+	}
+	if resp.Status != rsmpb.Status_OK {
+		n.observeLeader(leaderState{Term: resp.Term, LeaderID: resp.LeaderId, LeaderAddr: resp.LeaderAddr})
+		return &NotLeaderError{Leader: resp.LeaderId, Addr: resp.LeaderAddr, Term: resp.Term}
+	}
+	return nil
+}
+
+func outcome(err error, resp interface{ GetStatus() rsmpb.Status }) string {
+	if err != nil {
+		return "error"
+	}
+	return resp.GetStatus().String()
+}
+
+// handleFollow serves a Follow request.
+func (n *Node) handleFollow(ctx context.Context, req *rsmpb.FollowRequest) *rsmpb.FollowResponse {
+	n.mu.Lock()
+	l := n.leader
+	role := n.role
+	resp := &rsmpb.FollowResponse{Term: n.term, LeaderId: n.leaderID, LeaderAddr: n.leaderAddr}
+	n.mu.Unlock()
+	if l == nil || role != Leader || (req.Term != 0 && req.Term != l.term) {
+		resp.Status = rsmpb.Status_NOT_LEADER
+		return resp
+	}
+	if err := l.addFollower(ctx, followerInfo{ID: req.NodeId, Addr: req.Addr, ApplyIndex: req.ApplyIndex}); err != nil {
+		resp.Status, resp.Message = rsmpb.Status_NOT_LEADER, err.Error()
+		return resp
+	}
+	l.mu.Lock()
+	resp.CommitIndex = l.confirmed
+	l.mu.Unlock()
+	resp.Status = rsmpb.Status_OK
+	return resp
+}
+
+// handleSynchronize applies committed entries from the leader, in order.
+func (n *Node) handleSynchronize(req *rsmpb.SynchronizeRequest) *rsmpb.SynchronizeResponse {
+	n.mu.Lock()
+	if req.Term < n.term {
+		n.mu.Unlock()
+		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_STALE_TERM, Message: fmt.Sprintf("term %d is behind %d", req.Term, n.term)}
+	}
+	if n.leader != nil {
+		// A higher term leads: we are deposed.
+		n.leader.depose(fmt.Errorf("%w: synchronized by %s of term %d", errDeposed, req.LeaderId, req.Term))
+		n.mu.Unlock()
+		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: "stepping down"}
+	}
+	n.term, n.leaderID = req.Term, req.LeaderId
+	if req.TooFarBehind {
+		n.tooFar = true
+	}
+	n.peers = n.peers[:0]
+	for _, f := range req.Followers {
+		n.peers = append(n.peers, followerInfo{ID: f.Id, Addr: f.Addr, ApplyIndex: f.ApplyIndex})
+	}
+	n.mu.Unlock()
+	select {
+	case n.heard <- struct{}{}:
+	default:
+	}
+	n.repMu.Lock()
+	defer n.repMu.Unlock()
+	for _, e := range req.Entries {
+		if e.Index <= n.rep.applied {
+			continue
+		}
+		if e.Index != n.rep.applied+1 {
+			break // a gap: the leader resends from our index
+		}
+		n.rep.apply(e)
+	}
+	n.m.applyIndex.WithLabelValues(n.group).Set(float64(n.rep.applied))
+	n.m.syncs.WithLabelValues(n.group, "OK").Inc()
+	return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_OK, ApplyIndex: n.rep.applied, EnqueuedIndex: n.rep.applied}
+}
+
+// accept takes a state request from another node's stream.
+func (n *Node) accept(req *rsmpb.StateRequest) *pending {
+	p := &pending{req: req, start: time.Now(), done: make(chan *rsmpb.StateResponse, 1)}
+	n.mu.Lock()
+	l, role := n.leader, n.role
+	resp := &rsmpb.StateResponse{Status: rsmpb.Status_NOT_LEADER, LeaderId: n.leaderID, LeaderAddr: n.leaderAddr, Term: n.term}
+	n.mu.Unlock()
+	if l == nil || role != Leader {
+		p.reply(resp)
+		return p
+	}
+	if _, ok := n.rep.machines[req.Machine]; !ok {
+		p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_MACHINE, Message: req.Machine})
+		return p
+	}
+	if req.Type == rsmpb.RequestType_COMMAND && (req.Client == "" || req.Seq == 0) {
+		p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_ERROR, Message: "command without client or sequence number"})
+		return p
+	}
+	l.enqueue(p)
+	return p
+}
+
+// Leave stops the node; a leader steps down so another may take over at
+// once. It waits for the node's goroutines.
+func (n *Node) Leave(ctx context.Context) error {
+	n.mu.Lock()
+	if n.left {
+		n.mu.Unlock()
+		return nil
+	}
+	n.left = true
+	l := n.leader
+	n.mu.Unlock()
+	if l != nil {
+		l.depose(errors.New("rsm: leaving"))
+	}
+	n.cancel()
+	done := make(chan struct{})
+	go func() {
+		n.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	n.subMu.Lock()
+	if n.fwd != nil {
+		n.fwd.close()
+		n.fwd = nil
+	}
+	n.subMu.Unlock()
+	n.host.removeGroup(n)
+	if l != nil {
+		// Let the followers take over without waiting for missed
+		// heartbeats: leader_state.json names no live leader.
+		n.log.Info("left the group as leader")
+	}
+	return nil
+}
+
+// Command submits a command to the group's leader and returns the result of
+// applying it, exactly once even if the node retries through leader changes.
+func (n *Node) Command(ctx context.Context, machine string, command []byte) ([]byte, error) {
+	return n.submit(ctx, rsmpb.RequestType_COMMAND, machine, command)
+}
+
+// Read answers query on the leader's state, linearizably: the answer
+// reflects every command acknowledged before Read was called.
+func (n *Node) Read(ctx context.Context, machine string, query []byte) ([]byte, error) {
+	return n.submit(ctx, rsmpb.RequestType_READ, machine, query)
+}
+
+func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string, data []byte) ([]byte, error) {
+	if n.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	if _, ok := n.rep.machines[machine]; !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownMachine, machine)
+	}
+	if len(data) > n.opts.MaxMessageSize-1024 {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), n.opts.MaxMessageSize-1024)
+	}
+	start := time.Now()
+	defer func() { n.m.submit.WithLabelValues(n.group, typ.String()).Observe(time.Since(start).Seconds()) }()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.opts.RequestTimeout)
+		defer cancel()
+	}
+	req := &rsmpb.StateRequest{Group: n.group, Type: typ, Machine: machine, Data: data}
+	maybeApplied := false
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			d := min(time.Duration(attempt)*10*time.Millisecond, 500*time.Millisecond)
+			if sleepCtx(ctx, store.Jitter(d, 0.5)) != nil {
+				break
+			}
+		}
+		if err := n.waitJoined(ctx); err != nil {
+			break
+		}
+		p, sent := n.send(req)
+		if sent && typ == rsmpb.RequestType_COMMAND {
+			maybeApplied = true
+		}
+		var resp *rsmpb.StateResponse
+		select {
+		case resp = <-p.done:
+		case <-ctx.Done():
+		case <-n.ctx.Done():
+			return nil, ErrClosed
+		}
+		if resp == nil {
+			break
+		}
+		switch resp.Status {
+		case rsmpb.Status_OK:
+			return resp.Result, nil
+		case rsmpb.Status_APPLICATION_RESULT_UNAVAILABLE:
+			return nil, ErrApplicationResultUnavailable
+		case rsmpb.Status_UNKNOWN_MACHINE:
+			return nil, fmt.Errorf("%w: %q on the leader", ErrUnknownMachine, machine)
+		case rsmpb.Status_TOO_LARGE:
+			return nil, fmt.Errorf("%w: %s", ErrTooLarge, resp.Message)
+		case rsmpb.Status_ERROR:
+			return nil, fmt.Errorf("rsm: %s", resp.Message)
+		case rsmpb.Status_REQUEST_OUT_OF_SEQUENCE:
+			if string(resp.Result) == "unknown client" && req.Seq > 1 {
+				// The group forgot this client (evicted from the table):
+				// what happened to this command cannot be known. Later
+				// commands start afresh under a new identity.
+				n.rotateClient(req.Client)
+				return nil, fmt.Errorf("%w: the group evicted this node's exactly-once record", ErrUnknownOutcome)
+			}
+		case rsmpb.Status_NOT_LEADER:
+			if resp.Term > 0 && resp.LeaderId != "" {
+				n.observeLeader(leaderState{Term: resp.Term, LeaderID: resp.LeaderId, LeaderAddr: resp.LeaderAddr})
+			}
+		}
+		// NOT_LEADER, NOT_COMMITTED, UNKNOWN_OUTCOME, BUSY, out of
+		// sequence, transport errors: retry with the same sequence number.
+		if resp.Status == rsmpb.Status_BUSY {
+			_ = sleepCtx(ctx, store.Jitter(n.opts.Retry.BaseDelay, 0.5))
+		}
+	}
+	if ctx.Err() != nil && n.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	if maybeApplied {
+		return nil, fmt.Errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
+	}
+	return nil, fmt.Errorf("%w: %w", ErrNotCommitted, ctx.Err())
+}
+
+// send routes req to the leader: locally, or over the stream to it. Commands
+// get their sequence number on first send, under subMu, so a node's
+// commands reach the leader in order. sent reports whether the request may
+// have reached a leader.
+func (n *Node) send(req *rsmpb.StateRequest) (p *pending, sent bool) {
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	if req.Type == rsmpb.RequestType_COMMAND && req.Seq == 0 {
+		n.seq++
+		req.Client, req.Seq = n.client, n.seq
+	}
+	n.mu.Lock()
+	l, leaderAddr, leaderID := n.leader, n.leaderAddr, n.leaderID
+	role := n.role
+	n.mu.Unlock()
+	if l != nil && role == Leader {
+		p := &pending{req: req, start: time.Now(), done: make(chan *rsmpb.StateResponse, 1)}
+		if _, ok := n.rep.machines[req.Machine]; !ok {
+			p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_MACHINE})
+			return p, false
+		}
+		l.enqueue(p)
+		return p, true
+	}
+	if leaderAddr == "" || leaderID == n.host.cfg.ID {
+		p := &pending{req: req, done: make(chan *rsmpb.StateResponse, 1)}
+		p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_NOT_LEADER})
+		return p, false
+	}
+	if n.fwd == nil || n.fwd.addr != leaderAddr || n.fwd.broken() {
+		if n.fwd != nil {
+			n.fwd.close()
+		}
+		n.fwd = n.host.newForwarder(n.ctx, leaderAddr, n.group)
+	}
+	return n.fwd.send(req), true
+}
+
+func (n *Node) rotateClient(old string) {
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	if n.client == old {
+		n.client = n.host.cfg.ID + "#" + newNonceHex()[:12]
+		n.seq = 0
+	}
+}
+
+func (n *Node) waitJoined(ctx context.Context) error {
+	n.mu.Lock()
+	ch := n.joined
+	n.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.ctx.Done():
+		return ErrClosed
+	}
+}

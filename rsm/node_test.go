@@ -1,0 +1,71 @@
+package rsm_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/rsm"
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/memstore"
+)
+
+func TestThreeNodesCommandReadFailover(t *testing.T) {
+	st := store.New(memstore.New())
+	var hosts []*rsm.Host
+	var nodes []*rsm.Node
+	for _, id := range []string{"a", "b", "c"} {
+		h := startHost(t, st, id)
+		c := &counter{}
+		n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": c}, fastOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts, nodes = append(hosts, h), append(nodes, n)
+	}
+	leader := waitLeader(t, nodes...)
+	var want uint64
+	for i, n := range nodes {
+		for j := 0; j < 30; j++ {
+			res, err := n.Command(ctxT(t, 10*time.Second), "counter", nil)
+			if err != nil {
+				t.Fatalf("node %d command %d: %v", i, j, err)
+			}
+			want++
+			if got := decodeCount(t, res); got != want {
+				t.Fatalf("count after command: got %d, want %d", got, want)
+			}
+		}
+	}
+	for i, n := range nodes {
+		res, err := n.Read(ctxT(t, 10*time.Second), "counter", nil)
+		if err != nil {
+			t.Fatalf("read on node %d: %v", i, err)
+		}
+		if got := decodeCount(t, res); got != want {
+			t.Fatalf("read on node %d: %d, want %d", i, got, want)
+		}
+	}
+	// Kill the leader; the others take over and keep counting.
+	li := -1
+	for i, n := range nodes {
+		if n == leader {
+			li = i
+		}
+	}
+	if err := hosts[li].Close(); err != nil {
+		t.Fatal(err)
+	}
+	rest := append(append([]*rsm.Node{}, nodes[:li]...), nodes[li+1:]...)
+	for j := 0; j < 10; j++ {
+		res, err := rest[j%2].Command(ctxT(t, 20*time.Second), "counter", nil)
+		if err != nil {
+			t.Fatalf("command %d after failover: %v", j, err)
+		}
+		want++
+		if got := decodeCount(t, res); got != want {
+			t.Fatalf("count after failover: got %d, want %d", got, want)
+		}
+	}
+	waitLeader(t, rest...)
+	t.Logf("statuses: %+v %+v", rest[0].Status(), rest[1].Status())
+}

@@ -1,0 +1,212 @@
+package rsm
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+)
+
+// Objects in the store, under {group}/:
+//
+//	leader_state.json   JSON, with a CRC-32C of its fields
+//	log/{index:020d}    framed protobuf Entry
+//	snapshot            framed protobuf Snapshot
+//
+// A frame is magic "TNR1", one kind byte, the CRC-32C (Castagnoli) of the
+// payload, big-endian, then the payload.
+const (
+	leaderStateKey = "leader_state.json"
+	logDir         = "log/"
+	snapshotKey    = "snapshot"
+	frameMagic     = "TNR1"
+	kindEntry      = 'E'
+	kindSnapshot   = 'S'
+	frameHeader    = len(frameMagic) + 1 + 4
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func logKey(group string, index uint64) string {
+	return fmt.Sprintf("%s/%s%020d", group, logDir, index)
+}
+
+// parseLogKey returns the index of a log key under group, or false.
+func parseLogKey(group, key string) (uint64, bool) {
+	p := group + "/" + logDir
+	if len(key) != len(p)+20 || key[:len(p)] != p {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(key[len(p):], 10, 64)
+	return n, err == nil && n > 0
+}
+
+func frame(kind byte, payload []byte) []byte {
+	b := make([]byte, frameHeader+len(payload))
+	copy(b, frameMagic)
+	b[len(frameMagic)] = kind
+	binary.BigEndian.PutUint32(b[len(frameMagic)+1:], crc32.Checksum(payload, castagnoli))
+	copy(b[frameHeader:], payload)
+	return b
+}
+
+func unframe(kind byte, b []byte) ([]byte, error) {
+	if len(b) < frameHeader {
+		return nil, fmt.Errorf("%d bytes is shorter than the %d-byte header", len(b), frameHeader)
+	}
+	if string(b[:len(frameMagic)]) != frameMagic {
+		return nil, fmt.Errorf("bad magic %q (want %q)", b[:len(frameMagic)], frameMagic)
+	}
+	if b[len(frameMagic)] != kind {
+		return nil, fmt.Errorf("object kind %q, want %q", b[len(frameMagic)], kind)
+	}
+	payload := b[frameHeader:]
+	if got, want := crc32.Checksum(payload, castagnoli), binary.BigEndian.Uint32(b[len(frameMagic)+1:]); got != want {
+		return nil, fmt.Errorf("checksum mismatch: computed %08x, stored %08x", got, want)
+	}
+	return payload, nil
+}
+
+func encodeEntry(e *rsmpb.Entry) ([]byte, error) {
+	p, err := proto.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	return frame(kindEntry, p), nil
+}
+
+// decodeEntry decodes a log object read at index.
+func decodeEntry(b []byte, index uint64) (*rsmpb.Entry, error) {
+	p, err := unframe(kindEntry, b)
+	if err != nil {
+		return nil, err
+	}
+	e := new(rsmpb.Entry)
+	if err := proto.Unmarshal(p, e); err != nil {
+		return nil, fmt.Errorf("entry does not decode: %w", err)
+	}
+	switch {
+	case e.Index != index:
+		return nil, fmt.Errorf("entry says index %d, stored at %d", e.Index, index)
+	case e.Term == 0:
+		return nil, errors.New("entry has term 0")
+	case len(e.Nonce) == 0:
+		return nil, errors.New("entry has no nonce")
+	case e.Noop && len(e.Commands) > 0:
+		return nil, errors.New("no-op entry carries commands")
+	}
+	for i, c := range e.Commands {
+		if c.Client == "" || c.Seq == 0 {
+			return nil, fmt.Errorf("command %d has no client or sequence number", i)
+		}
+	}
+	return e, nil
+}
+
+func encodeSnapshot(s *rsmpb.Snapshot) ([]byte, error) {
+	p, err := proto.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	return frame(kindSnapshot, p), nil
+}
+
+func decodeSnapshot(b []byte) (*rsmpb.Snapshot, error) {
+	p, err := unframe(kindSnapshot, b)
+	if err != nil {
+		return nil, err
+	}
+	s := new(rsmpb.Snapshot)
+	if err := proto.Unmarshal(p, s); err != nil {
+		return nil, fmt.Errorf("snapshot does not decode: %w", err)
+	}
+	switch {
+	case s.EndIndex == 0:
+		return nil, errors.New("snapshot has end index 0")
+	case s.StartIndex == 0 || s.StartIndex > s.EndIndex+1:
+		return nil, fmt.Errorf("snapshot start index %d does not fit end index %d", s.StartIndex, s.EndIndex)
+	case len(s.Nonce) == 0:
+		return nil, errors.New("snapshot has no nonce")
+	}
+	seen := map[string]bool{}
+	for _, m := range s.Machines {
+		if seen[m.Name] {
+			return nil, fmt.Errorf("snapshot holds machine %q twice", m.Name)
+		}
+		seen[m.Name] = true
+	}
+	clients := map[string]bool{}
+	for _, c := range s.Clients {
+		if c.Client == "" || clients[c.Client] {
+			return nil, fmt.Errorf("snapshot holds an empty or repeated client %q", c.Client)
+		}
+		clients[c.Client] = true
+	}
+	return s, nil
+}
+
+// leaderState is leader_state.json. It changes only on leadership and
+// membership changes; Nonce and Counter make every write's bytes unique.
+type leaderState struct {
+	Term        uint64         `json:"term"`
+	LeaderID    string         `json:"leaderID"`
+	LeaderAddr  string         `json:"leaderAddr"`
+	Followers   []followerInfo `json:"followers"`
+	CommitIndex uint64         `json:"commitIndex"` // a hint, not the truth
+	LastUpdated string         `json:"lastUpdated"` // for people only
+	Nonce       string         `json:"nonce"`
+	Counter     uint64         `json:"counter"`
+	Checksum    string         `json:"checksum"`
+}
+
+type followerInfo struct {
+	ID         string `json:"id"`
+	Addr       string `json:"addr"`
+	ApplyIndex uint64 `json:"applyIndex"`
+}
+
+func (ls leaderState) sum() string {
+	ls.Checksum = ""
+	b, _ := json.Marshal(ls)
+	return fmt.Sprintf("%08x", crc32.Checksum(b, castagnoli))
+}
+
+func encodeLeaderState(ls leaderState, now time.Time) []byte {
+	ls.Nonce = newNonceHex()
+	ls.Counter++
+	ls.LastUpdated = now.UTC().Format(time.RFC3339)
+	ls.Checksum = ls.sum()
+	b, _ := json.MarshalIndent(ls, "", "  ")
+	return b
+}
+
+func decodeLeaderState(b []byte) (leaderState, error) {
+	var ls leaderState
+	if err := json.Unmarshal(b, &ls); err != nil {
+		return leaderState{}, fmt.Errorf("leader state does not decode: %w", err)
+	}
+	if ls.Checksum != ls.sum() {
+		return leaderState{}, fmt.Errorf("leader state checksum mismatch: stored %q, computed %q", ls.Checksum, ls.sum())
+	}
+	if ls.Term == 0 || ls.LeaderID == "" {
+		return leaderState{}, errors.New("leader state has no term or no leader")
+	}
+	return ls, nil
+}
+
+func newNonce() []byte {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return b
+}
+
+func newNonceHex() string { return hex.EncodeToString(newNonce()) }

@@ -1,0 +1,62 @@
+package rsm
+
+// State is a node's membership state in a group, as S2C names it.
+type State int
+
+const (
+	// Joining: discovering the leader, catching up, or attempting leadership.
+	Joining State = iota
+	// Joined: following a leader, or leading.
+	Joined
+)
+
+func (s State) String() string {
+	if s == Joined {
+		return "JOINED"
+	}
+	return "JOINING"
+}
+
+// Role is settled only while Joined.
+type Role int
+
+const (
+	NoRole Role = iota
+	Follower
+	Leader
+)
+
+func (r Role) String() string {
+	switch r {
+	case Follower:
+		return "FOLLOWER"
+	case Leader:
+		return "LEADER"
+	}
+	return "NONE"
+}
+
+// Status is a snapshot of a node's view of its group.
+type Status struct {
+	Group      string `json:"group"`
+	ID         string `json:"id"`
+	State      string `json:"state"`
+	Role       string `json:"role"`
+	Term       uint64 `json:"term"`
+	LeaderID   string `json:"leaderID,omitempty"`
+	LeaderAddr string `json:"leaderAddr,omitempty"`
+	// ApplyIndex is the last log index applied to this node's machines.
+	ApplyIndex uint64 `json:"applyIndex"`
+	// SnapshotIndex is the end index of the snapshot this node last loaded
+	// or wrote.
+	SnapshotIndex uint64 `json:"snapshotIndex"`
+	// Followers are the leader's registered followers (leader only).
+	Followers []FollowerStatus `json:"followers,omitempty"`
+}
+
+// FollowerStatus is one follower as its leader sees it.
+type FollowerStatus struct {
+	ID         string `json:"id"`
+	Addr       string `json:"addr"`
+	ApplyIndex uint64 `json:"applyIndex"`
+}

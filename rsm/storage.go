@@ -1,0 +1,242 @@
+package rsm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/store"
+)
+
+// groupStore reads and writes one group's objects. Every write is
+// conditional; ambiguous writes are settled by reading back their nonce.
+type groupStore struct {
+	st    *store.Store
+	group string
+	retry RetryOptions
+	now   func() time.Time
+}
+
+func (g *groupStore) key(name string) string { return g.group + "/" + name }
+
+func (g *groupStore) backoff(n int) time.Duration {
+	d := g.retry.BaseDelay << (n - 1)
+	if d > g.retry.MaxDelay || d <= 0 {
+		d = g.retry.MaxDelay
+	}
+	return store.Jitter(d, 0.2)
+}
+
+// do runs a store call with S2C's retries: retryable errors are retried up
+// to MaxAttempts with exponential backoff, throttling adds ThrottleDelay.
+func (g *groupStore) do(ctx context.Context, call func() error) error {
+	var err error
+	for n := 0; n < g.retry.MaxAttempts; n++ {
+		if n > 0 {
+			d := g.backoff(n)
+			if errors.Is(err, store.ErrThrottled) {
+				d += g.retry.ThrottleDelay
+			}
+			if serr := sleepCtx(ctx, d); serr != nil {
+				return err
+			}
+		}
+		if err = call(); err == nil || !store.IsRetryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func (g *groupStore) readLeaderState(ctx context.Context) (ls leaderState, version string, err error) {
+	var data []byte
+	err = g.do(ctx, func() error {
+		var e error
+		data, version, e = g.st.Get(ctx, g.key(leaderStateKey))
+		return e
+	})
+	if err != nil {
+		return leaderState{}, "", err
+	}
+	ls, err = decodeLeaderState(data)
+	if err != nil {
+		return leaderState{}, "", &CorruptError{Key: g.key(leaderStateKey), Err: err}
+	}
+	return ls, version, nil
+}
+
+// writeLeaderState writes ls if the current version is prev ("" for
+// absent), settling ambiguous outcomes. ErrPreconditionFailed means another
+// write won.
+func (g *groupStore) writeLeaderState(ctx context.Context, ls leaderState, prev string) (string, error) {
+	data := encodeLeaderState(ls, g.now())
+	cond := store.IfAbsent()
+	if prev != "" {
+		cond = store.IfMatch(prev)
+	}
+	return store.PutResolved(ctx, g.st, g.key(leaderStateKey), data, cond, store.ResolveOptions{
+		Attempts: g.retry.MaxAttempts, Backoff: g.backoff,
+	})
+}
+
+// readEntry returns the entry at index; store.ErrNotFound if absent.
+func (g *groupStore) readEntry(ctx context.Context, index uint64) (*rsmpb.Entry, error) {
+	var data []byte
+	key := logKey(g.group, index)
+	err := g.do(ctx, func() error {
+		var e error
+		data, _, e = g.st.Get(ctx, key)
+		return e
+	})
+	if err != nil {
+		return nil, err
+	}
+	e, err := decodeEntry(data, index)
+	if err != nil {
+		return nil, &CorruptError{Key: key, Err: err}
+	}
+	return e, nil
+}
+
+// createEntry writes e at its index if the slot is empty. It returns nil if
+// e landed, or the entry found in the slot when another writer was first
+// (found may be nil if the slot was emptied since: truncated). An error
+// means the outcome is unknown.
+func (g *groupStore) createEntry(ctx context.Context, e *rsmpb.Entry) (found *rsmpb.Entry, err error) {
+	data, err := encodeEntry(e)
+	if err != nil {
+		return nil, err
+	}
+	key := logKey(g.group, e.Index)
+	_, err = store.PutResolved(ctx, g.st, key, data, store.IfAbsent(), store.ResolveOptions{
+		Attempts: g.retry.MaxAttempts, Backoff: g.backoff,
+		Owns: func(stored []byte) bool {
+			o, derr := decodeEntry(stored, e.Index)
+			return derr == nil && bytes.Equal(o.Nonce, e.Nonce)
+		},
+	})
+	if err == nil {
+		return nil, nil
+	}
+	if !errors.Is(err, store.ErrPreconditionFailed) || store.IsAmbiguous(err) {
+		return nil, err
+	}
+	other, rerr := g.readEntry(ctx, e.Index)
+	switch {
+	case errors.Is(rerr, store.ErrNotFound):
+		return nil, nil
+	case rerr != nil:
+		return nil, rerr
+	case bytes.Equal(other.Nonce, e.Nonce):
+		return nil, nil
+	}
+	return other, nil
+}
+
+// readSnapshot returns the snapshot; nil and "" if there is none.
+func (g *groupStore) readSnapshot(ctx context.Context) (*rsmpb.Snapshot, string, error) {
+	var data []byte
+	var version string
+	err := g.do(ctx, func() error {
+		var e error
+		data, version, e = g.st.Get(ctx, g.key(snapshotKey))
+		return e
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	s, err := decodeSnapshot(data)
+	if err != nil {
+		return nil, "", &CorruptError{Key: g.key(snapshotKey), Err: err}
+	}
+	return s, version, nil
+}
+
+// writeSnapshot replaces the snapshot at version prev ("" for none).
+func (g *groupStore) writeSnapshot(ctx context.Context, s *rsmpb.Snapshot, prev string) (string, error) {
+	data, err := encodeSnapshot(s)
+	if err != nil {
+		return "", err
+	}
+	cond := store.IfAbsent()
+	if prev != "" {
+		cond = store.IfMatch(prev)
+	}
+	return store.PutResolved(ctx, g.st, g.key(snapshotKey), data, cond, store.ResolveOptions{
+		Attempts: g.retry.MaxAttempts, Backoff: g.backoff,
+	})
+}
+
+// listLog returns the indexes present in the log after index `after`, in
+// order, up to limit (0: all).
+func (g *groupStore) listLog(ctx context.Context, after uint64, limit int) ([]uint64, error) {
+	prefix := g.group + "/" + logDir
+	start := ""
+	if after > 0 {
+		start = logKey(g.group, after)
+	}
+	var out []uint64
+	for {
+		page := 1000
+		if limit > 0 && limit-len(out) < page {
+			page = limit - len(out)
+		}
+		var items []store.Item
+		err := g.do(ctx, func() error {
+			var e error
+			items, e = g.st.List(ctx, prefix, start, page)
+			return e
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			if i, ok := parseLogKey(g.group, it.Key); ok {
+				out = append(out, i)
+			}
+		}
+		if len(items) < page || (limit > 0 && len(out) >= limit) {
+			return out, nil
+		}
+		start = items[len(items)-1].Key
+	}
+}
+
+// deleteEntry removes a log object; absent is fine.
+func (g *groupStore) deleteEntry(ctx context.Context, index uint64) error {
+	err := g.do(ctx, func() error {
+		return g.st.Delete(ctx, logKey(g.group, index), store.Cond{})
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func describe(err error) string {
+	var c *CorruptError
+	if errors.As(err, &c) {
+		return c.Error()
+	}
+	return fmt.Sprint(err)
+}
