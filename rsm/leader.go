@@ -53,6 +53,7 @@ type leaderRun struct {
 	reqs    chan *pending
 	batches chan []*pending
 	slots   chan *slot
+	depth   chan struct{} // PipelineDepth tokens: writes not yet handled in order
 
 	count chan struct{} // MaxConcurrentRequests tokens
 
@@ -80,6 +81,7 @@ func newLeaderRun(n *Node, term uint64, ls leaderState, version string) *leaderR
 		reqs:        make(chan *pending, n.opts.MaxConcurrentRequests),
 		batches:     make(chan []*pending),
 		slots:       make(chan *slot, n.opts.PipelineDepth),
+		depth:       make(chan struct{}, n.opts.PipelineDepth),
 		count:       make(chan struct{}, n.opts.MaxConcurrentRequests),
 		ls:          ls,
 		lsVersion:   version,
@@ -360,6 +362,11 @@ func (l *leaderRun) committer() {
 	defer close(l.slots)
 	n := l.n
 	for {
+		select {
+		case l.depth <- struct{}{}: // released by the orderer
+		case <-l.ctx.Done():
+			return
+		}
 		var b []*pending
 		select {
 		case <-l.ctx.Done():
@@ -376,7 +383,7 @@ func (l *leaderRun) committer() {
 		}
 		s := &slot{entry: e, batch: b, done: make(chan struct{})}
 		select {
-		case l.slots <- s: // blocks while PipelineDepth writes are in flight
+		case l.slots <- s:
 		case <-l.ctx.Done():
 			for _, p := range b {
 				l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_NOT_LEADER})
@@ -401,6 +408,7 @@ func (l *leaderRun) orderer() {
 	deposed := false
 	for s := range l.slots {
 		<-s.done
+		<-l.depth
 		if deposed {
 			for _, p := range s.batch {
 				l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_OUTCOME, Message: "leadership ended with this batch in flight"})
