@@ -35,7 +35,9 @@ func (c *protoCounter) Apply(cmd []byte) []byte {
 	c.n += d
 	return binary.BigEndian.AppendUint64(nil, c.n)
 }
-func (c *protoCounter) Query([]byte) ([]byte, error) { return binary.BigEndian.AppendUint64(nil, c.n), nil }
+func (c *protoCounter) Query([]byte) ([]byte, error) {
+	return binary.BigEndian.AppendUint64(nil, c.n), nil
+}
 func (c *protoCounter) Snapshot(w io.Writer) error {
 	_, err := w.Write(binary.BigEndian.AppendUint64(nil, c.n))
 	return err
@@ -52,10 +54,9 @@ func (c *protoCounter) Restore(r io.Reader) error {
 // hookStore runs hooks before calls reach the inner store.
 type hookStore struct {
 	driver.Store
-	mu     sync.Mutex
-	onPut  func(ctx context.Context, key string)
-	onGet  func(key string)
-	counts map[string]int
+	mu    sync.Mutex
+	onPut func(ctx context.Context, key string)
+	onGet func(key string)
 }
 
 func (h *hookStore) hooks() (func(context.Context, string), func(string)) {
