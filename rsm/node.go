@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,10 +47,11 @@ type Node struct {
 	joined      chan struct{} // closed while Joined
 	heard       chan struct{} // a heartbeat from the leader
 	tooFar      bool
+	leaderGone  bool // the leader said it is leaving
 	peers       []followerInfo // the group's followers, from heartbeats
 	snapIndex   uint64
 	left        bool
-	followingLS string // version of leader_state.json we joined under
+	following   uint64 // the term of the leader we follow
 }
 
 func newNode(h *Host, group string, machines map[string]StateMachine, opts Options) (*Node, error) {
@@ -233,13 +235,13 @@ func (n *Node) joinOnce() error {
 	if err := n.follow(ls); err != nil {
 		n.log.Info("cannot follow the leader", "leader", ls.LeaderID, "addr", ls.LeaderAddr, "err", err)
 		var nl *NotLeaderError
-		if errors.As(err, &nl) {
-			return nil // leader_state.json moved on; read it again
+		if errors.As(err, &nl) && nl.Term > ls.Term {
+			return nil // a newer leader exists; read leader_state.json again
 		}
-		return n.checkAndAttempt(version)
+		return n.checkAndAttempt(ls.Term)
 	}
 	n.mu.Lock()
-	n.followingLS = version
+	n.following = ls.Term
 	n.setStateLocked(Joined, Follower)
 	n.mu.Unlock()
 	n.log.Info("following", "leader", ls.LeaderID, "term", ls.Term)
@@ -258,25 +260,31 @@ func (n *Node) watchLeader() error {
 			return nil
 		case <-n.heard:
 			n.mu.Lock()
-			tooFar, role := n.tooFar, n.role
+			tooFar, role, gone, term := n.tooFar, n.role, n.leaderGone, n.following
+			n.leaderGone = false
 			n.mu.Unlock()
+			if gone {
+				n.log.Info("the leader is leaving; checking the store")
+				return n.checkAndAttempt(term)
+			}
 			if tooFar || role != Follower {
 				return nil
 			}
 			t.Reset(limit)
 		case <-t.C:
 			n.mu.Lock()
-			version := n.followingLS
+			term := n.following
 			n.mu.Unlock()
 			n.log.Warn("missed heartbeats from the leader", "missed", n.opts.MaxMissedHeartbeats)
-			return n.checkAndAttempt(version)
+			return n.checkAndAttempt(term)
 		}
 	}
 }
 
 // checkAndAttempt is S2C's LeaderState check: if leader_state.json still
-// has the version we saw, wait for our rank and attempt leadership.
-func (n *Node) checkAndAttempt(seen string) error {
+// names the leader of the term we gave up on, wait for our rank and attempt
+// leadership over the version we read.
+func (n *Node) checkAndAttempt(term uint64) error {
 	rank := n.rank()
 	delay := time.Duration(rank)*n.opts.LeadershipDelay + store.Jitter(n.opts.LeadershipDelay/4, 1)
 	if sleepCtx(n.ctx, delay) != nil {
@@ -286,7 +294,7 @@ func (n *Node) checkAndAttempt(seen string) error {
 	if err != nil {
 		return err
 	}
-	if version != seen {
+	if ls.Term != term {
 		n.observeLeader(ls)
 		return nil
 	}
@@ -522,6 +530,9 @@ func (n *Node) handleSynchronize(req *rsmpb.SynchronizeRequest) *rsmpb.Synchroni
 	if req.TooFarBehind {
 		n.tooFar = true
 	}
+	if req.Leaving {
+		n.leaderGone = true
+	}
 	n.peers = n.peers[:0]
 	for _, f := range req.Followers {
 		n.peers = append(n.peers, followerInfo{ID: f.Id, Addr: f.Addr, ApplyIndex: f.ApplyIndex})
@@ -604,8 +615,28 @@ func (n *Node) Leave(ctx context.Context) error {
 	n.host.removeGroup(n)
 	if l != nil {
 		// Let the followers take over without waiting for missed
-		// heartbeats: leader_state.json names no live leader.
-		n.log.Info("left the group as leader")
+		// heartbeats. Best effort: they fall back to the heartbeat timeout.
+		l.mu.Lock()
+		followers := slices.Clone(l.ls.Followers)
+		l.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, f := range followers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				c, err := n.host.client(cctx, f.Addr, n.group)
+				if err == nil {
+					_, err = c.Synchronize(cctx, &rsmpb.SynchronizeRequest{Group: n.group, Term: l.term, LeaderId: n.host.cfg.ID, Leaving: true})
+				}
+				if err != nil {
+					n.log.Debug("could not tell a follower we leave", "follower", f.ID, "err", err)
+				}
+			}()
+		}
+		wg.Wait()
+		n.log.Info("left the group as leader", "term", l.term)
 	}
 	return nil
 }

@@ -69,3 +69,54 @@ func TestThreeNodesCommandReadFailover(t *testing.T) {
 	waitLeader(t, rest...)
 	t.Logf("statuses: %+v %+v", rest[0].Status(), rest[1].Status())
 }
+
+// A leader that leaves tells its followers, who take over at once instead
+// of waiting for missed heartbeats (here an hour's worth).
+func TestLeaderLeaveHandsOver(t *testing.T) {
+	st := store.New(memstore.New())
+	opts := fastOptions()
+	opts.HeartbeatInterval = time.Hour
+	opts.RequestTimeout = 2 * time.Hour
+	var nodes []*rsm.Node
+	for _, id := range []string{"a", "b", "c"} {
+		h := startHost(t, st, id)
+		n, err := h.Join(t.Context(), "g", map[string]rsm.StateMachine{"counter": &counter{}}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	leader := waitLeader(t, nodes...)
+	// Wait until both followers have joined, so both hear the leave.
+	deadline := time.Now().Add(20 * time.Second)
+	for len(leader.Status().Followers) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("followers did not register: %+v", leader.Status())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := leader.Command(ctxT(t, 10*time.Second), "counter", nil); err != nil {
+		t.Fatal(err)
+	}
+	term := leader.Status().Term
+	if err := leader.Leave(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var rest []*rsm.Node
+	for _, n := range nodes {
+		if n != leader {
+			rest = append(rest, n)
+		}
+	}
+	next := waitLeader(t, rest...)
+	if got := next.Status().Term; got <= term {
+		t.Fatalf("new leader's term %d, want above %d", got, term)
+	}
+	res, err := next.Command(ctxT(t, 10*time.Second), "counter", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := decodeCount(t, res); got != 2 {
+		t.Fatalf("count %d after handover, want 2", got)
+	}
+}

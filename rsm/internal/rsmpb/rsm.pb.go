@@ -900,7 +900,10 @@ type SynchronizeRequest struct {
 	Followers   []*FollowerInfo        `protobuf:"bytes,6,rep,name=followers,proto3" json:"followers,omitempty"`
 	// too_far_behind: the entries the follower needs were truncated; it must
 	// catch up from the store's snapshot and follow again.
-	TooFarBehind  bool `protobuf:"varint,7,opt,name=too_far_behind,json=tooFarBehind,proto3" json:"too_far_behind,omitempty"`
+	TooFarBehind bool `protobuf:"varint,7,opt,name=too_far_behind,json=tooFarBehind,proto3" json:"too_far_behind,omitempty"`
+	// leaving: the leader is leaving the group; followers attempt leadership
+	// now instead of waiting for missed heartbeats.
+	Leaving       bool `protobuf:"varint,8,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -980,6 +983,13 @@ func (x *SynchronizeRequest) GetFollowers() []*FollowerInfo {
 func (x *SynchronizeRequest) GetTooFarBehind() bool {
 	if x != nil {
 		return x.TooFarBehind
+	}
+	return false
+}
+
+func (x *SynchronizeRequest) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
 	}
 	return false
 }
@@ -1311,7 +1321,7 @@ const file_rsm_proto_rawDesc = "" +
 	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x05 \x01(\tR\n" +
 	"leaderAddr\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"\x8f\x02\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"\xa9\x02\n" +
 	"\x12SynchronizeRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x1b\n" +
@@ -1319,7 +1329,8 @@ const file_rsm_proto_rawDesc = "" +
 	"\aentries\x18\x04 \x03(\v2\x14.tenure.rsm.v1.EntryR\aentries\x12!\n" +
 	"\fcommit_index\x18\x05 \x01(\x04R\vcommitIndex\x129\n" +
 	"\tfollowers\x18\x06 \x03(\v2\x1b.tenure.rsm.v1.FollowerInfoR\tfollowers\x12$\n" +
-	"\x0etoo_far_behind\x18\a \x01(\bR\ftooFarBehind\"\xa6\x01\n" +
+	"\x0etoo_far_behind\x18\a \x01(\bR\ftooFarBehind\x12\x18\n" +
+	"\aleaving\x18\b \x01(\bR\aleaving\"\xa6\x01\n" +
 	"\x13SynchronizeResponse\x12-\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x15.tenure.rsm.v1.StatusR\x06status\x12\x1f\n" +
 	"\vapply_index\x18\x02 \x01(\x04R\n" +
