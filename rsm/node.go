@@ -37,21 +37,21 @@ type Node struct {
 	seq    uint64
 	fwd    *forwarder
 
-	mu          sync.Mutex
-	state       State
-	role        Role
-	term        uint64
-	leaderID    string
-	leaderAddr  string
-	leader      *leaderRun
-	joined      chan struct{} // closed while Joined
-	heard       chan struct{} // a heartbeat from the leader
-	tooFar      bool
-	leaderGone  bool // the leader said it is leaving
-	peers       []followerInfo // the group's followers, from heartbeats
-	snapIndex   uint64
-	left        bool
-	following   uint64 // the term of the leader we follow
+	mu         sync.Mutex
+	state      State
+	role       Role
+	term       uint64
+	leaderID   string
+	leaderAddr string
+	leader     *leaderRun
+	joined     chan struct{} // closed while Joined
+	heard      chan struct{} // a heartbeat from the leader
+	tooFar     bool
+	leaderGone bool           // the leader said it is leaving
+	peers      []followerInfo // the group's followers, from heartbeats
+	snapIndex  uint64
+	left       bool
+	following  uint64 // the term of the leader we follow
 }
 
 func newNode(h *Host, group string, machines map[string]StateMachine, opts Options) (*Node, error) {
