@@ -85,7 +85,8 @@ func (r *replica) applyCommand(c *rsmpb.Command, index uint64) result {
 		return result{status: rsmpb.Status_REQUEST_OUT_OF_SEQUENCE}
 	}
 	if rec == nil {
-		rec = &rsmpb.ClientRecord{Client: c.Client}
+		// LastUsed before evict: the newcomer is the most recent user.
+		rec = &rsmpb.ClientRecord{Client: c.Client, LastUsed: index}
 		r.clients[c.Client] = rec
 		r.evict()
 	}

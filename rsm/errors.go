@@ -18,8 +18,11 @@ var (
 	// client replaced it). The command is not applied again.
 	ErrApplicationResultUnavailable = errors.New("rsm: command applied, result unavailable")
 	// ErrUnknownOutcome: the request timed out or was cancelled after it
-	// may have been committed. Retrying a command through the same node is
-	// safe (exactly once); its outcome is settled by a later read.
+	// may have been committed. The node retried it under its sequence
+	// number until then, so it is applied at most once; calling Command
+	// again submits a new command, which may apply in addition. Settle the
+	// outcome with a read (or make the command idempotent, e.g. a
+	// compare-and-swap).
 	ErrUnknownOutcome = errors.New("rsm: outcome unknown")
 	// ErrNotCommitted: the command was definitely not applied.
 	ErrNotCommitted = errors.New("rsm: not committed")

@@ -115,6 +115,7 @@ func (l *leaderRun) takeover() error {
 		}
 		snapEnd, snapVersion, err := n.catchUp(l.ctx)
 		if err != nil {
+			n.noteCorrupt(err)
 			n.log.Warn("takeover: catch-up failed", "term", l.term, "err", describe(err))
 			continue
 		}
@@ -418,6 +419,7 @@ func (l *leaderRun) orderer() {
 		e := s.entry
 		switch {
 		case s.err != nil:
+			n.noteCorrupt(s.err)
 			n.m.logAppendFail.WithLabelValues(n.group, "unknown").Inc()
 			n.log.Warn("log write outcome unknown; stepping down", "index", e.Index, "err", s.err)
 			l.depose(fmt.Errorf("%w: the write of index %d has an unknown outcome: %v", errDeposed, e.Index, s.err))

@@ -193,6 +193,9 @@ func (n *Node) run() {
 		if n.ctx.Err() != nil {
 			return
 		}
+		if time.Since(start) > n.opts.HeartbeatInterval {
+			attempt = 0 // it was joined a while: start the backoff afresh
+		}
 		if err != nil {
 			attempt++
 			n.noteCorrupt(err)
@@ -202,7 +205,6 @@ func (n *Node) run() {
 			}
 			continue
 		}
-		attempt = 0
 		n.m.join.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
 	}
 }
@@ -730,6 +732,10 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 		return nil, ErrClosed
 	}
 	if maybeApplied {
+		// This sequence number may never reach the group, and the group
+		// applies a client's commands only in order: later commands go
+		// under a new identity so they are not held behind it.
+		n.rotateClient(req.Client)
 		return nil, fmt.Errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
 	}
 	return nil, fmt.Errorf("%w: %w", ErrNotCommitted, ctx.Err())

@@ -1,0 +1,593 @@
+package rsm_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenure-io/tenure/rsm"
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/memstore"
+)
+
+// Corrupt objects in the store are reported, never applied, and do not make
+// a node crash or hammer the store (DESIGN.md section 4). These tests write
+// damaged objects straight into a memstore under running or starting nodes.
+
+const corruptGroup = "g"
+
+func logKeyOf(index uint64) string { return fmt.Sprintf("%s/log/%020d", corruptGroup, index) }
+
+const (
+	snapshotKeyOf    = corruptGroup + "/snapshot"
+	leaderStateKeyOf = corruptGroup + "/leader_state.json"
+)
+
+// callLog records the store calls that reached the driver, per key.
+type callLog struct {
+	mu   sync.Mutex
+	gets map[string][]time.Time
+	puts map[string]int
+}
+
+func (c *callLog) observe(call store.Call) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch call.Op {
+	case "get":
+		c.gets[call.Key] = append(c.gets[call.Key], time.Now())
+	case "put":
+		c.puts[call.Key]++
+	}
+}
+
+func (c *callLog) getTimes(key string) []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Time(nil), c.gets[key]...)
+}
+
+func (c *callLog) putCount(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.puts[key]
+}
+
+// newCluster returns a memstore and the test's own, unobserved, view of it.
+func newCluster() (*memstore.Store, *store.Store) {
+	mem := memstore.New()
+	return mem, store.New(mem)
+}
+
+// logRecorder keeps a host's log lines, to check what was reported.
+type logRecorder struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (r *logRecorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.b.Write(p)
+}
+
+func (r *logRecorder) contains(s string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Contains(r.b.String(), s)
+}
+
+type corruptHost struct {
+	h     *rsm.Host
+	reg   *prometheus.Registry
+	log   *logRecorder
+	calls *callLog // the host's own store calls
+}
+
+// startCorruptHost starts a host on mem through a store of its own that
+// records its calls, with its own metrics registry and a log recorder.
+func startCorruptHost(t *testing.T, mem *memstore.Store, id string) *corruptHost {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := &corruptHost{reg: prometheus.NewRegistry(), log: &logRecorder{},
+		calls: &callLog{gets: map[string][]time.Time{}, puts: map[string]int{}}}
+	st := store.New(mem, store.WithObserver(ch.calls.observe))
+	logger := slog.New(slog.NewTextHandler(ch.log, &slog.HandlerOptions{Level: slog.LevelDebug})).With("id", id)
+	ch.h, err = rsm.NewHost(t.Context(), st, rsm.HostConfig{ID: id, Addr: lis.Addr().String(), Listener: lis, Logger: logger, Registerer: ch.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.h.Close() })
+	return ch
+}
+
+func (ch *corruptHost) join(t *testing.T, opts rsm.Options) *rsm.Node {
+	t.Helper()
+	n, err := ch.h.Join(t.Context(), corruptGroup, map[string]rsm.StateMachine{"counter": &counter{}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// corruptCount reads tenure_rsm_corrupt_objects_total{object=kind}.
+func (ch *corruptHost) corruptCount(t *testing.T, kind string) float64 {
+	t.Helper()
+	mfs, err := ch.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != "tenure_rsm_corrupt_objects_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "object" && l.GetValue() == kind {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// handled reads tenure_rsm_handled_requests_total for commands with the
+// given outcome.
+func (ch *corruptHost) handled(t *testing.T, outcome string) float64 {
+	t.Helper()
+	mfs, err := ch.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != "tenure_rsm_handled_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == outcome {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// poll calls check every few milliseconds until done reports true; it fails
+// the test after 20 s. check may fail the test itself: it sees every state
+// the node passes through while polling.
+func poll(t *testing.T, what string, check func() (done bool)) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !check() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// corruptOptions: fastOptions with a base retry delay long enough that a
+// loop without backoff stands out against one with it.
+func corruptOptions() rsm.Options {
+	o := fastOptions()
+	o.Retry.BaseDelay = 20 * time.Millisecond
+	return o
+}
+
+// assertBackoff fails if the host's reads of key, from the from-th on, came
+// faster than a retry loop with backoff allows: each retry sleeps at least
+// BaseDelay less 20% jitter, so n reads span at least n-2 such sleeps (the
+// first retry may follow at once). Slowness cannot fail it.
+func (ch *corruptHost) assertBackoff(t *testing.T, key string, from int, o rsm.Options) {
+	t.Helper()
+	ts := ch.calls.getTimes(key)[from:]
+	if len(ts) < 3 {
+		t.Fatalf("%d reads of %s: too few to judge", len(ts), key)
+	}
+	span := ts[len(ts)-1].Sub(ts[1])
+	if floor := time.Duration(len(ts)-2) * o.Retry.BaseDelay / 2; span < floor {
+		t.Fatalf("%d reads of %s within %v (floor %v): a retry loop without backoff", len(ts), key, span, floor)
+	}
+}
+
+func (ch *corruptHost) reads(key string) int { return len(ch.calls.getTimes(key)) }
+
+// replaceRaw overwrites an existing object, as bit rot or a careless
+// operator would.
+func replaceRaw(t *testing.T, st *store.Store, key string, data []byte) {
+	t.Helper()
+	_, version, err := st.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	if _, err := st.Put(t.Context(), key, data, store.IfMatch(version)); err != nil {
+		t.Fatalf("replace %s: %v", key, err)
+	}
+}
+
+func getRaw(t *testing.T, st *store.Store, key string) []byte {
+	t.Helper()
+	b, _, err := st.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	return b
+}
+
+func command(t *testing.T, n *rsm.Node, want uint64) {
+	t.Helper()
+	res, err := n.Command(ctxT(t, 10*time.Second), "counter", nil)
+	if err != nil {
+		t.Fatalf("command: %v", err)
+	}
+	if got := decodeCount(t, res); got != want {
+		t.Fatalf("command returned count %d, want %d", got, want)
+	}
+}
+
+var garbage = []byte("this is not a log entry, a snapshot or a leader state")
+
+// putGarbageAtNextSlot commits count commands through leader n, then puts
+// garbage in the slot it writes next and returns that slot's index.
+func putGarbageAtNextSlot(t *testing.T, st *store.Store, n *rsm.Node, count uint64) uint64 {
+	t.Helper()
+	for i := uint64(1); i <= count; i++ {
+		command(t, n, i)
+	}
+	next := n.Status().ApplyIndex + 1
+	if _, err := st.Put(t.Context(), logKeyOf(next), garbage, store.IfAbsent()); err != nil {
+		t.Fatalf("the next slot %d is taken: %v", next, err)
+	}
+	return next
+}
+
+// TestCorruptEntryAtNextSlot: garbage lands in the slot a running leader
+// writes next. The leader must apply nothing from the slot on, report the
+// object and retry with backoff, never replacing it; its command stays
+// pending. Once the object is deleted it recovers and the pending command
+// is applied once.
+func TestCorruptEntryAtNextSlot(t *testing.T) {
+	mem, st := newCluster()
+	opts := corruptOptions()
+	a := startCorruptHost(t, mem, "a")
+	n := a.join(t, opts)
+	waitLeader(t, n)
+	badIndex := putGarbageAtNextSlot(t, st, n, 3)
+	bad := logKeyOf(badIndex)
+
+	type outcome struct {
+		res []byte
+		err error
+	}
+	pending := make(chan outcome, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		res, err := n.Command(ctx, "counter", nil)
+		pending <- outcome{res, err}
+	}()
+	poll(t, "ten reads of the corrupt entry", func() bool {
+		if s := n.Status(); s.ApplyIndex >= badIndex {
+			t.Fatalf("applied index %d, at or past the corrupt entry at %d", s.ApplyIndex, badIndex)
+		}
+		select {
+		case o := <-pending:
+			t.Fatalf("command completed over a corrupt slot: %x, %v", o.res, o.err)
+		default:
+		}
+		return a.reads(bad) >= 10
+	})
+	if got := getRaw(t, st, bad); !bytes.Equal(got, garbage) {
+		t.Fatalf("the corrupt object was replaced by %q", got)
+	}
+	a.assertBackoff(t, bad, 0, opts)
+	if !a.log.contains(bad) {
+		t.Fatalf("the corrupt object %s was never reported in the log", bad)
+	}
+
+	// The operator deletes the object: the leader seals the slot and
+	// applies the pending command, once.
+	if err := st.Delete(t.Context(), bad, store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	o := <-pending
+	if o.err != nil {
+		t.Fatalf("pending command after the cleanup: %v", o.err)
+	}
+	if got := decodeCount(t, o.res); got != 4 {
+		t.Fatalf("pending command returned count %d, want 4", got)
+	}
+	command(t, n, 5)
+	res, err := n.Read(ctxT(t, 10*time.Second), "counter", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := decodeCount(t, res); got != 5 {
+		t.Fatalf("read %d after recovery, want 5", got)
+	}
+}
+
+// TestCorruptEntryFailsCommandsAndReads: while the slot holds garbage, a
+// command's outcome is unknown and a read is refused: neither answers
+// from the state past it.
+func TestCorruptEntryFailsCommandsAndReads(t *testing.T) {
+	mem, st := newCluster()
+	a := startCorruptHost(t, mem, "a")
+	n := a.join(t, corruptOptions())
+	waitLeader(t, n)
+	badIndex := putGarbageAtNextSlot(t, st, n, 2)
+	_, err := n.Command(ctxT(t, time.Second), "counter", nil)
+	if !errors.Is(err, rsm.ErrUnknownOutcome) {
+		t.Fatalf("command over a corrupt slot: %v, want ErrUnknownOutcome", err)
+	}
+	if res, err := n.Read(ctxT(t, 500*time.Millisecond), "counter", nil); err == nil {
+		t.Fatalf("read answered %x while the leader cannot take over", res)
+	}
+	if s := n.Status(); s.ApplyIndex >= badIndex || s.State == "JOINED" {
+		t.Fatalf("status %+v with a corrupt entry at %d", s, badIndex)
+	}
+}
+
+// TestCorruptEntryMetric: a corrupt entry met by a leader's write and
+// takeover is counted in tenure_rsm_corrupt_objects_total.
+func TestCorruptEntryMetric(t *testing.T) {
+	mem, st := newCluster()
+	a := startCorruptHost(t, mem, "a")
+	n := a.join(t, corruptOptions())
+	waitLeader(t, n)
+	bad := logKeyOf(putGarbageAtNextSlot(t, st, n, 1))
+	_, _ = n.Command(ctxT(t, time.Second), "counter", nil)
+	poll(t, "five reads of the corrupt entry", func() bool { return a.reads(bad) >= 5 })
+	if got := a.corruptCount(t, "log"); got == 0 {
+		t.Fatalf("tenure_rsm_corrupt_objects_total{object=\"log\"} is %v after %d reads of %s", got, a.reads(bad), bad)
+	}
+}
+
+// TestCommandAfterUnknownOutcome: a command that timed out without reaching
+// the log must not block the node's later commands. ErrUnknownOutcome
+// says a retry through the same node is safe.
+func TestCommandAfterUnknownOutcome(t *testing.T) {
+	mem, st := newCluster()
+	a := startCorruptHost(t, mem, "a")
+	n := a.join(t, corruptOptions())
+	waitLeader(t, n)
+	bad := logKeyOf(putGarbageAtNextSlot(t, st, n, 2))
+	if _, err := n.Command(ctxT(t, time.Second), "counter", nil); !errors.Is(err, rsm.ErrUnknownOutcome) {
+		t.Fatalf("command over a corrupt slot: %v, want ErrUnknownOutcome", err)
+	}
+	if err := st.Delete(t.Context(), bad, store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, n)
+	res, err := n.Command(ctxT(t, 10*time.Second), "counter", nil)
+	if err != nil {
+		t.Fatalf("command after the cleanup: %v (%v refused as out of sequence)", err, a.handled(t, "REQUEST_OUT_OF_SEQUENCE"))
+	}
+	if got := decodeCount(t, res); got != 3 {
+		t.Fatalf("count %d, want 3: the timed-out command never reached the log", got)
+	}
+}
+
+// TestCorruptCommittedEntryBeforeCatchUp: a committed entry is damaged
+// while no node runs; a node starting on the group must stop before it.
+func TestCorruptCommittedEntryBeforeCatchUp(t *testing.T) {
+	mem, st := newCluster()
+	opts := corruptOptions()
+	a := startCorruptHost(t, mem, "a")
+	na := a.join(t, opts)
+	waitLeader(t, na)
+	for i := uint64(1); i <= 5; i++ {
+		command(t, na, i)
+	}
+	last := na.Status().ApplyIndex
+	if err := a.h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	const badIndex = 3
+	if last <= badIndex {
+		t.Fatalf("only %d entries written", last)
+	}
+	bad := logKeyOf(badIndex)
+	orig := getRaw(t, st, bad)
+	damaged := bytes.Clone(orig)
+	damaged[len(damaged)-1] ^= 1
+	replaceRaw(t, st, bad, damaged)
+
+	b := startCorruptHost(t, mem, "b")
+	nb := b.join(t, opts)
+	poll(t, "five reads of the corrupt entry", func() bool {
+		if s := nb.Status(); s.ApplyIndex >= badIndex || s.State == "JOINED" {
+			t.Fatalf("node b reached %+v past a corrupt entry at %d", s, badIndex)
+		}
+		return b.reads(bad) >= 5
+	})
+	if _, err := nb.Read(ctxT(t, 500*time.Millisecond), "counter", nil); err == nil {
+		t.Fatal("a read answered from a log with a corrupt entry")
+	}
+	if got := getRaw(t, st, bad); !bytes.Equal(got, damaged) {
+		t.Fatalf("the corrupt entry was replaced")
+	}
+	if s := nb.Status(); s.ApplyIndex >= badIndex {
+		t.Fatalf("node b applied up to %d, past the corrupt entry at %d", s.ApplyIndex, badIndex)
+	}
+	b.assertBackoff(t, bad, 0, opts)
+	if !b.log.contains(bad) {
+		t.Fatalf("the corrupt entry %s was never reported in the log", bad)
+	}
+}
+
+// TestCorruptSnapshotFreshNode: the snapshot is damaged under a running
+// leader; a fresh node that must load it reports it and applies nothing.
+func TestCorruptSnapshotFreshNode(t *testing.T) {
+	mem, st := newCluster()
+	opts := corruptOptions()
+	a := startCorruptHost(t, mem, "a")
+	na := a.join(t, opts)
+	waitLeader(t, na)
+	var count uint64
+	for na.Status().SnapshotIndex == 0 {
+		count++
+		command(t, na, count)
+		if count > 10*uint64(opts.SnapshotThreshold) {
+			t.Fatalf("no snapshot after %d commands", count)
+		}
+	}
+	orig := getRaw(t, st, snapshotKeyOf)
+	damaged := bytes.Clone(orig)
+	damaged[len(damaged)/2] ^= 0x10
+	replaceRaw(t, st, snapshotKeyOf, damaged)
+	puts := a.calls.putCount(snapshotKeyOf)
+
+	b := startCorruptHost(t, mem, "b")
+	nb := b.join(t, opts)
+	poll(t, "three reports of the corrupt snapshot", func() bool {
+		if s := nb.Status(); s.ApplyIndex != 0 || s.SnapshotIndex != 0 {
+			t.Fatalf("node b loaded state from a corrupt snapshot: %+v", s)
+		}
+		return b.corruptCount(t, "snapshot") >= 3
+	})
+	if got := getRaw(t, st, snapshotKeyOf); !bytes.Equal(got, damaged) {
+		t.Fatal("the corrupt snapshot was replaced")
+	}
+	if !b.log.contains("corrupt object") {
+		t.Fatal("node b never logged the corrupt snapshot")
+	}
+	b.assertBackoff(t, snapshotKeyOf, 0, opts)
+	if got := a.calls.putCount(snapshotKeyOf) + b.calls.putCount(snapshotKeyOf); got != puts {
+		t.Fatalf("%d writes of the snapshot after it was damaged", got-puts)
+	}
+	// The leader, which holds the state in memory, still answers correctly.
+	count++
+	command(t, na, count)
+	if s := nb.Status(); s.ApplyIndex != 0 || s.SnapshotIndex != 0 {
+		t.Fatalf("node b loaded state from a corrupt snapshot: %+v", s)
+	}
+}
+
+// editLeaderState changes the leader's address in leader_state.json and
+// keeps the old checksum: well-formed JSON that fails its check.
+func editLeaderState(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["leaderAddr"] = "127.0.0.1:1"
+	out, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestCorruptLeaderStateOnStart: nodes starting on a corrupt
+// leader_state.json report it at every join attempt, never join, and
+// never overwrite it.
+func TestCorruptLeaderStateOnStart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*testing.T, []byte) []byte
+	}{
+		{"garbage", func(*testing.T, []byte) []byte { return garbage }},
+		{"field changed, old checksum", editLeaderState},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem, st := newCluster()
+			opts := corruptOptions()
+			a := startCorruptHost(t, mem, "a")
+			na := a.join(t, opts)
+			waitLeader(t, na)
+			command(t, na, 1)
+			if err := a.h.Close(); err != nil {
+				t.Fatal(err)
+			}
+			damaged := tc.edit(t, getRaw(t, st, leaderStateKeyOf))
+			replaceRaw(t, st, leaderStateKeyOf, damaged)
+
+			hosts := []*corruptHost{startCorruptHost(t, mem, "a"), startCorruptHost(t, mem, "b")}
+			var nodes []*rsm.Node
+			for _, h := range hosts {
+				n := h.join(t, opts)
+				nodes = append(nodes, n)
+			}
+			poll(t, "five failed join attempts on each node", func() bool {
+				done := true
+				for i, h := range hosts {
+					if s := nodes[i].Status(); s.State != "JOINING" {
+						t.Fatalf("node %d joined over a corrupt leader_state.json: %+v", i, s)
+					}
+					done = done && h.corruptCount(t, "leader_state") >= 5
+				}
+				return done
+			})
+			for i, h := range hosts {
+				if got := h.calls.putCount(leaderStateKeyOf); got != 0 {
+					t.Fatalf("node %d wrote leader_state.json %d times after it was damaged", i, got)
+				}
+			}
+			if got := getRaw(t, st, leaderStateKeyOf); !bytes.Equal(got, damaged) {
+				t.Fatalf("leader_state.json was overwritten with %s", got)
+			}
+			_, err := nodes[0].Command(ctxT(t, 300*time.Millisecond), "counter", nil)
+			if !errors.Is(err, rsm.ErrNotCommitted) {
+				t.Fatalf("command without a leader: %v, want ErrNotCommitted", err)
+			}
+			for _, h := range hosts {
+				h.assertBackoff(t, leaderStateKeyOf, 0, opts)
+			}
+		})
+	}
+}
+
+// TestCorruptLeaderStateUnderLeader: leader_state.json is damaged under a
+// running leader. Its next confirmation read fails: the command's outcome
+// is unknown, nothing is acknowledged, and the leader does not overwrite
+// the object.
+func TestCorruptLeaderStateUnderLeader(t *testing.T) {
+	mem, st := newCluster()
+	opts := corruptOptions()
+	a := startCorruptHost(t, mem, "a")
+	na := a.join(t, opts)
+	waitLeader(t, na)
+	command(t, na, 1)
+	damaged := editLeaderState(t, getRaw(t, st, leaderStateKeyOf))
+	replaceRaw(t, st, leaderStateKeyOf, damaged)
+	puts := a.calls.putCount(leaderStateKeyOf)
+	reads := a.reads(leaderStateKeyOf)
+
+	_, err := na.Command(ctxT(t, time.Second), "counter", nil)
+	if !errors.Is(err, rsm.ErrUnknownOutcome) {
+		t.Fatalf("command under a corrupt leader_state.json: %v, want ErrUnknownOutcome", err)
+	}
+	if _, err := na.Read(ctxT(t, 500*time.Millisecond), "counter", nil); err == nil {
+		t.Fatal("a read was answered without confirming the term")
+	}
+	poll(t, "five reports of the corrupt leader_state.json", func() bool {
+		return a.corruptCount(t, "leader_state") >= 5
+	})
+	if got := a.calls.putCount(leaderStateKeyOf); got != puts {
+		t.Fatalf("%d writes of leader_state.json after it was damaged", got-puts)
+	}
+	if got := getRaw(t, st, leaderStateKeyOf); !bytes.Equal(got, damaged) {
+		t.Fatalf("leader_state.json was overwritten with %s", got)
+	}
+	a.assertBackoff(t, leaderStateKeyOf, reads, opts)
+}
