@@ -30,15 +30,21 @@ var demoTimings = election.Config{
 }
 
 func runDemo(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "demo", "demo [--store URL] [--verbose]")
+	fs := newFlags(e, "demo", "demo [--store URL] [--verbose] [--kv=false] [--kv-writes N]")
 	storeURL := fs.String("store", "", "store to run on (default: a new temporary directory, file://)")
 	verbose := fs.Bool("verbose", false, "print the members' logs")
+	withKV := fs.Bool("kv", true, "then run the replicated key-value part: a leader killed mid-write, a cold restart")
+	kvWrites := fs.Int("kv-writes", 100, "keys the key-value part writes before the leader is killed (half as many after)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 0 {
 		fs.Usage()
+		return errUsage
+	}
+	if *kvWrites < 2 {
+		fmt.Fprintf(e.stderr, "tenure demo: --kv-writes must be at least 2, got %d\n", *kvWrites)
 		return errUsage
 	}
 	if *storeURL == "" {
@@ -54,7 +60,10 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		logOut = e.stderr
 	}
 	d := &demo{out: e.stdout, start: time.Now(), log: slog.New(slog.NewTextHandler(logOut, nil))}
-	return d.run(ctx, *storeURL)
+	if err := d.run(ctx, *storeURL); err != nil || !*withKV {
+		return err
+	}
+	return d.runKV(ctx, *storeURL, *kvWrites)
 }
 
 type demo struct {

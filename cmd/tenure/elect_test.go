@@ -185,7 +185,7 @@ func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the demo takes several seconds")
 	}
-	code, out, errs := runCmd(t, "demo")
+	code, out, errs := runCmd(t, "demo", "--kv=false") // TestDemoKV runs the key-value part
 	if code != 0 {
 		t.Fatalf("demo exited %d:\n%s\n%s", code, out, errs)
 	}

@@ -27,6 +27,7 @@ type command struct {
 // env is what a command writes to, so tests can capture it.
 type env struct {
 	stdout, stderr io.Writer
+	stdin          io.Reader // nil: os.Stdin
 }
 
 // errUsage means the arguments were wrong; the usage was already printed.
@@ -37,6 +38,7 @@ func commands() []command {
 		{"bench", "measure failover, handover and store cost: tenure bench election|shards", runBench},
 		{"demo", "three members elect a leader on a local directory: failover and handover, measured", runDemo},
 		{"elect", "take part in an election: peer endpoint, /metrics, /healthz; SIGTERM releases", runElect},
+		{"kv", "a replicated key-value store on shared storage: tenure kv serve|get|put|del|cas|list|status", runKV},
 		{"run", "run a command only while this member leads: tenure run --lock URL -- CMD ARGS", runRun},
 		{"shards", "run a member of a shard group and show which shards it leads", runShards},
 		{"status", "show the leader, term and age of a lock: tenure status LOCK_URL", runStatus},

@@ -1,0 +1,72 @@
+// Package kv is the key-value state machine bundled with rsm, its typed
+// client and its HTTP API (served by tenure kv).
+//
+// # Usage
+//
+//	m := kv.New()
+//	node, err := host.Join(ctx, "config", map[string]rsm.StateMachine{kv.MachineName: m}, rsm.Options{})
+//	c := kv.NewClient(node)
+//	rev, err := c.Put(ctx, "feature/x", []byte("on"))
+//	ok, cur, err := c.CAS(ctx, "feature/x", rev, []byte("off")) // swaps only at revision rev
+//	item, err := c.Get(ctx, "feature/x")                      // linearizable; ErrNotFound if absent
+//	page, err := c.List(ctx, "feature/", kv.ListOptions{Limit: 100})
+//	http.ListenAndServe(addr, kv.Handler(c))
+//
+// # Data model
+//
+// Keys are non-empty UTF-8 strings of at most MaxKeySize (4096) bytes;
+// values are any bytes (bounded by the group's MaxMessageSize, and by
+// HandlerOptions.MaxValueSize over HTTP). As in etcd, one revision counter
+// counts the machine's successful mutations: every put, delete of an
+// existing key and successful compare-and-swap increments it, and each key
+// records the revision that created it (CreateRevision) and the one that
+// last changed it (ModRevision). CAS compares the key's ModRevision; 0
+// means the key must not exist. A failed CAS changes nothing.
+//
+// # Encoding
+//
+// Commands, queries and results are compact binary messages: a type byte,
+// then fields in a fixed order, integers as unsigned varints, strings and
+// values prefixed by their length as a varint, booleans as one byte 0 or
+// 1:
+//
+//	put     0x01 key value              result 0x21 revision
+//	delete  0x02 key                    result 0x22 existed revision
+//	cas     0x03 key expect value       result 0x23 swapped revision
+//	get     0x11 key                    result 0x31 found [value create mod]
+//	list    0x12 prefix after limit maxBytes keysOnly
+//	                                    result 0x32 count {key value create mod} more
+//	error result 0x2F code message      (1 malformed, 2 invalid key, 3 invalid argument)
+//
+// Every message has exactly one encoding: decoders refuse unknown type
+// bytes, truncation, trailing bytes, padded varints and booleans other than
+// 0 or 1. A command that does not decode is applied as a no-op whose result
+// is an error; Apply never panics. New operations get new type bytes; a
+// replica that does not know one answers with an error result, so every
+// replica of a group must run a build that knows every command its
+// clients send.
+//
+// Snapshots are "TKVS", a format version (1), the revision, the number of
+// keys, then each key with its value and revisions in key order, then a
+// CRC-32C of all that. Restore refuses other versions (ErrSnapshotVersion)
+// and anything that fails the checksum or the ordering and revision checks
+// (ErrCorruptSnapshot), leaving the state as it was.
+//
+// # Errors
+//
+// Client returns ErrNotFound for a missing key, ErrInvalidKey and
+// ErrInvalidArgument for requests it refuses before sending, and the
+// Submitter's errors wrapped once with the operation and key: with an
+// *rsm.Node, rsm.ErrUnknownOutcome means a write may or may not have been
+// applied (read the key to settle it), rsm.ErrApplicationResultUnavailable
+// that it was applied but its revision is lost.
+//
+// # What it does not guarantee
+//
+// The whole state lives in memory and every snapshot writes all of it: it
+// is meant for configuration, locks and metadata (thousands to a few
+// hundred thousand keys), not bulk data. Inserting a new key costs a copy
+// of the sorted key index's tail. There are no watches, leases (TTLs),
+// transactions over several keys or reads at past revisions. Exactly-once
+// writes are the rsm node's guarantee and carry its limits (see rsm).
+package kv

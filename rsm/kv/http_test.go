@@ -1,0 +1,242 @@
+package kv_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/tenure-io/tenure/rsm"
+	"github.com/tenure-io/tenure/rsm/kv"
+)
+
+func newServer(t *testing.T, d *direct, opts kv.HandlerOptions) *httptest.Server {
+	t.Helper()
+	h, err := kv.NewHandler(kv.NewClient(d), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// call sends one request and returns the status and the decoded JSON body.
+func call(t *testing.T, srv *httptest.Server, method, path, body string) (int, map[string]any, http.Header) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]any
+	if method != http.MethodHead {
+		if err := json.Unmarshal(data, &out); err != nil {
+			t.Fatalf("%s %s: body is not JSON: %v\n%s", method, path, err, data)
+		}
+	}
+	return resp.StatusCode, out, resp.Header
+}
+
+// TestHTTP runs one script of requests; each step sees the state the steps
+// before it left.
+func TestHTTP(t *testing.T) {
+	d := newDirect()
+	srv := newServer(t, d, kv.HandlerOptions{MaxValueSize: 16})
+	steps := []struct {
+		name, method, path, body string
+		status                   int
+		want                     map[string]any // fields the response must hold
+	}{
+		{"get of a missing key", "GET", "/v1/kv/a/b", "", 404, map[string]any{"code": "not_found", "key": "a/b"}},
+		{"put", "PUT", "/v1/kv/a/b", "hello", 200, map[string]any{"key": "a/b", "revision": 1.0}},
+		{"get, base64 by default", "GET", "/v1/kv/a/b", "", 200, map[string]any{"key": "a/b", "value": "aGVsbG8=", "revision": 1.0, "createRevision": 1.0}},
+		{"get as text", "GET", "/v1/kv/a/b?encoding=text", "", 200, map[string]any{"value": "hello"}},
+		{"an escaped slash is a slash", "GET", "/v1/kv/a%2Fb?encoding=text", "", 200, map[string]any{"key": "a/b", "value": "hello"}},
+		{"unknown encoding", "GET", "/v1/kv/a/b?encoding=hex", "", 400, map[string]any{"code": "bad_request"}},
+		{"overwrite", "PUT", "/v1/kv/a/b", "bye", 200, map[string]any{"revision": 2.0}},
+		{"overwrite keeps the create revision", "GET", "/v1/kv/a/b", "", 200, map[string]any{"revision": 2.0, "createRevision": 1.0}},
+		{"empty value", "PUT", "/v1/kv/empty", "", 200, map[string]any{"revision": 3.0}},
+		{"empty value read back", "GET", "/v1/kv/empty?encoding=text", "", 200, map[string]any{"value": ""}},
+		{"dots and double slashes are kept", "PUT", "/v1/kv/x//../y", "dots", 200, map[string]any{"key": "x//../y"}},
+		{"binary value", "PUT", "/v1/kv/bin", "\xff\xfe", 200, nil},
+		{"binary value as text", "GET", "/v1/kv/bin?encoding=text", "", 406, map[string]any{"code": "not_utf8"}},
+		{"empty key", "PUT", "/v1/kv/", "x", 400, map[string]any{"code": "bad_request"}},
+		{"empty key get", "GET", "/v1/kv/", "", 400, map[string]any{"code": "bad_request"}},
+		{"key too long", "GET", "/v1/kv/" + strings.Repeat("k", kv.MaxKeySize+1), "", 400, nil},
+		{"value too large", "PUT", "/v1/kv/big", strings.Repeat("v", 17), 413, map[string]any{"code": "too_large"}},
+		{"largest value", "PUT", "/v1/kv/big", strings.Repeat("v", 16), 200, nil},
+		{"cas at a stale revision", "POST", "/v1/cas", `{"key":"a/b","expectRevision":1,"value":"eA=="}`, 409,
+			map[string]any{"code": "revision_mismatch", "swapped": false, "revision": 2.0}},
+		{"cas", "POST", "/v1/cas", `{"key":"a/b","expectRevision":2,"value":"eA=="}`, 200, map[string]any{"swapped": true, "revision": 7.0}},
+		{"cas as text", "POST", "/v1/cas?encoding=text", `{"key":"a/b","expectRevision":7,"value":"text"}`, 200, map[string]any{"swapped": true, "revision": 8.0}},
+		{"cas read back", "GET", "/v1/kv/a/b?encoding=text", "", 200, map[string]any{"value": "text"}},
+		{"cas create", "POST", "/v1/cas", `{"key":"new","expectRevision":0,"value":""}`, 200, map[string]any{"swapped": true, "revision": 9.0}},
+		{"cas create of an existing key", "POST", "/v1/cas", `{"key":"new","expectRevision":0,"value":""}`, 409, map[string]any{"revision": 9.0}},
+		{"cas without expectRevision", "POST", "/v1/cas", `{"key":"new","value":""}`, 400, map[string]any{"code": "bad_request"}},
+		{"cas without value", "POST", "/v1/cas", `{"key":"new","expectRevision":0}`, 400, nil},
+		{"cas with a value that is not base64", "POST", "/v1/cas", `{"key":"new","expectRevision":0,"value":"!!"}`, 400, nil},
+		{"cas with an unknown field", "POST", "/v1/cas", `{"key":"new","expectRevison":0,"value":""}`, 400, nil},
+		{"cas with an empty key", "POST", "/v1/cas", `{"key":"","expectRevision":0,"value":""}`, 400, nil},
+		{"cas with a value too large", "POST", "/v1/cas?encoding=text", `{"key":"k","expectRevision":0,"value":"` + strings.Repeat("v", 17) + `"}`, 413, nil},
+		{"cas with a body too large", "POST", "/v1/cas", `{"key":"k","expectRevision":0,"value":"` + strings.Repeat("A", 30000) + `"}`, 413, nil},
+		{"cas with GET", "GET", "/v1/cas", "", 405, nil},
+		{"delete", "DELETE", "/v1/kv/new", "", 200, map[string]any{"deleted": true, "revision": 10.0}},
+		{"delete of a missing key", "DELETE", "/v1/kv/new", "", 404, map[string]any{"deleted": false, "revision": 10.0}},
+		{"list", "GET", "/v1/list?prefix=a/", "", 200, map[string]any{"more": false}},
+		{"list with a bad limit", "GET", "/v1/list?limit=0", "", 400, nil},
+		{"list with a limit too large", "GET", "/v1/list?limit=10001", "", 400, nil},
+		{"list with a bad keysOnly", "GET", "/v1/list?keysOnly=maybe", "", 400, nil},
+		{"list of binary values as text", "GET", "/v1/list?encoding=text", "", 406, nil},
+		{"status without a status func", "GET", "/v1/status", "", 404, nil},
+		{"unknown path", "GET", "/v2/kv/a", "", 404, nil},
+		{"method not allowed", "POST", "/v1/kv/a", "", 405, map[string]any{"code": "method_not_allowed"}},
+	}
+	for _, s := range steps {
+		status, body, _ := call(t, srv, s.method, s.path, s.body)
+		if status != s.status {
+			t.Errorf("%s: %s %s: status %d; want %d (%v)", s.name, s.method, s.path, status, s.status, body)
+			continue
+		}
+		for k, v := range s.want {
+			if body[k] != v {
+				t.Errorf("%s: %s = %#v; want %#v (%v)", s.name, k, body[k], v, body)
+			}
+		}
+	}
+}
+
+func TestHTTPList(t *testing.T) {
+	d := newDirect()
+	srv := newServer(t, d, kv.HandlerOptions{})
+	for _, k := range []string{"p/1", "p/2", "p/3", "q"} {
+		if status, body, _ := call(t, srv, "PUT", "/v1/kv/"+k, "v"+k); status != 200 {
+			t.Fatalf("put %s: %d %v", k, status, body)
+		}
+	}
+	var got []string
+	after := ""
+	for page := 0; page < 10; page++ {
+		status, body, _ := call(t, srv, "GET", "/v1/list?prefix=p/&limit=2&encoding=text&after="+after, "")
+		if status != 200 {
+			t.Fatalf("list: %d %v", status, body)
+		}
+		for _, it := range body["items"].([]any) {
+			m := it.(map[string]any)
+			got = append(got, fmt.Sprintf("%s=%s@%v", m["key"], m["value"], m["revision"]))
+		}
+		if body["more"] != true {
+			break
+		}
+		after = body["next"].(string)
+	}
+	if want := "p/1=vp/1@1 p/2=vp/2@2 p/3=vp/3@3"; strings.Join(got, " ") != want {
+		t.Errorf("pages gave %q; want %q", strings.Join(got, " "), want)
+	}
+	status, body, _ := call(t, srv, "GET", "/v1/list?keysOnly=true", "")
+	if status != 200 || len(body["items"].([]any)) != 4 {
+		t.Fatalf("keysOnly list: %d %v", status, body)
+	}
+	if _, ok := body["items"].([]any)[0].(map[string]any)["value"]; ok {
+		t.Errorf("keysOnly list has values: %v", body)
+	}
+	status, body, _ = call(t, srv, "GET", "/v1/list?prefix=none", "")
+	if status != 200 || body["items"] == nil || len(body["items"].([]any)) != 0 {
+		t.Errorf("empty list: %d %v; want an empty items array", status, body)
+	}
+}
+
+func TestHTTPStatus(t *testing.T) {
+	st := rsm.Status{Group: "g", ID: "n1", State: "JOINED", Role: "LEADER", Term: 3}
+	srv := newServer(t, newDirect(), kv.HandlerOptions{Status: func() rsm.Status { return st }})
+	status, body, _ := call(t, srv, "GET", "/v1/status", "")
+	if status != 200 || body["role"] != "LEADER" || body["term"] != 3.0 {
+		t.Fatalf("status: %d %v", status, body)
+	}
+}
+
+// TestHTTPErrors: the node's errors become statuses a client can act on.
+func TestHTTPErrors(t *testing.T) {
+	cases := []struct {
+		name       string
+		err        error
+		status     int
+		code       string
+		outcome    string
+		retryAfter bool
+	}{
+		{"unknown outcome", fmt.Errorf("%w: %w", rsm.ErrUnknownOutcome, context.DeadlineExceeded), 504, "unknown_outcome", "unknown", false},
+		{"result unavailable", rsm.ErrApplicationResultUnavailable, 500, "result_unavailable", "applied", false},
+		{"not committed", fmt.Errorf("%w: %w", rsm.ErrNotCommitted, context.DeadlineExceeded), 503, "not_committed", "not_applied", true},
+		{"not leader", &rsm.NotLeaderError{Leader: "n2", Addr: "10.0.0.2:7400", Term: 4}, 503, "not_leader", "not_applied", true},
+		{"busy", rsm.ErrBusy, 503, "busy", "not_applied", true},
+		{"too large", fmt.Errorf("%w: 600000 bytes", rsm.ErrTooLarge), 413, "too_large", "not_applied", false},
+		{"closed", rsm.ErrClosed, 503, "closed", "unknown", true},
+		{"unknown machine", rsm.ErrUnknownMachine, 500, "unknown_machine", "not_applied", false},
+		{"deadline", context.DeadlineExceeded, 504, "timeout", "unknown", false},
+		{"anything else", errors.New("rsm: disk on fire"), 500, "internal", "unknown", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDirect()
+			d.fail(tc.err)
+			srv := newServer(t, d, kv.HandlerOptions{})
+			status, body, h := call(t, srv, "PUT", "/v1/kv/k", "v")
+			if status != tc.status || body["code"] != tc.code || body["outcome"] != tc.outcome {
+				t.Errorf("PUT: %d %v; want %d, code %s, outcome %s", status, body, tc.status, tc.code, tc.outcome)
+			}
+			if (h.Get("Retry-After") != "") != tc.retryAfter {
+				t.Errorf("Retry-After %q; want it set: %v", h.Get("Retry-After"), tc.retryAfter)
+			}
+			if !strings.Contains(body["error"].(string), tc.err.Error()) {
+				t.Errorf("error %q does not say %q", body["error"], tc.err)
+			}
+			if tc.outcome == "unknown" && !strings.Contains(body["error"].(string), "may or may not have been applied") {
+				t.Errorf("error %q does not say the outcome is unknown", body["error"])
+			}
+			status, body, _ = call(t, srv, "GET", "/v1/kv/k", "")
+			if status != tc.status || body["outcome"] != nil {
+				t.Errorf("GET: %d %v; want %d and no outcome", status, body, tc.status)
+			}
+		})
+	}
+	t.Run("leader named", func(t *testing.T) {
+		d := newDirect()
+		d.fail(&rsm.NotLeaderError{Leader: "n2", Addr: "10.0.0.2:7400", Term: 4})
+		_, body, _ := call(t, newServer(t, d, kv.HandlerOptions{}), "DELETE", "/v1/kv/k", "")
+		if body["leader"] != "n2" || body["leaderAddr"] != "10.0.0.2:7400" {
+			t.Errorf("body %v does not name the leader", body)
+		}
+	})
+}
+
+func TestHandlerOptions(t *testing.T) {
+	if _, err := kv.NewHandler(kv.NewClient(newDirect()), kv.HandlerOptions{MaxValueSize: -1}); err == nil || !strings.Contains(err.Error(), "MaxValueSize") {
+		t.Errorf("NewHandler with a negative MaxValueSize: %v; want an error naming the field", err)
+	}
+	if _, err := kv.NewHandler(nil, kv.HandlerOptions{}); err == nil {
+		t.Error("NewHandler without a client succeeded")
+	}
+	// Handler has the defaults: 256 KiB values.
+	srv := httptest.NewServer(kv.Handler(kv.NewClient(newDirect())))
+	defer srv.Close()
+	if status, body, _ := call(t, srv, "PUT", "/v1/kv/k", strings.Repeat("v", kv.DefaultMaxValueSize)); status != 200 {
+		t.Errorf("PUT of DefaultMaxValueSize bytes: %d %v", status, body)
+	}
+	if status, _, _ := call(t, srv, "PUT", "/v1/kv/k", strings.Repeat("v", kv.DefaultMaxValueSize+1)); status != 413 {
+		t.Errorf("PUT of DefaultMaxValueSize+1 bytes: %d; want 413", status)
+	}
+}
