@@ -498,11 +498,26 @@ func (l *leaderRun) confirmer() {
 			w(false)
 		}
 	}()
+	// An idle leader still checks its term now and then, so that one
+	// deposed while nothing was asked of it stops saying it leads.
+	idle := time.Duration(l.n.opts.MaxMissedHeartbeats) * l.n.opts.HeartbeatInterval
+	tick := time.NewTicker(idle)
+	defer tick.Stop()
+	rounds := 0
 	for {
 		select {
 		case <-l.ctx.Done():
 			return
 		case <-l.wake:
+		case <-tick.C:
+			if rounds == 0 {
+				if err := l.confirmOnce(); errors.Is(err, errDeposed) {
+					l.depose(err)
+					return
+				}
+			}
+			rounds = 0
+			continue
 		}
 		l.mu.Lock()
 		ws := l.waiters
@@ -511,6 +526,7 @@ func (l *leaderRun) confirmer() {
 		if len(ws) == 0 {
 			continue
 		}
+		rounds++
 		var err error
 		for attempt := 0; ; attempt++ {
 			if err = l.confirmOnce(); err == nil || errors.Is(err, errDeposed) || l.ctx.Err() != nil {

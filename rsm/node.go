@@ -48,6 +48,7 @@ type Node struct {
 	heard      chan struct{} // a heartbeat from the leader
 	tooFar     bool
 	leaderGone bool           // the leader said it is leaving
+	refusals   int            // Follow refusals in a row from a node not (yet) leading
 	peers      []followerInfo // the group's followers, from heartbeats
 	snapIndex  uint64
 	left       bool
@@ -237,12 +238,29 @@ func (n *Node) joinOnce() error {
 	if err := n.follow(ls); err != nil {
 		n.log.Info("cannot follow the leader", "leader", ls.LeaderID, "addr", ls.LeaderAddr, "err", err)
 		var nl *NotLeaderError
-		if errors.As(err, &nl) && nl.Term > ls.Term {
-			return nil // a newer leader exists; read leader_state.json again
+		if errors.As(err, &nl) {
+			if nl.Term > ls.Term {
+				return nil // a newer leader exists; read leader_state.json again
+			}
+			// The named leader answers but does not lead (yet: it may be
+			// taking over, or restarting). It is alive: give it as long
+			// as a leader gets before its followers give up on it.
+			n.mu.Lock()
+			n.refusals++
+			patient := n.refusals < n.opts.MaxMissedHeartbeats
+			if !patient {
+				n.refusals = 0
+			}
+			n.mu.Unlock()
+			if patient {
+				_ = sleepCtx(n.ctx, store.Jitter(n.opts.HeartbeatInterval, 0.2))
+				return nil
+			}
 		}
 		return n.checkAndAttempt(ls.Term)
 	}
 	n.mu.Lock()
+	n.refusals = 0
 	n.following = ls.Term
 	n.setStateLocked(Joined, Follower)
 	n.mu.Unlock()
@@ -466,8 +484,16 @@ func (n *Node) follow(ls leaderState) error {
 	var resp *rsmpb.FollowResponse
 	var err error
 	for attempt := 0; attempt < n.opts.Retry.MaxAttempts; attempt++ {
-		if attempt > 0 && sleepCtx(n.ctx, n.gs.backoff(attempt)) != nil {
-			return n.ctx.Err()
+		if attempt > 0 {
+			if sleepCtx(n.ctx, n.gs.backoff(attempt)) != nil {
+				return n.ctx.Err()
+			}
+			// The leader may have moved (a restart on a new address):
+			// one read tells, before dialing the old address again.
+			if cur, _, err := n.gs.readLeaderState(n.ctx); err == nil && cur.Term != ls.Term {
+				n.observeLeader(cur)
+				return &NotLeaderError{Leader: cur.LeaderID, Addr: cur.LeaderAddr, Term: cur.Term}
+			}
 		}
 		resp, err = n.host.follow(n.ctx, ls.LeaderAddr, &rsmpb.FollowRequest{
 			Group: n.group, NodeId: n.host.cfg.ID, Addr: n.host.cfg.Addr, ApplyIndex: applied, Term: ls.Term})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/faultstore"
 	"github.com/tenure-io/tenure/store/memstore"
 )
 
@@ -118,5 +119,53 @@ func TestLeaderLeaveHandsOver(t *testing.T) {
 	}
 	if got := decodeCount(t, res); got != 2 {
 		t.Fatalf("count %d after handover, want 2", got)
+	}
+}
+
+// Nodes that ask the group's creator to let them follow while it is still
+// taking over wait for it instead of deposing it.
+func TestFollowersWaitForATakeover(t *testing.T) {
+	mem := memstore.New()
+	slow := faultstore.New(mem)
+	// The creator's seal takes a while to land.
+	slow.SetLatency(faultstore.OpPutCreate, faultstore.Fixed(300*time.Millisecond))
+	opts := fastOptions()
+	opts.HeartbeatInterval, opts.MaxMissedHeartbeats = time.Second, 10
+	ha := startHost(t, store.New(slow), "a")
+	a, err := ha.Join(t.Context(), "g", map[string]rsm.StateMachine{"counter": &counter{}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(mem)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, _, err := st.Get(t.Context(), "g/leader_state.json"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the creator did not write leader_state.json")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	nodes := []*rsm.Node{a}
+	for _, id := range []string{"b", "c"} {
+		h := startHost(t, st, id)
+		n, err := h.Join(t.Context(), "g", map[string]rsm.StateMachine{"counter": &counter{}}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	leader := waitLeader(t, nodes...)
+	for len(leader.Status().Followers) < 2 {
+		if time.Now().After(deadline.Add(10 * time.Second)) {
+			t.Fatalf("followers did not register: %+v", leader.Status())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, n := range nodes {
+		if s := n.Status(); s.Term != 1 {
+			t.Fatalf("%s is at term %d: a node was deposed during the creator's takeover", s.ID, s.Term)
+		}
 	}
 }

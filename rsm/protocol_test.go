@@ -606,3 +606,25 @@ func TestCatchUpWhileTruncated(t *testing.T) {
 		t.Fatalf("catch-up ends at %d, want 7", s.ApplyIndex)
 	}
 }
+
+// A leader deposed while idle (no requests, no followers to tell it) finds
+// out at its next idle check and stops saying it leads.
+func TestIdleDeposedLeaderStepsDown(t *testing.T) {
+	mem := memstore.New()
+	opts := testOptions()
+	opts.HeartbeatInterval, opts.MaxMissedHeartbeats = 20*time.Millisecond, 2
+	a := newTestNode(t, mem, "a", opts)
+	a.leadInBackground(t)
+	b := newTestNode(t, mem, "b", opts)
+	b.leadInBackground(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Status().Role == "LEADER" {
+		if time.Now().After(deadline) {
+			t.Fatal("the deposed leader still says it leads")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if b.Status().Role != "LEADER" {
+		t.Fatal("the new leader stepped down")
+	}
+}

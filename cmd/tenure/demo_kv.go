@@ -17,6 +17,7 @@ import (
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
 	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/faultstore"
 )
 
 // The key-value part's group options: quick failover (a follower checks
@@ -38,6 +39,55 @@ type demoKVNode struct {
 	node   *rsm.Node
 	client *kv.Client
 	closed bool
+	faults *faultstore.Store // this node's way to the store
+	net    *crashNet         // this node's connections to the others
+}
+
+// crashNet holds a node's connections so the demo can kill it the way a
+// crash does: every connection drops, no new one opens.
+type crashNet struct {
+	net.Listener
+	mu    sync.Mutex
+	dead  bool
+	conns []net.Conn
+}
+
+func (c *crashNet) track(conn net.Conn) (net.Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		conn.Close()
+		return nil, errors.New("demo: the node was killed")
+	}
+	c.conns = append(c.conns, conn)
+	return conn, nil
+}
+
+func (c *crashNet) Accept() (net.Conn, error) {
+	conn, err := c.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return c.track(conn)
+}
+
+func (c *crashNet) dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return c.track(conn)
+}
+
+func (c *crashNet) kill() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dead = true
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+	c.Listener.Close()
 }
 
 // demoKV is the state of the key-value part: three hosts on loopback
@@ -54,8 +104,10 @@ func (d *demoKV) start(ctx context.Context, id string) (*demoKVNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	host, err := rsm.NewHost(ctx, d.st, rsm.HostConfig{
-		ID: id, Addr: ln.Addr().String(), Listener: ln,
+	cn := &crashNet{Listener: ln}
+	faults := faultstore.New(d.st.Driver())
+	host, err := rsm.NewHost(ctx, store.New(faults), rsm.HostConfig{
+		ID: id, Addr: ln.Addr().String(), Listener: cn, Dialer: cn.dial,
 		ServerTLS: d.serverTLS, ClientTLS: d.clientTLS,
 		Logger: d.log, SkipProbe: true, // probed once, before the first start
 	})
@@ -68,7 +120,7 @@ func (d *demoKV) start(ctx context.Context, id string) (*demoKVNode, error) {
 		host.Close()
 		return nil, err
 	}
-	n := &demoKVNode{id: id, host: host, node: node, client: kv.NewClient(node)}
+	n := &demoKVNode{id: id, host: host, node: node, client: kv.NewClient(node), faults: faults, net: cn}
 	d.nodes = append(d.nodes, n)
 	return n, nil
 }
@@ -210,8 +262,10 @@ func (d *demo) runKV(ctx context.Context, url string, writes int) error {
 	// acknowledged again; retry each key until it is.
 	killed := time.Now()
 	leader.closed = true
-	_ = leader.host.Close()
-	d.say("closed %s's host (the leader) in %v: its RPC server and its node are gone", leader.id, time.Since(killed).Round(time.Millisecond))
+	leader.faults.SetPartition(faultstore.Partitioned)
+	leader.net.kill()
+	d.say("killed %s (the leader): like a crashed process, it reaches neither the store nor the other nodes, and says goodbye to no one", leader.id)
+	defer leader.host.Close()
 	var firstAck time.Time
 	attempts, after := 0, 0
 	for after < writes/2 {
@@ -298,7 +352,7 @@ func (d *demo) runKV(ctx context.Context, url string, writes int) error {
 		}
 	}
 	fmt.Fprintf(d.out, "\nrecovered %d/%d acknowledged writes\n", len(acked)-len(missing), len(acked))
-	fmt.Fprintf(d.out, "timings: failover %v (leader closed to the next acknowledged write), cold restart %v (hosts started to the first read)\n",
+	fmt.Fprintf(d.out, "timings: failover %v (leader killed to the next acknowledged write), cold restart %v (hosts started to the first read)\n",
 		failover.Round(time.Millisecond), firstRead.Round(time.Millisecond))
 	if n := len(missing); n > 0 {
 		sort.Strings(missing)

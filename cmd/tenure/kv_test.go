@@ -346,7 +346,7 @@ func TestDemoKV(t *testing.T) {
 	if err := d.runKV(t.Context(), "file://"+t.TempDir(), 20); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	for _, want := range []string{"leads (term 1)", "closed kv", "leads (term 2)", "cold restart", "recovered 30/30 acknowledged writes", "failover"} {
+	for _, want := range []string{"leads (term 1)", "killed kv", "leads (term 2)", "cold restart", "recovered 30/30 acknowledged writes", "failover"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
