@@ -28,6 +28,7 @@ const (
 	DefaultMaxPendingBatches     = 1000
 	DefaultMaxDedupClients       = 1000
 	DefaultPipelineDepth         = 1
+	DefaultStoreTimeout          = 10 * time.Second
 	DefaultConnectTimeout        = 10 * time.Second
 	DefaultHandshakeTimeout      = 10 * time.Second
 	DefaultMaxPendingPerClient   = 1000
@@ -90,6 +91,10 @@ type Options struct {
 	// PipelineDepth is the number of batches a leader may have in flight
 	// to the store at once; acknowledgements stay in log order. Default 1.
 	PipelineDepth int
+	// StoreTimeout bounds each store call. A leader whose store stops
+	// answering finds out within it (a write that times out is settled by
+	// reading back) instead of holding its group. Default 10 s.
+	StoreTimeout time.Duration
 	// Retry tunes retries of store calls and RPCs.
 	Retry RetryOptions
 }
@@ -150,6 +155,7 @@ func (o Options) withDefaults() Options {
 	set(&o.MaxPendingBatches, DefaultMaxPendingBatches)
 	set(&o.MaxDedupClients, DefaultMaxDedupClients)
 	set(&o.PipelineDepth, DefaultPipelineDepth)
+	setD(&o.StoreTimeout, DefaultStoreTimeout)
 	set(&o.Retry.MaxAttempts, 3)
 	setD(&o.Retry.BaseDelay, 300*time.Millisecond)
 	setD(&o.Retry.MaxDelay, 5*time.Second)
@@ -179,6 +185,7 @@ func (o Options) Validate() error {
 	neg("MaxPendingBatches", int64(o.MaxPendingBatches))
 	neg("MaxDedupClients", int64(o.MaxDedupClients))
 	neg("PipelineDepth", int64(o.PipelineDepth))
+	neg("StoreTimeout", int64(o.StoreTimeout))
 	neg("Retry.MaxAttempts", int64(o.Retry.MaxAttempts))
 	neg("Retry.BaseDelay", int64(o.Retry.BaseDelay))
 	neg("Retry.MaxDelay", int64(o.Retry.MaxDelay))

@@ -78,6 +78,7 @@ func fastOptions() rsm.Options {
 		MaxMissedHeartbeats: 4,
 		LeadershipDelay:     30 * time.Millisecond,
 		RequestTimeout:      5 * time.Second,
+		StoreTimeout:        time.Second,
 		SnapshotThreshold:   20,
 		Retry:               rsm.RetryOptions{BaseDelay: 10 * time.Millisecond, MaxDelay: 200 * time.Millisecond, ThrottleDelay: 20 * time.Millisecond},
 	}

@@ -79,7 +79,7 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 	n := &Node{
 		host: h, group: group, opts: opts, rep: rep, m: h.m, ctx: ctx, cancel: cancel,
 		log:    h.log.With("group", group, "node", h.cfg.ID),
-		gs:     &groupStore{st: h.st, group: group, retry: opts.Retry, now: time.Now},
+		gs:     &groupStore{st: h.st, group: group, retry: opts.Retry, timeout: opts.StoreTimeout, now: time.Now},
 		client: h.cfg.ID + "#" + newNonceHex()[:12],
 		joined: make(chan struct{}),
 		heard:  make(chan struct{}, 1),
@@ -754,7 +754,7 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 			_ = sleepCtx(ctx, store.Jitter(n.opts.Retry.BaseDelay, 0.5))
 		}
 	}
-	if ctx.Err() != nil && n.ctx.Err() != nil {
+	if n.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
 	if maybeApplied {
@@ -774,9 +774,14 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 func (n *Node) send(req *rsmpb.StateRequest) (p *pending, sent bool) {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
-	if req.Type == rsmpb.RequestType_COMMAND && req.Seq == 0 {
-		n.seq++
-		req.Client, req.Seq = n.client, n.seq
+	// A command gets its sequence number when it is first sent, never
+	// before: a number that never leaves the node would hold back the
+	// node's later commands.
+	number := func() {
+		if req.Type == rsmpb.RequestType_COMMAND && req.Seq == 0 {
+			n.seq++
+			req.Client, req.Seq = n.client, n.seq
+		}
 	}
 	n.mu.Lock()
 	l, leaderAddr, leaderID := n.leader, n.leaderAddr, n.leaderID
@@ -788,6 +793,7 @@ func (n *Node) send(req *rsmpb.StateRequest) (p *pending, sent bool) {
 			p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_MACHINE})
 			return p, false
 		}
+		number()
 		l.enqueue(p)
 		return p, true
 	}
@@ -802,6 +808,7 @@ func (n *Node) send(req *rsmpb.StateRequest) (p *pending, sent bool) {
 		}
 		n.fwd = n.host.newForwarder(n.ctx, leaderAddr, n.group)
 	}
+	number()
 	return n.fwd.send(req), true
 }
 

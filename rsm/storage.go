@@ -14,10 +14,15 @@ import (
 // groupStore reads and writes one group's objects. Every write is
 // conditional; ambiguous writes are settled by reading back their nonce.
 type groupStore struct {
-	st    *store.Store
-	group string
-	retry RetryOptions
-	now   func() time.Time
+	st      *store.Store
+	group   string
+	retry   RetryOptions
+	timeout time.Duration // per store call; 0 means none
+	now     func() time.Time
+}
+
+func (g *groupStore) resolve(owns func([]byte) bool) store.ResolveOptions {
+	return store.ResolveOptions{Attempts: g.retry.MaxAttempts, Backoff: g.backoff, Owns: owns, AttemptTimeout: g.timeout}
 }
 
 func (g *groupStore) key(name string) string { return g.group + "/" + name }
@@ -32,7 +37,7 @@ func (g *groupStore) backoff(n int) time.Duration {
 
 // do runs a store call with S2C's retries: retryable errors are retried up
 // to MaxAttempts with exponential backoff, throttling adds ThrottleDelay.
-func (g *groupStore) do(ctx context.Context, call func() error) error {
+func (g *groupStore) do(ctx context.Context, call func(ctx context.Context) error) error {
 	var err error
 	for n := 0; n < g.retry.MaxAttempts; n++ {
 		if n > 0 {
@@ -44,7 +49,13 @@ func (g *groupStore) do(ctx context.Context, call func() error) error {
 				return err
 			}
 		}
-		if err = call(); err == nil || !store.IsRetryable(err) {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if g.timeout > 0 {
+			actx, cancel = context.WithTimeout(ctx, g.timeout)
+		}
+		err = call(actx)
+		cancel()
+		if err == nil || !store.IsRetryable(err) || ctx.Err() != nil {
 			return err
 		}
 	}
@@ -53,7 +64,7 @@ func (g *groupStore) do(ctx context.Context, call func() error) error {
 
 func (g *groupStore) readLeaderState(ctx context.Context) (ls leaderState, version string, err error) {
 	var data []byte
-	err = g.do(ctx, func() error {
+	err = g.do(ctx, func(ctx context.Context) error {
 		var e error
 		data, version, e = g.st.Get(ctx, g.key(leaderStateKey))
 		return e
@@ -77,16 +88,14 @@ func (g *groupStore) writeLeaderState(ctx context.Context, ls leaderState, prev 
 	if prev != "" {
 		cond = store.IfMatch(prev)
 	}
-	return store.PutResolved(ctx, g.st, g.key(leaderStateKey), data, cond, store.ResolveOptions{
-		Attempts: g.retry.MaxAttempts, Backoff: g.backoff,
-	})
+	return store.PutResolved(ctx, g.st, g.key(leaderStateKey), data, cond, g.resolve(nil))
 }
 
 // readEntry returns the entry at index; store.ErrNotFound if absent.
 func (g *groupStore) readEntry(ctx context.Context, index uint64) (*rsmpb.Entry, error) {
 	var data []byte
 	key := logKey(g.group, index)
-	err := g.do(ctx, func() error {
+	err := g.do(ctx, func(ctx context.Context) error {
 		var e error
 		data, _, e = g.st.Get(ctx, key)
 		return e
@@ -111,13 +120,10 @@ func (g *groupStore) createEntry(ctx context.Context, e *rsmpb.Entry) (found *rs
 		return nil, err
 	}
 	key := logKey(g.group, e.Index)
-	_, err = store.PutResolved(ctx, g.st, key, data, store.IfAbsent(), store.ResolveOptions{
-		Attempts: g.retry.MaxAttempts, Backoff: g.backoff,
-		Owns: func(stored []byte) bool {
-			o, derr := decodeEntry(stored, e.Index)
-			return derr == nil && bytes.Equal(o.Nonce, e.Nonce)
-		},
-	})
+	_, err = store.PutResolved(ctx, g.st, key, data, store.IfAbsent(), g.resolve(func(stored []byte) bool {
+		o, derr := decodeEntry(stored, e.Index)
+		return derr == nil && bytes.Equal(o.Nonce, e.Nonce)
+	}))
 	if err == nil {
 		return nil, nil
 	}
@@ -140,7 +146,7 @@ func (g *groupStore) createEntry(ctx context.Context, e *rsmpb.Entry) (found *rs
 func (g *groupStore) readSnapshot(ctx context.Context) (*rsmpb.Snapshot, string, error) {
 	var data []byte
 	var version string
-	err := g.do(ctx, func() error {
+	err := g.do(ctx, func(ctx context.Context) error {
 		var e error
 		data, version, e = g.st.Get(ctx, g.key(snapshotKey))
 		return e
@@ -168,9 +174,7 @@ func (g *groupStore) writeSnapshot(ctx context.Context, s *rsmpb.Snapshot, prev 
 	if prev != "" {
 		cond = store.IfMatch(prev)
 	}
-	return store.PutResolved(ctx, g.st, g.key(snapshotKey), data, cond, store.ResolveOptions{
-		Attempts: g.retry.MaxAttempts, Backoff: g.backoff,
-	})
+	return store.PutResolved(ctx, g.st, g.key(snapshotKey), data, cond, g.resolve(nil))
 }
 
 // listLog returns the indexes present in the log after index `after`, in
@@ -188,7 +192,7 @@ func (g *groupStore) listLog(ctx context.Context, after uint64, limit int) ([]ui
 			page = limit - len(out)
 		}
 		var items []store.Item
-		err := g.do(ctx, func() error {
+		err := g.do(ctx, func(ctx context.Context) error {
 			var e error
 			items, e = g.st.List(ctx, prefix, start, page)
 			return e
@@ -210,7 +214,7 @@ func (g *groupStore) listLog(ctx context.Context, after uint64, limit int) ([]ui
 
 // deleteEntry removes a log object; absent is fine.
 func (g *groupStore) deleteEntry(ctx context.Context, index uint64) error {
-	err := g.do(ctx, func() error {
+	err := g.do(ctx, func(ctx context.Context) error {
 		return g.st.Delete(ctx, logKey(g.group, index), store.Cond{})
 	})
 	if errors.Is(err, store.ErrNotFound) {

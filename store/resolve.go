@@ -21,6 +21,18 @@ type ResolveOptions struct {
 	// Default: byte equality, which is exact because every tenure record
 	// carries a random nonce.
 	Owns func(stored []byte) bool
+	// AttemptTimeout bounds each write and each read-back; a write that
+	// times out is ambiguous and is settled by reading back. Default: none
+	// beyond ctx.
+	AttemptTimeout time.Duration
+}
+
+// bounded returns ctx limited to d, if d is set.
+func bounded(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // DefaultBackoff is the retry schedule of DESIGN.md: immediately, then after
@@ -84,7 +96,9 @@ func PutResolved(ctx context.Context, s *Store, key string, data []byte, cond Co
 				return "", ambiguous
 			}
 		}
-		version, err := s.Put(ctx, key, data, cond)
+		actx, cancel := bounded(ctx, opts.AttemptTimeout)
+		version, err := s.Put(actx, key, data, cond)
+		cancel()
 		if err == nil {
 			return version, nil
 		}
@@ -101,7 +115,9 @@ func PutResolved(ctx context.Context, s *Store, key string, data []byte, cond Co
 			return "", ambiguous
 		}
 
-		landed, retry, version, rerr := readBack(ctx, s, key, cond, owns)
+		actx, cancel = bounded(ctx, opts.AttemptTimeout)
+		landed, retry, version, rerr := readBack(actx, s, key, cond, owns)
+		cancel()
 		switch {
 		case rerr != nil:
 			// Could not read: the outcome stays unknown; try the write

@@ -1,0 +1,147 @@
+package rsmtest
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/tenure-io/tenure/store/driver"
+)
+
+// gate is the store as one paused process sees it: while paused, every
+// call waits until the process resumes (or its ctx ends) before it reaches
+// the store, except that some writes land at once and only their responses
+// wait, as a request sent just before the pause would. It is safe for
+// concurrent use.
+type gate struct {
+	inner driver.Store
+
+	mu     sync.Mutex
+	paused chan struct{} // non-nil while paused; closed on resume
+	land   float64       // chance that a write made while paused lands at once
+	rng    *rand.Rand
+}
+
+var (
+	_ driver.Store  = (*gate)(nil)
+	_ driver.Limits = (*gate)(nil)
+)
+
+func newGate(inner driver.Store, seed uint64) *gate {
+	return &gate{inner: inner, rng: rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))}
+}
+
+// pause holds calls from now on; land is the chance that a write lands
+// before its response is held.
+func (g *gate) pause(land float64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused == nil {
+		g.paused = make(chan struct{})
+	}
+	g.land = land
+}
+
+// resume lets every held call go on.
+func (g *gate) resume() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused != nil {
+		close(g.paused)
+		g.paused = nil
+	}
+}
+
+// check returns the channel to wait on (nil when not paused) and whether a
+// write should land first.
+func (g *gate) check(write bool) (wait chan struct{}, landFirst bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused == nil {
+		return nil, false
+	}
+	return g.paused, write && g.land > 0 && g.rng.Float64() < g.land
+}
+
+func held(ctx context.Context, wait chan struct{}) error {
+	if wait == nil {
+		return nil
+	}
+	select {
+	case <-wait:
+		return nil
+	case <-ctx.Done():
+		return driver.Errorf(driver.Transient, "rsmtest: the process was paused until the context ended: %w", ctx.Err())
+	}
+}
+
+func (g *gate) Get(ctx context.Context, key string) ([]byte, string, error) {
+	wait, _ := g.check(false)
+	if err := held(ctx, wait); err != nil {
+		return nil, "", err
+	}
+	return g.inner.Get(ctx, key)
+}
+
+func (g *gate) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
+	wait, landFirst := g.check(true)
+	if landFirst {
+		v, err := g.inner.Put(ctx, key, data, cond)
+		if herr := held(ctx, wait); herr != nil {
+			return "", herr
+		}
+		return v, err
+	}
+	if err := held(ctx, wait); err != nil {
+		return "", err
+	}
+	return g.inner.Put(ctx, key, data, cond)
+}
+
+func (g *gate) Delete(ctx context.Context, key string, cond driver.Cond) error {
+	wait, landFirst := g.check(true)
+	if landFirst {
+		err := g.inner.Delete(ctx, key, cond)
+		if herr := held(ctx, wait); herr != nil {
+			return herr
+		}
+		return err
+	}
+	if err := held(ctx, wait); err != nil {
+		return err
+	}
+	return g.inner.Delete(ctx, key, cond)
+}
+
+func (g *gate) List(ctx context.Context, prefix, after string, limit int) ([]driver.Item, error) {
+	wait, _ := g.check(false)
+	if err := held(ctx, wait); err != nil {
+		return nil, err
+	}
+	return g.inner.List(ctx, prefix, after, limit)
+}
+
+func (g *gate) ErrorKind(err error) driver.Kind { return g.inner.ErrorKind(err) }
+
+func (g *gate) CheckKey(key string) error {
+	if l, ok := g.inner.(driver.Limits); ok {
+		return l.CheckKey(key)
+	}
+	return nil
+}
+
+// Close closes the inner store.
+func (g *gate) Close() error { return g.inner.Close() }
+
+// shared is a driver.Store whose Close does nothing: the store shared by
+// every host, which each host's wrappers must not close.
+type shared struct{ driver.Store }
+
+func (shared) Close() error { return nil }
+
+func (s shared) CheckKey(key string) error {
+	if l, ok := s.Store.(driver.Limits); ok {
+		return l.CheckKey(key)
+	}
+	return nil
+}
