@@ -17,6 +17,9 @@ var benchmarks = []struct {
 	{"shards", "bench shards --store URL [--shards N] [--members M] [--mode member|shard|both] [--window D] [--json]\n" +
 		"      shard groups in one process: settle time, store requests per hour, CPU, memory, rebalance on join and death",
 		runBenchShards},
+	{"rsm", "bench rsm --store URL [--latency 0,20ms,60ms] [--batch 1,10,100] [--pipeline 1,4,8] [--clients N] [--duration D] [--nodes 1|3] [--json]\n" +
+		"      replicated state machine in one process: commands/s and latency against the store's own conditional puts, store requests per command",
+		runBenchRSM},
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
