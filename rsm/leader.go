@@ -666,20 +666,46 @@ func (l *leaderRun) truncate(from, to uint64) {
 	n := l.n
 	start := time.Now()
 	defer func() { n.m.logTruncate.WithLabelValues(n.group).Observe(time.Since(start).Seconds()) }()
-	idx, err := n.gs.listLog(l.ctx, from-1, 0)
+	// List from the start of the log, not from `from`: what an earlier
+	// truncation left behind goes too. One page is enough for this
+	// snapshot's entries plus some leftovers; the rest go next time.
+	idx, err := n.gs.listLog(l.ctx, 0, int(min(to-from+1, 10000))+64)
 	if err != nil {
-		n.log.Warn("truncation: list failed", "err", err)
+		if l.ctx.Err() == nil {
+			n.log.Warn("truncation: list failed", "err", err)
+		}
 		return
+	}
+	// Deletes are independent: a few at a time, so truncation keeps up
+	// with the log on a slow store.
+	const workers = 8
+	work := make(chan uint64)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if err := n.gs.deleteEntry(l.ctx, i); err != nil && l.ctx.Err() == nil {
+					n.log.Warn("truncation: delete failed; the next truncation retries", "index", i, "err", err)
+				}
+			}
+		}()
 	}
 	for _, i := range idx {
 		if i > to {
 			break
 		}
-		if err := n.gs.deleteEntry(l.ctx, i); err != nil {
-			n.log.Warn("truncation: delete failed; the next snapshot or leader retries", "index", i, "err", err)
-			return
+		select {
+		case work <- i:
+		case <-l.ctx.Done():
+		}
+		if l.ctx.Err() != nil {
+			break
 		}
 	}
+	close(work)
+	wg.Wait()
 }
 
 // finishTruncation deletes entries a snapshot covers that an earlier
