@@ -3,8 +3,6 @@ package rsm_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -13,60 +11,20 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/rsm"
+	"github.com/tenure-io/tenure/rsm/rsmtest"
 	"github.com/tenure-io/tenure/store"
 )
 
-// counter is a replicated counter: any command adds its 8-byte big-endian
-// operand (1 if empty) and returns the new total.
-type counter struct {
-	mu sync.Mutex
-	n  uint64
-}
-
-func (c *counter) Apply(cmd []byte) []byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	d := uint64(1)
-	if len(cmd) == 8 {
-		d = binary.BigEndian.Uint64(cmd)
-	}
-	c.n += d
-	return binary.BigEndian.AppendUint64(nil, c.n)
-}
-
-func (c *counter) Query([]byte) ([]byte, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return binary.BigEndian.AppendUint64(nil, c.n), nil
-}
-
-func (c *counter) Snapshot(w io.Writer) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, err := w.Write(binary.BigEndian.AppendUint64(nil, c.n))
-	return err
-}
-
-func (c *counter) Restore(r io.Reader) error {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return err
-	}
-	if len(b) != 8 {
-		return errors.New("counter: snapshot is not 8 bytes")
-	}
-	c.mu.Lock()
-	c.n = binary.BigEndian.Uint64(b)
-	c.mu.Unlock()
-	return nil
-}
+// counter is the replicated counter of rsmtest.
+type counter = rsmtest.Counter
 
 func decodeCount(t testing.TB, b []byte) uint64 {
 	t.Helper()
-	if len(b) != 8 {
-		t.Fatalf("counter result %x is not 8 bytes", b)
+	n, err := rsmtest.DecodeCount(b)
+	if err != nil {
+		t.Fatalf("%v: %x", err, b)
 	}
-	return binary.BigEndian.Uint64(b)
+	return n
 }
 
 // fastOptions make failover take well under a second.

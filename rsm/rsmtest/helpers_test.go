@@ -2,8 +2,6 @@ package rsmtest_test
 
 import (
 	"bytes"
-	"encoding/binary"
-	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -16,57 +14,10 @@ import (
 	"github.com/tenure-io/tenure/rsm/rsmtest"
 )
 
-// counter is a replicated counter: any command adds its 8-byte big-endian
-// operand (1 if empty) and returns the new total.
-type counter struct {
-	mu sync.Mutex
-	n  uint64
-}
+// counter is the replicated counter of rsmtest.
+type counter = rsmtest.Counter
 
-func (c *counter) Apply(cmd []byte) []byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	d := uint64(1)
-	if len(cmd) == 8 {
-		d = binary.BigEndian.Uint64(cmd)
-	}
-	c.n += d
-	return binary.BigEndian.AppendUint64(nil, c.n)
-}
-
-func (c *counter) Query([]byte) ([]byte, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return binary.BigEndian.AppendUint64(nil, c.n), nil
-}
-
-func (c *counter) Snapshot(w io.Writer) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, err := w.Write(binary.BigEndian.AppendUint64(nil, c.n))
-	return err
-}
-
-func (c *counter) Restore(r io.Reader) error {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return err
-	}
-	if len(b) != 8 {
-		return errors.New("counter: snapshot is not 8 bytes")
-	}
-	c.mu.Lock()
-	c.n = binary.BigEndian.Uint64(b)
-	c.mu.Unlock()
-	return nil
-}
-
-func decodeCount(b []byte) (uint64, error) {
-	if len(b) != 8 {
-		return 0, errors.New("counter result is not 8 bytes")
-	}
-	return binary.BigEndian.Uint64(b), nil
-}
+func decodeCount(b []byte) (uint64, error) { return rsmtest.DecodeCount(b) }
 
 func counterMachines(int) map[string]rsm.StateMachine {
 	return map[string]rsm.StateMachine{"counter": &counter{}}
