@@ -49,6 +49,7 @@ type Node struct {
 	tooFar     bool
 	leaderGone bool           // the leader said it is leaving
 	refusals   int            // Follow refusals in a row from a node not (yet) leading
+	joiningAt  time.Time      // when the node last entered JOINING
 	peers      []followerInfo // the group's followers, from heartbeats
 	snapIndex  uint64
 	left       bool
@@ -124,9 +125,13 @@ func (n *Node) setState(st State, role Role) {
 func (n *Node) setStateLocked(st State, role Role) {
 	if st == Joined && n.state != Joined {
 		close(n.joined)
+		n.m.join.WithLabelValues(n.group).Observe(time.Since(n.joiningAt).Seconds())
 	}
 	if st == Joining && n.state == Joined {
 		n.joined = make(chan struct{})
+	}
+	if st == Joining && (n.state == Joined || n.joiningAt.IsZero()) {
+		n.joiningAt = time.Now()
 	}
 	n.state, n.role = st, role
 	v := 0.0
@@ -204,9 +209,7 @@ func (n *Node) run() {
 			if sleepCtx(n.ctx, n.gs.backoff(min(attempt, 5))) != nil {
 				return
 			}
-			continue
 		}
-		n.m.join.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
 	}
 }
 
