@@ -487,9 +487,42 @@ func (l *leaderRun) addWaiter(w waiter) {
 }
 
 // confirmer runs confirmation rounds: one read of leader_state.json,
-// issued after every waiter it releases registered, confirms them all.
+// issued after every waiter it releases registered, confirms them all. Up
+// to PipelineDepth rounds are in flight, so batches that land while a read
+// is out need not wait for it to end before theirs starts; rounds release
+// their waiters in the order they were issued, so acknowledgements keep
+// log order.
 func (l *leaderRun) confirmer() {
+	type round struct {
+		ws   []waiter
+		err  error
+		done chan struct{}
+	}
+	depth := l.n.opts.PipelineDepth
+	queue := make(chan *round, depth)
+	tokens := make(chan struct{}, depth) // rounds in flight
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		failed := false
+		for r := range queue {
+			<-r.done
+			if r.err != nil && !failed {
+				failed = true
+				l.depose(r.err)
+			}
+			for _, w := range r.ws {
+				w(!failed)
+			}
+			<-tokens
+			if !failed {
+				l.maybeSnapshot()
+			}
+		}
+	}()
 	defer func() {
+		close(queue)
+		<-released
 		l.mu.Lock()
 		ws := l.waiters
 		l.waiters = nil
@@ -527,26 +560,28 @@ func (l *leaderRun) confirmer() {
 			continue
 		}
 		rounds++
-		var err error
-		for attempt := 0; ; attempt++ {
-			if err = l.confirmOnce(); err == nil || errors.Is(err, errDeposed) || l.ctx.Err() != nil {
-				break
+		r := &round{ws: ws, done: make(chan struct{})}
+		select {
+		case tokens <- struct{}{}: // blocks while PipelineDepth rounds are in flight
+		case <-l.ctx.Done():
+			for _, w := range ws {
+				w(false)
 			}
-			l.n.log.Warn("confirmation read failed; retrying", "err", describe(err))
-			if sleepCtx(l.ctx, l.n.gs.backoff(min(attempt+1, 5))) != nil {
-				break
-			}
-		}
-		if err != nil {
-			l.depose(err)
-		}
-		for _, w := range ws {
-			w(err == nil)
-		}
-		if err != nil {
 			return
 		}
-		l.maybeSnapshot()
+		queue <- r // room: at most depth rounds hold tokens
+		go func() {
+			defer close(r.done)
+			for attempt := 0; ; attempt++ {
+				if r.err = l.confirmOnce(); r.err == nil || errors.Is(r.err, errDeposed) || l.ctx.Err() != nil {
+					return
+				}
+				l.n.log.Warn("confirmation read failed; retrying", "err", describe(r.err))
+				if sleepCtx(l.ctx, l.n.gs.backoff(min(attempt+1, 5))) != nil {
+					return
+				}
+			}
+		}()
 	}
 }
 
