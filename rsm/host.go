@@ -63,7 +63,7 @@ func NewHost(ctx context.Context, st *store.Store, cfg HostConfig) (*Host, error
 	if log == nil {
 		log = slog.Default()
 	}
-	m, err := newMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer, cfg.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
 package rsm
 
 import (
-	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -45,17 +45,19 @@ type metrics struct {
 	applyIndex     *prometheus.GaugeVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, node string) (*metrics, error) {
 	g := []string{"group"}
+	// The node label keeps several hosts in one process apart on one registry.
+	cl := prometheus.Labels{"node": node}
 	h := func(name, help string, labels ...string) *prometheus.HistogramVec {
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "tenure", Subsystem: "rsm", Name: name, Help: help,
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "tenure", Subsystem: "rsm", Name: name, Help: help, ConstLabels: cl,
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, append(g, labels...))
 	}
 	c := func(name, help string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenure", Subsystem: "rsm", Name: name, Help: help}, append(g, labels...))
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenure", Subsystem: "rsm", Name: name, Help: help, ConstLabels: cl}, append(g, labels...))
 	}
 	gv := func(name, help string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Subsystem: "rsm", Name: name, Help: help}, g)
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Subsystem: "rsm", Name: name, Help: help, ConstLabels: cl}, g)
 	}
 	m := &metrics{
 		leaderUpdate:   h("leader_update_seconds", "Writes of leader_state.json (leadership and membership changes)."),
@@ -63,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		leaderAttempt:  h("leader_attempt_seconds", "Leadership attempts, from the write of leader_state.json to serving."),
 		catchUp:        h("catchup_seconds", "Catch-ups from the store's snapshot and log."),
 		join:           h("join_seconds", "From JOINING to JOINED."),
-		activeClients:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "tenure", Subsystem: "rsm", Name: "active_clients", Help: "Connected request streams from other nodes."}),
+		activeClients:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "tenure", Subsystem: "rsm", Name: "active_clients", Help: "Connected request streams from other nodes.", ConstLabels: cl}),
 		synchronizers:  gv("synchronizers", "Follower synchronizers running on this leader."),
 		logAppend:      h("log_append_seconds", "Create-if-absent writes of log entries."),
 		logTruncate:    h("log_truncate_seconds", "Log truncations after a snapshot."),
@@ -81,13 +83,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		submit:         h("request_submit_seconds", "End-to-end latency of Command and Read on this node.", "type"),
 		snapshotUpload: h("snapshot_upload_seconds", "Snapshot writes."),
 		snapshotLoad:   h("snapshot_download_seconds", "Snapshot reads and restores."),
-		ioErrors:       prometheus.NewCounter(prometheus.CounterOpts{Namespace: "tenure", Subsystem: "rsm", Name: "server_io_errors_total", Help: "RPC stream errors on the server."}),
-		handshake: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "tenure", Subsystem: "rsm", Name: "handshake_seconds", Help: "Handshakes with other nodes.",
+		ioErrors:       prometheus.NewCounter(prometheus.CounterOpts{Namespace: "tenure", Subsystem: "rsm", Name: "server_io_errors_total", Help: "RPC stream errors on the server.", ConstLabels: cl}),
+		handshake: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "tenure", Subsystem: "rsm", Name: "handshake_seconds", Help: "Handshakes with other nodes.", ConstLabels: cl,
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
-		badHandshakes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "tenure", Subsystem: "rsm", Name: "invalid_handshakes_total", Help: "Handshakes refused."}),
-		unknownGroup:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: "tenure", Subsystem: "rsm", Name: "unknown_group_requests_total", Help: "Requests naming a group this host does not serve."}),
-		serverReady:   prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "tenure", Subsystem: "rsm", Name: "server_ready", Help: "1 while the RPC server serves."}),
-		backpressure: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "tenure", Subsystem: "rsm", Name: "backpressure_seconds", Help: "Time a request stream waited for room.",
+		badHandshakes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "tenure", Subsystem: "rsm", Name: "invalid_handshakes_total", Help: "Handshakes refused.", ConstLabels: cl}),
+		unknownGroup:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: "tenure", Subsystem: "rsm", Name: "unknown_group_requests_total", Help: "Requests naming a group this host does not serve.", ConstLabels: cl}),
+		serverReady:   prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "tenure", Subsystem: "rsm", Name: "server_ready", Help: "1 while the RPC server serves.", ConstLabels: cl}),
+		backpressure: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "tenure", Subsystem: "rsm", Name: "backpressure_seconds", Help: "Time a request stream waited for room.", ConstLabels: cl,
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		corrupt:      c("corrupt_objects_total", "Objects in the store that failed their checksum or did not decode.", "object"),
 		confirmReads: c("confirm_reads_total", "Reads of leader_state.json that confirmed a round."),
@@ -104,11 +106,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.ioErrors, m.handshake, m.badHandshakes, m.unknownGroup, m.serverReady, m.backpressure, m.corrupt, m.confirmReads,
 		m.role, m.term, m.applyIndex} {
 		if err := reg.Register(col); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				continue
-			}
-			return nil, err
+			return nil, fmt.Errorf("rsm: register metrics of node %q: %w", node, err)
 		}
 	}
 	return m, nil

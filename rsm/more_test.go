@@ -268,6 +268,36 @@ func TestMetrics(t *testing.T) {
 	if got := testutil.ToFloat64(mustCollector(t, reg, "tenure_rsm_committed_batches_total")); got < 5 {
 		t.Errorf("committed batches %v, want at least 5", got)
 	}
+	// A second host in the same process registers its own series.
+	lis2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, err := rsm.NewHost(t.Context(), store.New(memstore.New()), rsm.HostConfig{ID: "b", Addr: lis2.Addr().String(), Listener: lis2,
+		Registerer: reg, Logger: quietLogger(t)})
+	if err != nil {
+		t.Fatalf("a second host on the same registry: %v", err)
+	}
+	defer h2.Close()
+	families, err = reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]bool{}
+	for _, f := range families {
+		if f.GetName() == "tenure_rsm_server_ready" {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "node" {
+						nodes[l.GetValue()] = true
+					}
+				}
+			}
+		}
+	}
+	if !nodes["a"] || !nodes["b"] {
+		t.Errorf("server_ready series by node: %v, want a and b", nodes)
+	}
 }
 
 func mustCollector(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {

@@ -120,7 +120,7 @@ type testNode struct {
 func newTestNode(t *testing.T, inner driver.Store, id string, opts Options) *testNode {
 	t.Helper()
 	hs := &hookStore{Store: inner}
-	m, err := newMetrics(nil)
+	m, err := newMetrics(nil, id)
 	if err != nil {
 		t.Fatal(err)
 	}
