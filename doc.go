@@ -8,10 +8,17 @@
 //     and Delete, List), its error classes, the URL registry (store.Open),
 //     PutResolved for ambiguous writes, and Probe.
 //   - store/driver: the interface a backend implements.
-//   - store/memstore, store/filestore, store/s3store: the drivers.
+//   - store/memstore, store/filestore, store/s3store, store/gcsstore,
+//     store/azurestore, store/dynamostore, store/etcdstore,
+//     store/route53store: the drivers.
 //   - store/all: registers every driver for store.Open.
 //   - store/drivertest: the conformance suite every driver passes.
 //   - store/faultstore: operation counts (cost), and injected latency,
 //     errors, throttling, ambiguous success and partitions (tests).
+//   - election: leader election (the S3lect protocol, made safe).
+//   - lease: many shard leases in one process.
+//   - rsm: the replicated state machine (after S2C); rsm/kv, the bundled
+//     key-value machine and its HTTP API; rsm/rsmtest, the multi-node test
+//     harness and the linearizability checker.
 //   - cmd/tenure: the command-line tool.
 package tenure
