@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,12 +45,13 @@ func TestSplitLockURL(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
-	url := "mem://status-" + t.Name() + "/leader.json"
+	name := uniqueMem(t, "status")
+	url := name + "/leader.json"
 	code, out, _ := runCmd(t, "status", url)
 	if code != 0 || !strings.Contains(out, "nobody has led yet") {
 		t.Fatalf("status of a missing lock: %d %q", code, out)
 	}
-	s, err := store.Open(t.Context(), "mem://status-"+t.Name())
+	s, err := store.Open(t.Context(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +94,7 @@ func TestElectRefusesBadFlags(t *testing.T) {
 func TestRunStartsCommandWhileLeadingAndStopsIt(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "term")
-	lock := "mem://run-" + t.Name() + "/leader.json"
+	lock := uniqueMem(t, "run") + "/leader.json"
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int, 1)
 	args := append([]string{"run", "--lock", lock}, fastFlags...)
@@ -112,7 +115,7 @@ func TestRunStartsCommandWhileLeadingAndStopsIt(t *testing.T) {
 func TestRunKillsCommandThatIgnoresSIGTERM(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "pid")
-	lock := "mem://run-" + t.Name() + "/leader.json"
+	lock := uniqueMem(t, "run") + "/leader.json"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
@@ -136,7 +139,7 @@ func TestRunKillsCommandThatIgnoresSIGTERM(t *testing.T) {
 }
 
 func TestRunPropagatesExitStatus(t *testing.T) {
-	lock := "mem://run-" + t.Name() + "/leader.json"
+	lock := uniqueMem(t, "run") + "/leader.json"
 	args := append([]string{"run", "--lock", lock}, fastFlags...)
 	args = append(args, "--", "sh", "-c", "exit 3")
 	code, _, errs := runCmd(t, args...)
@@ -251,3 +254,11 @@ func (s *lockedBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// uniqueMem names an in-memory store no other test, or other run of this
+// test (-count), shares.
+func uniqueMem(t *testing.T, prefix string) string {
+	return fmt.Sprintf("mem://%s-%s-%d", prefix, strings.ReplaceAll(t.Name(), "/", "-"), memSeq.Add(1))
+}
+
+var memSeq atomic.Int64
