@@ -10,8 +10,9 @@ var (
 	ErrClosed = errors.New("rsm: closed")
 	// ErrRequestOutOfSequence: the command's sequence number is ahead of
 	// the next one the group expects from its client; the node retries it
-	// until the commands before it are applied. Returned to the caller only
-	// when the request times out still out of sequence.
+	// until the commands before it are applied. It reaches the caller only
+	// wrapped in the error of a request that timed out still out of
+	// sequence.
 	ErrRequestOutOfSequence = errors.New("rsm: request out of sequence")
 	// ErrApplicationResultUnavailable: the command was applied, exactly
 	// once, but its result is no longer kept (a later command of the same
@@ -30,7 +31,9 @@ var (
 	ErrUnknownMachine = errors.New("rsm: unknown state machine")
 	// ErrTooLarge: a request or result exceeds MaxMessageSize.
 	ErrTooLarge = errors.New("rsm: message too large")
-	// ErrBusy: too many requests are pending; back off and retry.
+	// ErrBusy: the leader holds MaxConcurrentRequests already. The node
+	// backs off and retries; it reaches the caller only wrapped in the
+	// error of a request that timed out while the leader stayed busy.
 	ErrBusy = errors.New("rsm: too many pending requests")
 	// ErrCorrupt matches a *CorruptError.
 	ErrCorrupt = errors.New("rsm: corrupt object in the store")

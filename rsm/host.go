@@ -37,9 +37,6 @@ type Host struct {
 	conns  map[string]*grpc.ClientConn
 	shaken map[string]bool // addr|group handshakes done
 	closed bool
-	// maxMsg is the largest MaxMessageSize of the groups: the server's
-	// limit; each group checks its own.
-	maxMsg int
 }
 
 // NewHost probes the store, starts the RPC server and returns the host.
@@ -84,7 +81,7 @@ func NewHost(ctx context.Context, st *store.Store, cfg HostConfig) (*Host, error
 		}
 	}
 	h := &Host{st: st, cfg: cfg, log: log.With("host", cfg.ID), m: m, lis: lis,
-		groups: map[string]*Node{}, conns: map[string]*grpc.ClientConn{}, shaken: map[string]bool{}, maxMsg: DefaultMaxMessageSize}
+		groups: map[string]*Node{}, conns: map[string]*grpc.ClientConn{}, shaken: map[string]bool{}}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxServerMessage),
 		grpc.MaxSendMsgSize(maxServerMessage),

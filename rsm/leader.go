@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/store"
 )
 
 // errDeposed ends a leadership: a higher term exists, or this leader can no
@@ -116,7 +117,7 @@ func (l *leaderRun) takeover() error {
 		snapEnd, snapVersion, err := n.catchUp(l.ctx)
 		if err != nil {
 			n.noteCorrupt(err)
-			n.log.Warn("takeover: catch-up failed", "term", l.term, "err", describe(err))
+			n.log.Warn("takeover: catch-up failed", "term", l.term, "err", err)
 			continue
 		}
 		n.repMu.Lock()
@@ -134,7 +135,7 @@ func (l *leaderRun) takeover() error {
 			switch {
 			case err != nil:
 				// Unknown: read the log again from the top.
-				n.log.Warn("takeover: seal write failed", "index", index, "err", describe(err))
+				n.log.Warn("takeover: seal write failed", "index", index, "err", err)
 			case found == nil:
 				// Our seal landed (or was emptied by a truncation, which the
 				// snapshot check below detects).
@@ -576,7 +577,7 @@ func (l *leaderRun) confirmer() {
 				if r.err = l.confirmOnce(); r.err == nil || errors.Is(r.err, errDeposed) || l.ctx.Err() != nil {
 					return
 				}
-				l.n.log.Warn("confirmation read failed; retrying", "err", describe(r.err))
+				l.n.log.Warn("confirmation read failed; retrying", "err", r.err)
 				if sleepCtx(l.ctx, l.n.gs.backoff(min(attempt+1, 5))) != nil {
 					return
 				}
@@ -657,7 +658,7 @@ func (l *leaderRun) maybeSnapshot() {
 			}
 		}
 		if err := l.writeSnapshot(snap); err != nil {
-			n.log.Warn("snapshot not written", "end", snap.EndIndex, "err", describe(err))
+			n.log.Warn("snapshot not written", "end", snap.EndIndex, "err", err)
 			return
 		}
 		l.truncate(snap.StartIndex, snap.EndIndex)
@@ -668,22 +669,37 @@ func (l *leaderRun) writeSnapshot(snap *rsmpb.Snapshot) error {
 	n := l.n
 	start := time.Now()
 	defer func() { n.m.snapshotUpload.WithLabelValues(n.group).Observe(time.Since(start).Seconds()) }()
-	// The snapshot only moves forward: compare-and-swap on the version we
-	// read, and never replace a snapshot that ends later.
-	cur, version, err := n.gs.readSnapshot(l.ctx)
-	if err != nil {
-		return err
-	}
-	if cur != nil && cur.EndIndex >= snap.EndIndex {
-		return fmt.Errorf("the stored snapshot already ends at %d", cur.EndIndex)
-	}
-	if cur != nil {
-		snap.StartIndex = cur.EndIndex + 1
-	}
-	snap.Writer, snap.WriterTerm, snap.Nonce = n.host.cfg.ID, l.term, newNonce()
-	v, err := n.gs.writeSnapshot(l.ctx, snap, version)
-	if err != nil {
-		return err
+	// The snapshot only moves forward: compare-and-swap on the version
+	// this leader last read or wrote, and never replace a snapshot that
+	// ends later. Only if another writer moved it is it read again.
+	l.mu.Lock()
+	end, version := l.snapEnd, l.snapVersion
+	l.mu.Unlock()
+	var v string
+	for attempt := 0; ; attempt++ {
+		if end >= snap.EndIndex {
+			return fmt.Errorf("the stored snapshot already ends at %d", end)
+		}
+		if end > 0 {
+			snap.StartIndex = end + 1
+		}
+		snap.Writer, snap.WriterTerm, snap.Nonce = n.host.cfg.ID, l.term, newNonce()
+		var err error
+		v, err = n.gs.writeSnapshot(l.ctx, snap, version)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, store.ErrPreconditionFailed) || store.IsAmbiguous(err) || attempt > 0 {
+			return err
+		}
+		cur, cv, rerr := n.gs.readSnapshot(l.ctx)
+		if rerr != nil {
+			return rerr
+		}
+		end, version = 0, cv
+		if cur != nil {
+			end = cur.EndIndex
+		}
 	}
 	l.mu.Lock()
 	if snap.EndIndex > l.snapEnd {

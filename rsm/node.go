@@ -205,7 +205,7 @@ func (n *Node) run() {
 		if err != nil {
 			attempt++
 			n.noteCorrupt(err)
-			n.log.Info("join attempt failed", "err", describe(err))
+			n.log.Info("join attempt failed", "err", err)
 			if sleepCtx(n.ctx, n.gs.backoff(min(attempt, 5))) != nil {
 				return
 			}
@@ -703,6 +703,7 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 	}
 	req := &rsmpb.StateRequest{Group: n.group, Type: typ, Machine: machine, Data: data}
 	maybeApplied := false
+	var last rsmpb.Status // the last retryable answer, for the error at the deadline
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			d := min(time.Duration(attempt)*10*time.Millisecond, 500*time.Millisecond)
@@ -753,6 +754,7 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 		}
 		// NOT_LEADER, NOT_COMMITTED, UNKNOWN_OUTCOME, BUSY, out of
 		// sequence, transport errors: retry with the same sequence number.
+		last = resp.Status
 		if resp.Status == rsmpb.Status_BUSY {
 			_ = sleepCtx(ctx, store.Jitter(n.opts.Retry.BaseDelay, 0.5))
 		}
@@ -760,14 +762,21 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 	if n.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
+	cause := ctx.Err()
+	switch last {
+	case rsmpb.Status_BUSY:
+		cause = fmt.Errorf("%w (last answer: %w)", cause, ErrBusy)
+	case rsmpb.Status_REQUEST_OUT_OF_SEQUENCE:
+		cause = fmt.Errorf("%w (last answer: %w)", cause, ErrRequestOutOfSequence)
+	}
 	if maybeApplied {
 		// This sequence number may never reach the group, and the group
 		// applies a client's commands only in order: later commands go
 		// under a new identity so they are not held behind it.
 		n.rotateClient(req.Client)
-		return nil, fmt.Errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
+		return nil, fmt.Errorf("%w: %w", ErrUnknownOutcome, cause)
 	}
-	return nil, fmt.Errorf("%w: %w", ErrNotCommitted, ctx.Err())
+	return nil, fmt.Errorf("%w: %w", ErrNotCommitted, cause)
 }
 
 // send routes req to the leader: locally, or over the stream to it. Commands
@@ -792,10 +801,6 @@ func (n *Node) send(req *rsmpb.StateRequest) (p *pending, sent bool) {
 	n.mu.Unlock()
 	if l != nil && role == Leader {
 		p := &pending{req: req, start: time.Now(), done: make(chan *rsmpb.StateResponse, 1)}
-		if _, ok := n.rep.machines[req.Machine]; !ok {
-			p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_MACHINE})
-			return p, false
-		}
 		number()
 		l.enqueue(p)
 		return p, true

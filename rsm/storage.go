@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
@@ -235,12 +234,4 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-func describe(err error) string {
-	var c *CorruptError
-	if errors.As(err, &c) {
-		return c.Error()
-	}
-	return fmt.Sprint(err)
 }

@@ -122,7 +122,7 @@ func (s *syncer) run(ctx context.Context, next uint64) {
 		}
 		req, tooFar, err := s.request(ctx, next, confirmed)
 		if err != nil {
-			n.log.Warn("synchronizer cannot read the log", "follower", s.f.ID, "err", describe(err))
+			n.log.Warn("synchronizer cannot read the log", "follower", s.f.ID, "err", err)
 			if sleepCtx(ctx, n.gs.backoff(min(failures+1, 5))) != nil {
 				return
 			}
