@@ -209,9 +209,10 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 
 // List implements driver.Store with List Blobs (flat), as many pages as it
 // takes to fill limit. The listing starts at the key after through the
-// startFrom parameter (service version 2026-02-06 and later), and keys up
-// to after are also skipped here: a service that ignores startFrom costs
-// more pages, never a wrong answer.
+// startFrom parameter (service version 2026-02-06 and later; sent by
+// ListPolicy), and keys up to after are also skipped here: a service or a
+// client that does not send startFrom costs more pages, never a wrong
+// answer.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]driver.Item, error) {
 	full := s.prefix + prefix
 	o := &container.ListBlobsFlatOptions{
@@ -221,7 +222,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]dr
 		MaxResults: new(int32(min(limit+1, 5000))),
 	}
 	if after != "" && s.prefix+after >= full {
-		o.StartFrom = new(s.prefix + after)
+		ctx = withStartFrom(ctx, s.prefix+after) // see ListPolicy
 	}
 	pager := s.client.NewListBlobsFlatPager(o)
 	var items []driver.Item

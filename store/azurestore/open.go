@@ -68,7 +68,8 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		return nil, driver.Errorf(driver.Permanent, "azurestore: "+format, args...)
 	}
 	opts := &container.ClientOptions{ClientOptions: policy.ClientOptions{
-		Telemetry: policy.TelemetryOptions{ApplicationID: "tenure"},
+		Telemetry:       policy.TelemetryOptions{ApplicationID: "tenure"},
+		PerCallPolicies: []policy.Policy{ListPolicy()},
 	}}
 
 	var client *container.Client

@@ -78,8 +78,9 @@ func (f *fakeAzure) client(t *testing.T) *container.Client {
 		Key:       testutil.AzuriteKey,
 		Container: "c",
 	}, &container.ClientOptions{ClientOptions: policy.ClientOptions{
-		Transport: f.srv.Client(),
-		Retry:     policy.RetryOptions{RetryDelay: time.Millisecond, MaxRetryDelay: 2 * time.Millisecond},
+		Transport:       f.srv.Client(),
+		Retry:           policy.RetryOptions{RetryDelay: time.Millisecond, MaxRetryDelay: 2 * time.Millisecond},
+		PerCallPolicies: []policy.Policy{azurestore.ListPolicy()},
 	}})
 }
 

@@ -1,0 +1,42 @@
+package tenure_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// deps lists the packages a build of pkgs links, with the go tool.
+func deps(t *testing.T, pkgs ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list", "-deps"}, pkgs...)...).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %v: %v", pkgs, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// The binary stays lean: no Apache Arrow (azblob v1.8.1 and later import it).
+func TestBinaryDoesNotLinkArrow(t *testing.T) {
+	for _, p := range deps(t, "./cmd/tenure") {
+		if strings.HasPrefix(p, "github.com/apache/arrow") {
+			t.Fatalf("cmd/tenure links %s; keep azblob at v1.8.0 (go.mod) or find what pulls it in", p)
+		}
+	}
+}
+
+// A program that imports election, lease or the file and memory drivers
+// builds none of the cloud SDKs, gRPC or the test-only modules.
+func TestCorePackagesStayLight(t *testing.T) {
+	heavy := []string{
+		"github.com/aws/", "github.com/Azure/", "cloud.google.com/", "google.golang.org/grpc",
+		"go.etcd.io/", "github.com/anishathalye/porcupine", "github.com/apache/",
+	}
+	for _, p := range deps(t, "./election", "./lease", "./store/filestore", "./store/memstore") {
+		for _, h := range heavy {
+			if strings.HasPrefix(p, h) {
+				t.Errorf("the core packages link %s", p)
+			}
+		}
+	}
+}
