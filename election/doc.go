@@ -6,6 +6,9 @@
 //
 // # Usage
 //
+//	import _ "github.com/tenure-io/tenure/store/s3store" // the driver for s3:// URLs
+//
+//	var e *election.Elector
 //	e, err := election.New(ctx, election.Config{
 //		StoreURL:     "s3://my-bucket/tenure?region=eu-west-1",
 //		LockfilePath: "leader/scheduler.json",

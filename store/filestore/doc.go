@@ -5,7 +5,7 @@
 //	import _ "github.com/tenure-io/tenure/store/filestore"
 //
 //	s, err := store.Open(ctx, "file:///var/lib/tenure")  // absolute path
-//	s, err := store.Open(ctx, "file://./data")           // relative to the working directory
+//	s, err = store.Open(ctx, "file://./data")           // relative to the working directory
 //
 // The directory is created if missing. Open fails with a clear error if the
 // path is a regular file or the directory cannot be written.
