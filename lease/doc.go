@@ -55,7 +55,9 @@
 // (its record says so), or has left or been evicted, or that member's
 // lease has passed since the new owner saw the assignment. Terms grow by
 // one whenever a shard changes hands, and a term that ended is never
-// resumed.
+// resumed. Member and assignment records are read with a bound of 16 MiB
+// (store.GetLimited): a larger object at such a key is refused unread and
+// reported in Status.LastError.
 //
 // # What is not guaranteed
 //

@@ -53,7 +53,7 @@ type MemberRecord struct {
 // DecodeMemberRecord parses a member record.
 func DecodeMemberRecord(data []byte) (MemberRecord, error) {
 	var r MemberRecord
-	if len(data) > maxAssignmentSize {
+	if len(data) > maxRecordSize {
 		return r, fmt.Errorf("lease: member record is %d bytes", len(data))
 	}
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -256,7 +256,7 @@ func (m *memberMode) get(ctx context.Context, key string) (data []byte, version 
 			}
 		}
 		gctx, cancel := context.WithTimeout(ctx, m.callTimeout())
-		data, version, err = m.c.cfg.Store.Get(gctx, key)
+		data, version, err = m.c.cfg.Store.GetLimited(gctx, key, maxRecordSize)
 		cancel()
 		if err == nil || !store.IsRetryable(err) {
 			return data, version, err
@@ -415,7 +415,7 @@ func (m *memberMode) renew(ctx context.Context) bool {
 	wctx, cancel := context.WithTimeout(ctx, cfg.renewDeadline())
 	defer cancel()
 	v, err := store.PutResolved(wctx, cfg.Store, key, data, cond, store.ResolveOptions{
-		Attempts: 3,
+		Attempts: 3, MaxSize: maxRecordSize,
 		Backoff: func(n int) time.Duration {
 			return store.Jitter([]time.Duration{0, cfg.RenewPeriod / 50, cfg.RenewPeriod / 5}[min(n, 2)], 0.2)
 		},
@@ -533,13 +533,20 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 // fetch reads a member record into its view.
 func (m *memberMode) fetch(ctx context.Context, rel string, v *memberView) bool {
 	gctx, cancel := context.WithTimeout(ctx, m.callTimeout())
-	data, ver, err := m.c.cfg.Store.Get(gctx, m.key(rel))
+	data, ver, err := m.c.cfg.Store.GetLimited(gctx, m.key(rel), maxRecordSize)
 	cancel()
+	if errors.Is(err, store.ErrTooLarge) {
+		// Not a record a member wrote; it is judged with our own lease.
+		m.setErr(err)
+		v.learn(MemberRecord{}, false)
+		return false
+	}
 	if err != nil {
 		return false
 	}
 	rec, err := DecodeMemberRecord(data)
 	if err != nil {
+		m.setErr(err)
 		v.learn(rec, false)
 		return false
 	}
@@ -596,7 +603,7 @@ func (m *memberMode) evictDead(ctx context.Context) {
 			LeaseMillis: m.leaseOf(v).Milliseconds(), Nonce: rand.Text(), EvictedBy: cfg.OwnerID}
 		data, _ := json.Marshal(tomb)
 		wctx, cancel := context.WithTimeout(ctx, m.callTimeout())
-		ver, err := store.PutResolved(wctx, cfg.Store, m.key(rel), data, store.IfMatch(v.version), store.ResolveOptions{Attempts: 2})
+		ver, err := store.PutResolved(wctx, cfg.Store, m.key(rel), data, store.IfMatch(v.version), store.ResolveOptions{Attempts: 2, MaxSize: maxRecordSize})
 		cancel()
 		switch {
 		case err == nil:
@@ -771,7 +778,7 @@ func (m *memberMode) rebalance(ctx context.Context) {
 	}
 	start := m.now()
 	wctx, cancel := context.WithTimeout(ctx, cfg.renewDeadline())
-	v, err := store.PutResolved(wctx, cfg.Store, m.key(assignmentKey), next.Encode(), cond, store.ResolveOptions{Attempts: 3})
+	v, err := store.PutResolved(wctx, cfg.Store, m.key(assignmentKey), next.Encode(), cond, store.ResolveOptions{Attempts: 3, MaxSize: maxRecordSize})
 	cancel()
 	end := m.now()
 	switch {

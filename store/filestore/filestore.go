@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -253,14 +254,33 @@ func errClosed() error { return driver.Errorf(driver.Permanent, "filestore: %w",
 // Get reads the file without a lock: files are only ever replaced whole by
 // rename or link, so a reader sees one complete value.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	return s.GetLimited(ctx, key, math.MaxInt64)
+}
+
+// GetLimited reads the file only if its size is within max, and never
+// more than max+1 bytes of it (a file may grow between the stat and the
+// read only if something other than a driver wrote it in place).
+func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, "", err
 	}
-	data, err := os.ReadFile(s.path(key))
+	f, err := os.Open(s.path(key))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "", driver.Errorf(driver.NotFound, "filestore: no such key")
 	}
 	if err != nil {
+		return nil, "", ioErr("read", err)
+	}
+	defer f.Close()
+	size := int64(-1)
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		size = fi.Size()
+	}
+	data, err := driver.ReadLimited(f, size, max)
+	if err != nil {
+		if driver.Classify(nil, err) == driver.TooLarge {
+			return nil, "", err
+		}
 		return nil, "", ioErr("read", err)
 	}
 	return data, Version(data), nil
