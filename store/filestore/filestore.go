@@ -330,8 +330,8 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 	// Syncing the directory after releasing the lock is enough: we return
 	// only once the new name is durable, and a later writer that saw it
 	// syncs the same directory before it returns.
-	if err := syncDir(dir); err != nil {
-		return "", ioErr("sync directory", err)
+	if err := syncCommitted(dir); err != nil {
+		return "", committedErr("sync directory", err)
 	}
 	return Version(data), nil
 }
@@ -386,8 +386,8 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 	if err != nil || !removed {
 		return err
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return ioErr("sync directory", err)
+	if err := syncCommitted(filepath.Dir(path)); err != nil {
+		return committedErr("sync directory", err)
 	}
 	return nil
 }
@@ -565,6 +565,18 @@ func ioErr(op string, err error) error {
 		k = driver.Permanent
 	}
 	return driver.Errorf(k, "filestore: %s: %w", op, err)
+}
+
+// syncCommitted syncs a directory after a write or delete became visible;
+// tests replace it to fail there.
+var syncCommitted = syncDir
+
+// committedErr wraps a failure after the commit point: the rename, link or
+// unlink has already made the change visible to every reader, so whatever
+// the errno says the outcome is not a definite failure. It is Transient
+// (ambiguous), for store.PutResolved to settle by reading back.
+func committedErr(op string, err error) error {
+	return driver.Errorf(driver.Transient, "filestore: %s after the change became visible (it may be lost in a crash): %w", op, err)
 }
 
 // commitErr wraps a failed link or rename. A missing source means our temp
