@@ -378,7 +378,7 @@ func (e *Elector) read(ctx context.Context) {
 			e.wait(ctx, store.Jitter(pause, e.cfg.RetryJitter))
 		}
 		rctx, cancel := context.WithTimeout(ctx, e.callTimeout())
-		data, version, err = e.st.Get(rctx, e.cfg.LockfilePath)
+		data, version, err = e.st.GetLimited(rctx, e.cfg.LockfilePath, MaxRecordSize)
 		cancel()
 		if err == nil || errors.Is(err, store.ErrNotFound) || !store.IsRetryable(err) || ctx.Err() != nil {
 			break
@@ -468,6 +468,7 @@ func (e *Elector) write(ctx context.Context, d decision) {
 	wctx, cancel := context.WithTimeout(ctx, limit.Sub(start))
 	version, err := store.PutResolved(wctx, e.st, e.cfg.LockfilePath, data, d.cond, store.ResolveOptions{
 		Attempts: len(e.cfg.RetrySchedule),
+		MaxSize:  MaxRecordSize,
 		Backoff: func(n int) time.Duration {
 			return store.Jitter(e.cfg.RetrySchedule[min(n, len(e.cfg.RetrySchedule)-1)], e.cfg.RetryJitter)
 		},
@@ -673,6 +674,7 @@ func (e *Elector) shutdown() {
 	version, err := store.PutResolved(ctx, e.st, e.cfg.LockfilePath, rec.Encode(), cond, store.ResolveOptions{
 		Attempts: len(e.cfg.RetrySchedule),
 		Backoff:  func(n int) time.Duration { return e.cfg.RetrySchedule[min(n, len(e.cfg.RetrySchedule)-1)] },
+		MaxSize:  MaxRecordSize,
 	})
 	if err != nil {
 		e.log.Warn("releasing the lock failed; followers will take it after LeaderTimeout", "err", err)
