@@ -185,7 +185,12 @@ func mustCommand(t *testing.T, n *testNode, want uint64) {
 // fresh returns the count a new node reaches from the store alone.
 func fresh(t *testing.T, inner driver.Store) (count, applied uint64) {
 	t.Helper()
-	n := newTestNode(t, inner, "reader", testOptions())
+	return freshWith(t, inner, testOptions())
+}
+
+func freshWith(t *testing.T, inner driver.Store, opts Options) (count, applied uint64) {
+	t.Helper()
+	n := newTestNode(t, inner, "reader", opts)
 	if _, _, err := n.catchUp(t.Context()); err != nil {
 		t.Fatal(err)
 	}
