@@ -251,32 +251,6 @@ func TestCallbackPanicsAreContained(t *testing.T) {
 	})
 }
 
-func TestCorruptRecordIsReportedAndReplaced(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, election.Config{})
-		if _, err := c.raw.Put(t.Context(), election.DefaultLockfilePath, []byte("\x00garbage{"), store.IfAbsent()); err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		a := c.add("a", nil)
-		time.Sleep(10 * time.Second)
-		if a.e.IsLeader() {
-			t.Fatal("took a corrupt lock before LeaderTimeout")
-		}
-		if st := a.e.Status(); st.LastError == "" || st.LeaderID != "" {
-			t.Fatalf("a corrupt lock is not reported: %+v", st)
-		}
-		c.waitLeader(time.Minute)
-		if d := time.Since(start); d < election.DefaultLeaderTimeout {
-			t.Fatalf("took a corrupt lock after %v, before LeaderTimeout", d)
-		}
-		if a.e.Term() != 1 {
-			t.Fatalf("term %d", a.e.Term())
-		}
-		c.stopAll()
-	})
-}
-
 func TestOnNewLeaderInOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, election.Config{})
