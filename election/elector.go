@@ -873,6 +873,15 @@ func (e *Elector) Status() Status {
 	return s
 }
 
+// RecordProblem returns why no member can take the lock over, as last
+// observed, or nil: an error matching ErrUnreadableRecord or
+// ErrTermExhausted. See the package documentation for the repair.
+func (e *Elector) RecordProblem() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pub.problem
+}
+
 // PeerHandler returns the handler of the peer endpoint, for members that
 // serve it on their own HTTPS server instead of the elector's.
 func (e *Elector) PeerHandler() http.Handler { return peerHandler{e} }

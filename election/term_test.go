@@ -74,6 +74,9 @@ func TestUnreadableRecordIsReportedNotTakenOver(t *testing.T) {
 				if st.RecordProblem == "" || st.LastError == "" {
 					t.Fatalf("the problem is not in Status: %+v", st)
 				}
+				if err := a.e.RecordProblem(); !errors.Is(err, tc.want) {
+					t.Fatalf("RecordProblem = %v; want %v", err, tc.want)
+				}
 				if got := logs.String(); !strings.Contains(got, "level=ERROR") || !strings.Contains(got, "cannot be taken over") {
 					t.Fatalf("the problem was not logged at ERROR:\n%s", got)
 				}
@@ -94,7 +97,7 @@ func TestUnreadableRecordIsReportedNotTakenOver(t *testing.T) {
 				if got := a.e.Term(); got != tc.floor+1 {
 					t.Fatalf("term after the repair %d; want %d", got, tc.floor+1)
 				}
-				if st := a.e.Status(); st.RecordProblem != "" {
+				if st := a.e.Status(); st.RecordProblem != "" || a.e.RecordProblem() != nil {
 					t.Fatalf("the problem is still reported after the repair: %+v", st)
 				}
 				c.stopAll()
