@@ -206,9 +206,11 @@ func (e *Elector) Start(ctx context.Context) error {
 }
 
 // Stop ends the election: it cancels the leadership context, waits for
-// OnStartedLeading to return, releases the lock so a follower can take it
-// at once, and returns. If ctx ends first, Stop returns ctx's error and the
-// release goes on in the background, bounded by RenewDeadline. Stop is
+// every OnStartedLeading call to return, releases the lock so a follower can
+// take it at once, and returns. Work that has not returned LeaderTimeout
+// after its context was cancelled makes Stop return ErrWorkStillRunning
+// without releasing. If ctx ends first, Stop returns ctx's error and the
+// rest goes on in the background, bounded as described. Stop is
 // idempotent; it returns the error Run ended with, if any.
 func (e *Elector) Stop(ctx context.Context) error {
 	e.mu.Lock()
@@ -236,7 +238,8 @@ func (e *Elector) Stop(ctx context.Context) error {
 
 // Run takes part in the election until ctx ends, then steps down as Stop
 // describes and returns nil, or an error if the store refuses conditional
-// writes or the loop panicked. Run may be called once, instead of Start.
+// writes, the loop panicked, or the work did not return
+// (ErrWorkStillRunning). Run may be called once, instead of Start.
 func (e *Elector) Run(ctx context.Context) error {
 	e.mu.Lock()
 	if e.startOnce {
