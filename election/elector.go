@@ -409,6 +409,11 @@ func (e *Elector) read(ctx context.Context) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		e.core.observe(now, false, Record{}, nil, "")
+	case errors.Is(err, store.ErrTooLarge):
+		// Not a record we can read: reported and never taken over, as
+		// corrupt bytes are. The size error carries no version; none is
+		// needed, since nobody may write over it but a repair.
+		e.core.observe(now, true, Record{}, err, "")
 	case err != nil:
 		e.setErr(err)
 		e.log.Warn("reading the lock failed", "err", err)

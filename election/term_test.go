@@ -51,6 +51,7 @@ func TestUnreadableRecordIsReportedNotTakenOver(t *testing.T) {
 		{"corrupt bytes", []byte("\x00garbage{"), election.ErrUnreadableRecord, 7},
 		{"no term (S3lect)", s3lect, election.ErrUnreadableRecord, 7},
 		{"term at its maximum", maxed, election.ErrTermExhausted, 0},
+		{"larger than a record can be", bytes.Repeat([]byte("x"), election.MaxRecordSize+1), election.ErrUnreadableRecord, 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
