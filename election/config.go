@@ -47,7 +47,8 @@ type Config struct {
 	LockfilePath string
 	// ServerID identifies this member. Default: the host name.
 	ServerID string
-	// ServerAddr is this member's host:port for peers; required in PeerMode.
+	// ServerAddr is this member's host:port for peers. Setting it turns
+	// peer mode on (see PeerMode) unless PeerDisabled is set.
 	ServerAddr string
 
 	// FrequentInterval is the polling interval during transitions, and the
@@ -75,21 +76,38 @@ type Config struct {
 	RetryJitter float64
 
 	// PeerMode: followers ask the leader over HTTPS instead of reading the
-	// store while leadership is stable. Default false.
+	// store while leadership is stable. Peer mode is on whenever ServerAddr
+	// is set and PeerDisabled is not: each member then listens on
+	// PeerListenAddr and, without PeerServerTLS, makes an ephemeral key and
+	// certificate whose fingerprint the leader writes in the lock record
+	// (Record.PeerKey); followers accept only a leader with that key.
+	// Setting PeerMode requires peer mode: Validate refuses it without
+	// ServerAddr or with PeerDisabled, and Run fails if the peer server
+	// cannot listen (without it, Run logs a warning and runs store-only).
 	PeerMode bool
+	// PeerDisabled turns peer mode off though ServerAddr is set: for
+	// members whose ServerAddr is only shown to others (in the record and
+	// OnNewLeader), or whose peers cannot reach them. Default false.
+	PeerDisabled bool
 	// PeerHealthPath is the leader's peer endpoint. Default "/health/leadership".
 	PeerHealthPath string
-	// PeerTimeout bounds each peer request; in PeerMode it must be below
+	// PeerTimeout bounds each peer request; in peer mode it must be below
 	// LeaderTimeout. Default 3 s.
 	PeerTimeout time.Duration
 	// PeerListenAddr is where the peer server listens. Default ServerAddr.
 	PeerListenAddr string
 	// PeerServerTLS is the peer server's TLS configuration (certificate;
-	// ClientCAs and ClientAuth to require client certificates). Required in
-	// PeerMode.
+	// ClientCAs and ClientAuth to require client certificates). Default: an
+	// ephemeral self-signed certificate, made at start, whose key the
+	// record names. A configured single certificate's key is written in
+	// the record too, so followers without PeerClientTLS can check it.
 	PeerServerTLS *tls.Config
 	// PeerClientTLS is the followers' TLS configuration (RootCAs; a client
-	// certificate if the server requires one). Default: system roots.
+	// certificate if the server requires one). When set, it alone decides
+	// which leaders are trusted, and followers ask any leader with an
+	// address. Default: accept a leader only by the key its record names,
+	// and ask only leaders whose record names one (with PeerMode set, a
+	// leader whose record names none is checked against the system roots).
 	PeerClientTLS *tls.Config
 
 	// OnStartedLeading runs in its own goroutine when this member becomes
@@ -201,7 +219,7 @@ func (c Config) Validate() error {
 		"LeaderTimeout": c.LeaderTimeout, "RenewDeadline": c.RenewDeadline, "PeerTimeout": c.PeerTimeout,
 	}
 	names := []string{"FrequentInterval", "InfrequentInterval", "LeaderTimeout", "RenewDeadline"}
-	if c.PeerMode {
+	if c.peerEnabled() {
 		names = append(names, "PeerTimeout")
 	}
 	for _, name := range names {
@@ -241,21 +259,25 @@ func (c Config) Validate() error {
 	if !strings.HasPrefix(c.PeerHealthPath, "/") {
 		bad("PeerHealthPath %q: must start with /", c.PeerHealthPath)
 	}
-	if c.PeerMode {
-		if c.PeerTimeout >= c.LeaderTimeout {
-			bad("PeerTimeout %v: must be below LeaderTimeout %v in PeerMode", c.PeerTimeout, c.LeaderTimeout)
-		}
-		if c.ServerAddr == "" {
-			bad("ServerAddr: required in PeerMode (host:port where followers reach this member)")
-		}
-		if c.PeerServerTLS == nil {
-			bad("PeerServerTLS: required in PeerMode (peers talk HTTPS)")
-		}
+	if c.PeerMode && c.PeerDisabled {
+		bad("PeerDisabled: cannot be set with PeerMode")
+	}
+	if c.PeerMode && c.ServerAddr == "" {
+		bad("ServerAddr: required in PeerMode (host:port where followers reach this member)")
+	}
+	if c.peerEnabled() && c.PeerTimeout >= c.LeaderTimeout {
+		bad("PeerTimeout %v: must be below LeaderTimeout %v in peer mode (ServerAddr set)", c.PeerTimeout, c.LeaderTimeout)
 	}
 	if len(p) > 0 {
 		return &ValidationError{Problems: p}
 	}
 	return nil
+}
+
+// peerEnabled reports whether this member serves the peer endpoint and
+// asks the leader's: it has an address, and peer mode is not turned off.
+func (c Config) peerEnabled() bool {
+	return c.ServerAddr != "" && !c.PeerDisabled
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }

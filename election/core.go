@@ -77,6 +77,10 @@ type core struct {
 	session   string
 	peerMode  bool
 	leaseMill int64
+	// peerKey is written in our records (Record.PeerKey); peerAnyLeader:
+	// ask leaders whose record names no key too (see peerable).
+	peerKey       string
+	peerAnyLeader bool
 	// watch: the store notifies changes, so a follower waits for them
 	// instead of polling. watchDownUntil: the last watch ended early; poll
 	// until then.
@@ -226,7 +230,7 @@ func (c *core) next(now time.Time) decision {
 		// when a read confirms it before taking the lock.
 		return decision{op: opWatch, until: c.obs.since.Add(c.lease())}
 	}
-	if c.stable() && c.peerMode && c.obs.rec.LeaderAddr != "" {
+	if c.stable() && c.peerable() {
 		return decision{op: opPeer}
 	}
 	at := c.pollAt
@@ -282,7 +286,7 @@ func (c *core) acquire(now time.Time) decision {
 func (c *core) record(_ time.Time, term uint64, released bool) Record {
 	return Record{
 		LeaderID: c.id, LeaderAddr: c.addr, Term: term, LeaseMillis: c.leaseMill,
-		Session: c.session, Nonce: newNonce(), Counter: c.counter, Released: released,
+		Session: c.session, Nonce: newNonce(), Counter: c.counter, Released: released, PeerKey: c.peerKey,
 	}
 }
 

@@ -210,6 +210,11 @@ func TestCoreStableFollowerPollsInfrequently(t *testing.T) {
 	}
 	c.peerMode = true
 	c.obs.rec.LeaderAddr = "other:1"
+	// A leader whose record names no peer key serves no peer endpoint.
+	if d := c.next(at(6 * time.Second)); d.op != opWait {
+		t.Fatalf("stable follower in peer mode, leader without a key: %v; want to wait", d.op)
+	}
+	c.obs.rec.PeerKey = "sha256:k"
 	if d := c.next(at(6 * time.Second)); d.op != opPeer {
 		t.Fatalf("stable follower in peer mode: %v; want a peer check", d.op)
 	}

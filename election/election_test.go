@@ -122,7 +122,14 @@ func TestConfigValidate(t *testing.T) {
 			LeaderTimeout: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, FrequentInterval: 500 * time.Millisecond}, "PeerTimeout"},
 		{"peer path", election.Config{Store: mem, PeerHealthPath: "health"}, "PeerHealthPath"},
 		{"peer mode needs address", election.Config{Store: mem, PeerMode: true}, "ServerAddr"},
-		{"peer mode needs TLS", election.Config{Store: mem, PeerMode: true, ServerAddr: "x:1"}, "PeerServerTLS"},
+		// An address is all peer mode needs: the key is made at start.
+		{"peer mode needs no TLS", election.Config{Store: mem, ServerID: "a", PeerMode: true, ServerAddr: "x:1"}, ""},
+		{"address alone", election.Config{Store: mem, ServerID: "a", ServerAddr: "x:1"}, ""},
+		{"an address turns peer mode on", election.Config{Store: mem, ServerID: "a", ServerAddr: "x:1",
+			LeaderTimeout: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, FrequentInterval: 500 * time.Millisecond}, "PeerTimeout"},
+		{"address with peer mode disabled", election.Config{Store: mem, ServerID: "a", ServerAddr: "x:1", PeerDisabled: true,
+			LeaderTimeout: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, FrequentInterval: 500 * time.Millisecond}, ""},
+		{"peer mode and disabled", election.Config{Store: mem, PeerMode: true, PeerDisabled: true, ServerAddr: "x:1"}, "PeerDisabled"},
 		{"server id control char", election.Config{Store: mem, ServerID: "a\nb"}, "ServerID"},
 	}
 	for _, c := range cases {

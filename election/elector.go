@@ -75,7 +75,10 @@ type Elector struct {
 
 	notes      *notify.Queue
 	peer       *peerServer
-	httpClient *http.Client
+	httpClient *http.Client // configured peer client (PeerClientTLS, or system roots)
+	// pinClient accepts only the leader's key pinKey; owned by the loop.
+	pinClient *http.Client
+	pinKey    string
 
 	// A store that notifies changes (etcd): followers watch the lock.
 	watcher     driver.Watcher
@@ -162,7 +165,8 @@ func New(ctx context.Context, cfg Config) (*Elector, error) {
 		retry:  cfg.RetrySchedule,
 		jitter: func(d time.Duration) time.Duration { return store.Jitter(d, cfg.RetryJitter) },
 	}
-	e.core = newCore(t, cfg.ServerID, cfg.ServerAddr, e.session, cfg.PeerMode)
+	e.core = newCore(t, cfg.ServerID, cfg.ServerAddr, e.session, cfg.peerEnabled())
+	e.core.peerAnyLeader = cfg.PeerClientTLS != nil || cfg.PeerMode
 	if w, ok := e.st.Driver().(driver.Watcher); ok {
 		e.watcher = w
 		e.core.watch = true
@@ -288,12 +292,21 @@ func (e *Elector) run(ctx context.Context) (err error) {
 		// loop retries it like every other store error.
 		e.log.Warn("store probe failed; continuing", "err", perr)
 	}
-	if e.cfg.PeerMode {
+	if e.cfg.peerEnabled() {
 		ps, perr := startPeerServer(e)
-		if perr != nil {
+		switch {
+		case perr != nil && e.cfg.PeerMode:
 			return perr
+		case perr != nil:
+			// Peer mode only by default: the address may be one the
+			// member shows but does not own. Lead and follow through the
+			// store; as a follower, still ask leaders that serve peers.
+			e.log.Warn("peer server cannot listen; leading without it (set PeerDisabled if ServerAddr is not this member's to listen on)",
+				"addr", e.cfg.PeerListenAddr, "err", perr)
 		}
 		e.peer = ps
+	}
+	if ps := e.peer; ps != nil {
 		defer func() {
 			// Serve the release a little longer, so that followers between
 			// two long-polls still hear of it from us rather than from the
@@ -307,12 +320,8 @@ func (e *Elector) run(ctx context.Context) (err error) {
 			}
 			ps.close()
 		}()
-		defer func() {
-			if e.httpClient != nil {
-				e.httpClient.CloseIdleConnections()
-			}
-		}()
 	}
+	defer e.closePeerClients()
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: string(debug.Stack())}
@@ -575,7 +584,7 @@ func (e *Elector) sync(now time.Time, loopErr error) {
 		mode = "leader"
 	case c.watch && now.After(c.watchDownUntil) && c.haveObs && c.obs.found && !c.obs.rec.Released:
 		mode = "watch"
-	case c.stable() && c.peerMode && c.obs.rec.LeaderAddr != "":
+	case c.stable() && c.peerable():
 		mode = "peer"
 	case c.stable():
 		mode = "infrequent"

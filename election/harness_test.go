@@ -69,7 +69,10 @@ func (c *cluster) add(id string, change func(*election.Config)) *member {
 	cfg := c.base
 	cfg.Store = store.New(m.fs)
 	cfg.ServerID = id
+	// The address is for display: these members serve no peer endpoint
+	// unless a test asks for peer mode.
 	cfg.ServerAddr = id + ":0"
+	cfg.PeerDisabled = !cfg.PeerMode
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger(c.t)
 	}

@@ -129,10 +129,21 @@ type peerServer struct {
 }
 
 func startPeerServer(e *Elector) (*peerServer, error) {
+	tlsCfg, key := e.cfg.PeerServerTLS, configuredPeerKey(e.cfg.PeerServerTLS)
+	if tlsCfg == nil {
+		cert, fp, err := newPeerIdentity(e.cfg.ServerID)
+		if err != nil {
+			return nil, err
+		}
+		tlsCfg, key = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, fp
+	}
 	ln, err := net.Listen("tcp", e.cfg.PeerListenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("election: peer server: %w", err)
 	}
+	// Only a member that serves the endpoint names a key: followers ask
+	// no leader whose record names none (unless configured to).
+	e.core.peerKey = key
 	// Advertise the port the system chose when asked for port 0.
 	if host, port, err := net.SplitHostPort(e.cfg.ServerAddr); err == nil && port == "0" {
 		_, real, _ := net.SplitHostPort(ln.Addr().String())
@@ -149,12 +160,12 @@ func startPeerServer(e *Elector) (*peerServer, error) {
 		ReadHeaderTimeout: e.cfg.PeerTimeout,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(e.log.Handler(), slog.LevelDebug),
-		TLSConfig:         e.cfg.PeerServerTLS,
+		TLSConfig:         tlsCfg,
 	}
 	ps := &peerServer{srv: srv, done: make(chan struct{})}
 	go func() {
 		defer close(ps.done)
-		if err := srv.Serve(tls.NewListener(ln, e.cfg.PeerServerTLS)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(tls.NewListener(ln, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			e.log.Error("peer server stopped", "err", err)
 		}
 	}()
@@ -172,18 +183,53 @@ func (ps *peerServer) close() {
 	<-ps.done
 }
 
-func (e *Elector) peerClient() *http.Client {
-	if e.httpClient == nil {
-		tr := &http.Transport{
+// peerable reports whether a follower asks the observed leader rather
+// than the store: peer mode is on, the leader has an address, and either
+// its record names the key to check it by or this member is configured to
+// check leaders otherwise (PeerClientTLS, or PeerMode with system roots).
+// A leader whose record names no key serves no endpoint of its own (an
+// older version, or peer mode off): asking it would only fail.
+func (c *core) peerable() bool {
+	return c.peerMode && c.obs.rec.LeaderAddr != "" && (c.obs.rec.PeerKey != "" || c.peerAnyLeader)
+}
+
+// peerClient returns the client that asks a leader whose record names key:
+// the configured one (PeerClientTLS, or system roots when the record names
+// no key), else one that accepts only that key. Only the loop goroutine
+// calls it.
+func (e *Elector) peerClient(key string) *http.Client {
+	newClient := func(tc *tls.Config) *http.Client {
+		return &http.Client{Transport: &http.Transport{
 			Proxy:               nil,
-			TLSClientConfig:     e.cfg.PeerClientTLS,
+			TLSClientConfig:     tc,
 			MaxIdleConnsPerHost: 2,
 			IdleConnTimeout:     2 * e.cfg.InfrequentInterval,
 			TLSHandshakeTimeout: e.cfg.PeerTimeout,
-		}
-		e.httpClient = &http.Client{Transport: tr}
+		}}
 	}
-	return e.httpClient
+	if e.httpClient != nil || e.cfg.PeerClientTLS != nil || key == "" {
+		if e.httpClient == nil {
+			e.httpClient = newClient(e.cfg.PeerClientTLS)
+		}
+		return e.httpClient
+	}
+	if e.pinClient == nil || e.pinKey != key {
+		// A new leadership, a new key: connections checked against the
+		// old key must not be reused.
+		if e.pinClient != nil {
+			e.pinClient.CloseIdleConnections()
+		}
+		e.pinClient, e.pinKey = newClient(pinnedTLS(key)), key
+	}
+	return e.pinClient
+}
+
+func (e *Elector) closePeerClients() {
+	for _, c := range []*http.Client{e.httpClient, e.pinClient} {
+		if c != nil {
+			c.CloseIdleConnections()
+		}
+	}
 }
 
 // peerCheck long-polls the leader once and feeds the answer to the core.
@@ -194,9 +240,12 @@ func (e *Elector) peerCheck(ctx context.Context) {
 		RawQuery: url.Values{"after": {c.obs.version}, "wait": {wait.String()}}.Encode()}
 	rctx, cancel := context.WithTimeout(ctx, wait+e.cfg.PeerTimeout)
 	defer cancel()
-	rec, version, err := e.askPeer(rctx, u.String())
+	// The key to check comes from the record as the store holds it: a
+	// peer answer that named another would not be from this leader.
+	key := c.obs.rec.PeerKey
+	rec, version, err := e.askPeer(rctx, e.peerClient(key), u.String())
 	now := e.clk.Now()
-	if err == nil && rec.Session != c.obs.rec.Session {
+	if err == nil && (rec.Session != c.obs.rec.Session || rec.PeerKey != key) {
 		err = fmt.Errorf("election: peer %s answered for session %q, not the leader's %q", c.obs.rec.LeaderAddr, rec.Session, c.obs.rec.Session)
 	}
 	if err == nil && rec.Term < c.obs.rec.Term {
@@ -213,12 +262,12 @@ func (e *Elector) peerCheck(ctx context.Context) {
 	c.peerAnswered(now, rec, version)
 }
 
-func (e *Elector) askPeer(ctx context.Context, u string) (Record, string, error) {
+func (e *Elector) askPeer(ctx context.Context, client *http.Client, u string) (Record, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return Record{}, "", err
 	}
-	resp, err := e.peerClient().Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return Record{}, "", err
 	}

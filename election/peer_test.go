@@ -1,16 +1,26 @@
 package election_test
 
 import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
+	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tenure-io/tenure/election"
 	"github.com/tenure-io/tenure/internal/tlsutil"
+	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/faultstore"
 )
 
@@ -41,6 +51,18 @@ func peerConfig(t *testing.T, ca *tlsutil.CA, clientCert bool) election.Config {
 	}
 }
 
+// zeroConfig is peer mode as users get it: an address and nothing else.
+func zeroConfig() election.Config {
+	return election.Config{
+		FrequentInterval:   500 * time.Millisecond,
+		InfrequentInterval: time.Minute,
+		LeaderTimeout:      6 * time.Second,
+		RenewDeadline:      4 * time.Second,
+		RetrySchedule:      []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond},
+		PeerTimeout:        500 * time.Millisecond,
+	}
+}
+
 func peerCluster(t *testing.T, clientCert bool) *cluster {
 	ca, err := tlsutil.NewCA("test")
 	if err != nil {
@@ -51,8 +73,22 @@ func peerCluster(t *testing.T, clientCert bool) *cluster {
 	return c
 }
 
+// peerSetups are the ways to run peer mode: certificates from a CA, and
+// an address alone (ephemeral keys, pinned through the lock record).
+var peerSetups = []struct {
+	name  string
+	start func(t *testing.T) *cluster
+}{
+	{"configured TLS", func(t *testing.T) *cluster { return peerCluster(t, false) }},
+	{"address only", func(t *testing.T) *cluster {
+		c := newCluster(t, zeroConfig())
+		t.Cleanup(c.stopAll)
+		return c
+	}},
+}
+
 func addPeer(c *cluster, id string) *member {
-	return c.add(id, func(cfg *election.Config) { cfg.ServerAddr = "127.0.0.1:0" })
+	return c.add(id, func(cfg *election.Config) { cfg.ServerAddr, cfg.PeerDisabled = "127.0.0.1:0", false })
 }
 
 func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
@@ -66,26 +102,34 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 }
 
 func TestPeerModeStableFollowersDoNotReadTheStore(t *testing.T) {
-	c := peerCluster(t, false)
-	a := addPeer(c, "a")
-	waitFor(t, "a leads", 10*time.Second, a.e.IsLeader)
-	b, d := addPeer(c, "b"), addPeer(c, "d")
-	waitFor(t, "followers in peer mode", 10*time.Second, func() bool {
-		return b.e.Status().Mode == "peer" && d.e.Status().Mode == "peer"
-	})
-	b.fs.Reset()
-	d.fs.Reset()
-	a.fs.Reset()
-	time.Sleep(3 * time.Second)
-	if n := b.fs.Counts().Total() + d.fs.Counts().Total(); n != 0 {
-		t.Fatalf("stable followers in peer mode made %d store requests: %v %v", n, b.fs.Counts(), d.fs.Counts())
-	}
-	if n := a.fs.Counts().Get(faultstore.OpPutCAS, faultstore.OK); n < 3 {
-		t.Fatalf("the leader renewed only %d times in 3 s at a 500 ms interval", n)
-	}
-	// The followers' view follows every renewal through the peer answers.
-	if st, rec := b.e.Status(), mustRecord(t, c); st.RecordVersion == "" || st.LeaderTerm != rec.Term {
-		t.Fatalf("follower view %+v, store record %+v", st, rec)
+	for _, setup := range peerSetups {
+		t.Run(setup.name, func(t *testing.T) {
+			c := setup.start(t)
+			a := addPeer(c, "a")
+			waitFor(t, "a leads", 10*time.Second, a.e.IsLeader)
+			b, d := addPeer(c, "b"), addPeer(c, "d")
+			waitFor(t, "followers in peer mode", 10*time.Second, func() bool {
+				return b.e.Status().Mode == "peer" && d.e.Status().Mode == "peer"
+			})
+			b.fs.Reset()
+			d.fs.Reset()
+			a.fs.Reset()
+			time.Sleep(3 * time.Second)
+			if n := b.fs.Counts().Total() + d.fs.Counts().Total(); n != 0 {
+				t.Fatalf("stable followers in peer mode made %d store requests: %v %v", n, b.fs.Counts(), d.fs.Counts())
+			}
+			if n := a.fs.Counts().Get(faultstore.OpPutCAS, faultstore.OK); n < 3 {
+				t.Fatalf("the leader renewed only %d times in 3 s at a 500 ms interval", n)
+			}
+			// The record names the key the leader's server presents.
+			if rec := mustRecord(t, c); rec.PeerKey == "" || rec.PeerKey != servedKey(t, a) {
+				t.Fatalf("record names peer key %q; the leader serves %q", rec.PeerKey, servedKey(t, a))
+			}
+			// The followers' view follows every renewal through the peer answers.
+			if st, rec := b.e.Status(), mustRecord(t, c); st.RecordVersion == "" || st.LeaderTerm != rec.Term {
+				t.Fatalf("follower view %+v, store record %+v", st, rec)
+			}
+		})
 	}
 }
 
@@ -99,39 +143,47 @@ func mustRecord(t *testing.T, c *cluster) election.Record {
 }
 
 func TestPeerModeHandoverWithoutPolling(t *testing.T) {
-	// Followers would not read the store for a minute (InfrequentInterval)
-	// and would wait 6 s of an unchanged version: a takeover right after
-	// the release can only come from the long-poll delivering it.
-	c := peerCluster(t, false)
-	a := addPeer(c, "a")
-	waitFor(t, "a leads", 10*time.Second, a.e.IsLeader)
-	b := addPeer(c, "b")
-	waitFor(t, "b in peer mode", 10*time.Second, func() bool { return b.e.Status().Mode == "peer" })
-	b.fs.Reset()
-	a.stop(t)
-	waitFor(t, "b leads", 2*time.Second, b.e.IsLeader)
-	cs := b.fs.Counts()
-	if cs.OpTotal(faultstore.OpGet) != 0 || cs.Get(faultstore.OpPutCAS, faultstore.OK) < 1 {
-		t.Fatalf("b took over with store calls %v; want a swap straight from the peer's release", cs)
+	for _, setup := range peerSetups {
+		t.Run(setup.name, func(t *testing.T) {
+			// Followers would not read the store for a minute (InfrequentInterval)
+			// and would wait 6 s of an unchanged version: a takeover right after
+			// the release can only come from the long-poll delivering it.
+			c := setup.start(t)
+			a := addPeer(c, "a")
+			waitFor(t, "a leads", 10*time.Second, a.e.IsLeader)
+			b := addPeer(c, "b")
+			waitFor(t, "b in peer mode", 10*time.Second, func() bool { return b.e.Status().Mode == "peer" })
+			b.fs.Reset()
+			a.stop(t)
+			waitFor(t, "b leads", 2*time.Second, b.e.IsLeader)
+			cs := b.fs.Counts()
+			if cs.OpTotal(faultstore.OpGet) != 0 || cs.Get(faultstore.OpPutCAS, faultstore.OK) < 1 {
+				t.Fatalf("b took over with store calls %v; want a swap straight from the peer's release", cs)
+			}
+			if b.e.Term() != 2 {
+				t.Fatalf("term %d", b.e.Term())
+			}
+			c.checkOverlap()
+		})
 	}
-	if b.e.Term() != 2 {
-		t.Fatalf("term %d", b.e.Term())
-	}
-	c.checkOverlap()
 }
 
 func TestPeerModeLeaderCrashFallsBackToStore(t *testing.T) {
-	c := peerCluster(t, false)
-	a := addPeer(c, "a")
-	waitFor(t, "a leads", 10*time.Second, a.e.IsLeader)
-	b := addPeer(c, "b")
-	waitFor(t, "b in peer mode", 10*time.Second, func() bool { return b.e.Status().Mode == "peer" })
-	a.crash(t) // cannot release; its peer server goes away
-	waitFor(t, "b leads", 20*time.Second, b.e.IsLeader)
-	if b.fs.Counts().OpTotal(faultstore.OpGet) == 0 {
-		t.Fatal("b took over without reading the store")
+	for _, setup := range peerSetups {
+		t.Run(setup.name, func(t *testing.T) {
+			c := setup.start(t)
+			a := addPeer(c, "a")
+			waitFor(t, "a leads", 10*time.Second, a.e.IsLeader)
+			b := addPeer(c, "b")
+			waitFor(t, "b in peer mode", 10*time.Second, func() bool { return b.e.Status().Mode == "peer" })
+			a.crash(t) // cannot release; its peer server goes away
+			waitFor(t, "b leads", 20*time.Second, b.e.IsLeader)
+			if b.fs.Counts().OpTotal(faultstore.OpGet) == 0 {
+				t.Fatal("b took over without reading the store")
+			}
+			c.checkOverlap()
+		})
 	}
-	c.checkOverlap()
 }
 
 func TestPeerEndpoint(t *testing.T) {
@@ -238,5 +290,228 @@ func TestPeerHandlerOnOwnServer(t *testing.T) {
 	resp2.Body.Close()
 	if resp2.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("POST answered %d", resp2.StatusCode)
+	}
+}
+
+// servedKey is the fingerprint of the key m's peer server presents.
+func servedKey(t *testing.T, m *member) string {
+	t.Helper()
+	conn, err := tls.Dial("tcp", m.e.Status().ServerAddr, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatalf("dialling %s's peer server: %v", m.id, err)
+	}
+	defer conn.Close()
+	return election.PeerKeyOf(conn.ConnectionState().PeerCertificates[0])
+}
+
+func TestPeerKeyIsNewForEachLeadership(t *testing.T) {
+	c := newCluster(t, zeroConfig())
+	t.Cleanup(c.stopAll)
+	seen := map[string]string{}
+	lead := func(m *member) {
+		t.Helper()
+		waitFor(t, m.id+" leads", 20*time.Second, m.e.IsLeader)
+		rec := mustRecord(t, c)
+		if !strings.HasPrefix(rec.PeerKey, "sha256:") || rec.PeerKey != servedKey(t, m) {
+			t.Fatalf("%s leads with peer key %q in the record; its server presents %q", m.id, rec.PeerKey, servedKey(t, m))
+		}
+		if prev, ok := seen[rec.PeerKey]; ok {
+			t.Fatalf("%s (session %s) leads with the key of %s", m.id, rec.Session, prev)
+		}
+		seen[rec.PeerKey] = m.id + "/" + rec.Session
+	}
+	a := addPeer(c, "a")
+	lead(a)
+	b := addPeer(c, "b")
+	waitFor(t, "b in peer mode", 10*time.Second, func() bool { return b.e.Status().Mode == "peer" })
+	a.stop(t)
+	lead(b)
+	// The same member started again is a new process: a new key.
+	a2 := addPeer(c, "a")
+	waitFor(t, "a again in peer mode", 10*time.Second, func() bool { return a2.e.Status().Mode == "peer" })
+	b.stop(t)
+	lead(a2)
+	c.checkOverlap()
+}
+
+// fakeLeader renews a lock record naming an address and a key, as a
+// leader would, from outside any elector, and answers as its peer
+// endpoint would.
+type fakeLeader struct {
+	mu      sync.Mutex
+	rec     election.Record
+	version string
+}
+
+func (f *fakeLeader) current() (election.Record, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rec, f.version
+}
+
+func (f *fakeLeader) run(ctx context.Context, t *testing.T, c *cluster, rec election.Record) {
+	for ctx.Err() == nil {
+		rec.Counter++
+		rec.Nonce = rand.Text()
+		_, version := f.current()
+		cond := store.IfAbsent()
+		if version != "" {
+			cond = store.IfMatch(version)
+		}
+		v, err := c.raw.Put(ctx, election.DefaultLockfilePath, rec.Encode(), cond)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.Errorf("fake leader's renewal: %v", err)
+			}
+			return
+		}
+		f.mu.Lock()
+		f.rec, f.version = rec, v
+		f.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// ServeHTTP answers as a leader's peer endpoint does, long-poll included.
+func (f *fakeLeader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	wait, _ := time.ParseDuration(r.URL.Query().Get("wait"))
+	end := time.Now().Add(wait)
+	for {
+		rec, version := f.current()
+		if version != r.URL.Query().Get("after") || time.Now().After(end) || r.Context().Err() != nil {
+			w.Header().Set(election.VersionHeader, version)
+			_ = json.NewEncoder(w).Encode(rec)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestPeerFollowerRefusesAServerWithAnotherKey(t *testing.T) {
+	// A server listens at the address the record names and answers
+	// exactly as the leader would. The follower may use it only if it
+	// holds the key the record names.
+	for _, tc := range []struct {
+		name    string
+		sameKey bool
+	}{{"key of the record", true}, {"another key", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, zeroConfig())
+			t.Cleanup(c.stopAll)
+			fake := &fakeLeader{}
+			var asked atomic.Int64
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				asked.Add(1)
+				fake.ServeHTTP(w, r)
+			}))
+			srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
+			srv.StartTLS()
+			defer srv.Close()
+			key := election.PeerKeyOf(srv.Certificate())
+			if !tc.sameKey {
+				key = "sha256:" + base64.RawURLEncoding.EncodeToString([]byte(rand.Text() + rand.Text())[:32])
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				fake.run(ctx, t, c, election.Record{LeaderID: "a", LeaderAddr: srv.Listener.Addr().String(), Term: 1,
+					LeaseMillis: 6000, Session: "fake-a", PeerKey: key})
+			}()
+			defer func() { cancel(); <-done }()
+			waitFor(t, "the fake leader's first write", 5*time.Second, func() bool { _, v := fake.current(); return v != "" })
+
+			b := addPeer(c, "b")
+			waitFor(t, "b follows a", 10*time.Second, func() bool { id, _, ok := b.e.Leader(); return ok && id == "a" })
+			if tc.sameKey {
+				waitFor(t, "b in peer mode", 10*time.Second, func() bool { return b.e.Status().Mode == "peer" })
+				b.fs.Reset()
+				time.Sleep(2 * time.Second)
+				if n := b.fs.Counts().OpTotal(faultstore.OpGet); n != 0 || asked.Load() == 0 {
+					t.Fatalf("b asked the leader %d times and read the store %d times; want only the leader", asked.Load(), n)
+				}
+				return
+			}
+			time.Sleep(3 * time.Second)
+			if n := asked.Load(); n != 0 {
+				t.Fatalf("b sent %d requests to a server whose key the record does not name", n)
+			}
+			// Refused at the handshake, b follows through the store.
+			if n := b.fs.Counts().OpTotal(faultstore.OpGet); n < 3 {
+				t.Fatalf("b read the store %d times in 3 s after refusing the peer", n)
+			}
+			if st := b.e.Status(); st.LeaderID != "a" || b.e.IsLeader() {
+				t.Fatalf("b's view: %+v", st)
+			}
+		})
+	}
+}
+
+func TestPeerFollowerDoesNotAskALeaderWithoutKey(t *testing.T) {
+	// A leader whose address is only for display (or an older version)
+	// writes no key: followers in peer mode follow it through the store
+	// at the infrequent interval, without asking it.
+	c := newCluster(t, zeroConfig())
+	t.Cleanup(c.stopAll)
+	a := c.add("a", func(cfg *election.Config) { cfg.ServerAddr = "127.0.0.1:1" }) // display only
+	waitFor(t, "a leads", 10*time.Second, a.e.IsLeader)
+	if rec := mustRecord(t, c); rec.PeerKey != "" || rec.LeaderAddr != "127.0.0.1:1" {
+		t.Fatalf("record %+v", rec)
+	}
+	b := addPeer(c, "b")
+	waitFor(t, "b follows at the infrequent interval", 10*time.Second, func() bool { return b.e.Status().Mode == "infrequent" })
+	b.fs.Reset()
+	time.Sleep(2 * time.Second)
+	if st := b.e.Status(); st.Mode != "infrequent" || b.fs.Counts().Total() != 0 {
+		t.Fatalf("b's mode %q, store calls %v in 2 s; want none (InfrequentInterval is a minute)", st.Mode, b.fs.Counts())
+	}
+}
+
+func TestPeerServerThatCannotListen(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	// Peer mode by default: the member warns and runs store-only, and its
+	// record names no key, so no follower asks whoever holds the port.
+	c := newCluster(t, zeroConfig())
+	t.Cleanup(c.stopAll)
+	a := c.add("a", func(cfg *election.Config) { cfg.ServerAddr, cfg.PeerDisabled = addr, false })
+	waitFor(t, "a leads", 10*time.Second, a.e.IsLeader)
+	if rec := mustRecord(t, c); rec.PeerKey != "" || rec.LeaderAddr != addr {
+		t.Fatalf("record %+v", rec)
+	}
+	// PeerMode set: peer mode is required, and Run says why it cannot be.
+	cfg := zeroConfig()
+	cfg.Store, cfg.ServerID, cfg.ServerAddr, cfg.PeerMode = c.raw, "d", addr, true
+	cfg.LockfilePath = "other.json"
+	cfg.Logger = quietLogger(t)
+	e, err := election.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opErr *net.OpError
+	if err := e.Run(t.Context()); !errors.As(err, &opErr) {
+		t.Fatalf("Run with PeerMode on a taken port returned %v; want the listen error", err)
+	}
+}
+
+func TestPeerFollowerWithoutClientTLSChecksAConfiguredLeaderByKey(t *testing.T) {
+	// A leader with a configured certificate names its key in the record:
+	// a follower with no CA of its own checks it by that key.
+	c := peerCluster(t, false)
+	a := addPeer(c, "a")
+	waitFor(t, "a leads", 10*time.Second, a.e.IsLeader)
+	b := c.add("b", func(cfg *election.Config) {
+		cfg.ServerAddr, cfg.PeerClientTLS, cfg.PeerServerTLS, cfg.PeerMode = "127.0.0.1:0", nil, nil, false
+	})
+	waitFor(t, "b in peer mode", 10*time.Second, func() bool { return b.e.Status().Mode == "peer" })
+	if rec := mustRecord(t, c); rec.PeerKey != servedKey(t, a) {
+		t.Fatalf("record names %q; a serves %q", rec.PeerKey, servedKey(t, a))
 	}
 }

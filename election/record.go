@@ -43,6 +43,13 @@ type Record struct {
 	// Released is set by a leader that stepped down; followers may take
 	// the lock at once.
 	Released bool `json:"released"`
+	// PeerKey is the fingerprint of the public key the leader's peer
+	// server presents ("sha256:" and the base64url SHA-256 of its
+	// SubjectPublicKeyInfo; see PeerKeyOf). Followers that ask the leader
+	// accept only a server with this key: whoever can write the record can
+	// already lead, so the store vouches for the key. Empty when the writer
+	// serves no peer endpoint of its own; S3lect ignores it.
+	PeerKey string `json:"peerKey,omitempty"`
 }
 
 // Encode returns the record's JSON.
@@ -76,7 +83,7 @@ func DecodeRecord(data []byte) (Record, error) {
 	if dec.More() {
 		return Record{}, fmt.Errorf("election: lock record has data after the JSON object: %q", truncate(data))
 	}
-	for name, s := range map[string]string{"leaderID": r.LeaderID, "leaderAddr": r.LeaderAddr, "session": r.Session, "nonce": r.Nonce} {
+	for name, s := range map[string]string{"leaderID": r.LeaderID, "leaderAddr": r.LeaderAddr, "session": r.Session, "nonce": r.Nonce, "peerKey": r.PeerKey} {
 		if !utf8.ValidString(s) || len(s) > 1024 {
 			return Record{}, fmt.Errorf("election: lock record field %s is not valid UTF-8 of at most 1024 bytes", name)
 		}

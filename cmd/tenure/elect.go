@@ -88,7 +88,7 @@ func (m *electMetrics) observe(lockKey string) func(store.Call) {
 }
 
 func runElect(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "elect", "elect --lock URL [--id ID] [--http ADDR] [--peer --addr HOST:PORT --tls-cert F --tls-key F ...]")
+	fs := newFlags(e, "elect", "elect --lock URL [--id ID] [--addr HOST:PORT [--tls-cert F --tls-key F ...] | --no-peer] [--http ADDR]")
 	ef := addElectFlags(fs)
 	httpAddr := fs.String("http", "127.0.0.1:9464", "serve /metrics (Prometheus) and /healthz here; empty to disable")
 	pos, err := parse(fs, args)
@@ -143,7 +143,7 @@ func runElect(ctx context.Context, e *env, args []string) error {
 		}()
 		cfg.Logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
 	}
-	cfg.Logger.Info("taking part in the election", "lock", *ef.lock, "id", cfg.ServerID, "peer", cfg.PeerMode)
+	cfg.Logger.Info("taking part in the election", "lock", *ef.lock, "id", cfg.ServerID, "addr", cfg.ServerAddr, "peer", cfg.ServerAddr != "" && !cfg.PeerDisabled)
 	err = el.Run(ctx)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -41,7 +42,7 @@ func splitLockURL(raw string) (storeURL, key string, err error) {
 // shares.
 type electFlags struct {
 	lock, id, addr, listen                  *string
-	peer                                    *bool
+	peer, noPeer                            *bool
 	certFile, keyFile, caFile, clientCAFile *string
 	clientCertFile, clientKeyFile           *string
 	frequent, infrequent, timeout, deadline *time.Duration
@@ -53,12 +54,14 @@ type electFlags struct {
 func addElectFlags(fs *flag.FlagSet) *electFlags {
 	host, _ := os.Hostname()
 	return &electFlags{
-		lock:           fs.String("lock", "", "the lock: a store URL ending with the lock's key, e.g. s3://bucket/prefix/leader.json (required)"),
-		id:             fs.String("id", host, "this member's ServerID"),
-		addr:           fs.String("addr", "", "host:port where peers reach this member (required with --peer)"),
-		listen:         fs.String("listen", "", "address the peer server listens on (default --addr)"),
-		peer:           fs.Bool("peer", false, "peer mode: followers long-poll the leader over HTTPS instead of reading the store"),
-		certFile:       fs.String("tls-cert", "", "peer server certificate (PEM)"),
+		lock: fs.String("lock", "", "the lock: a store URL ending with the lock's key, e.g. s3://bucket/prefix/leader.json (required)"),
+		id:   fs.String("id", host, "this member's ServerID"),
+		addr: fs.String("addr", "", "host:port where peers reach this member; turns peer mode on: followers long-poll the leader over HTTPS "+
+			"instead of reading the store, and check it by the key its lock record names (no certificates needed)"),
+		listen:         fs.String("listen", "", "address the peer server listens on (default: the port of --addr, on every interface)"),
+		peer:           fs.Bool("peer", false, "deprecated: peer mode is on whenever --addr is given; --peer makes it required (fail rather than run store-only)"),
+		noPeer:         fs.Bool("no-peer", false, "store-only: no peer server, though --addr is given (--addr is then only shown to others)"),
+		certFile:       fs.String("tls-cert", "", "peer server certificate (PEM; default: an ephemeral key named in the lock record)"),
 		keyFile:        fs.String("tls-key", "", "peer server key (PEM)"),
 		caFile:         fs.String("tls-ca", "", "CA certificates that sign the peers' server certificates (PEM; default: system roots)"),
 		clientCAFile:   fs.String("tls-client-ca", "", "require peer client certificates signed by these CAs (PEM)"),
@@ -112,12 +115,22 @@ func (f *electFlags) config(ctx context.Context, e *env, observer func(store.Cal
 		}
 		retry = append(retry, d)
 	}
+	listen := *f.listen
+	if listen == "" && *f.addr != "" && !*f.noPeer {
+		// The address others dial may not be one this host can bind (a
+		// name, a NAT address): listen on its port.
+		_, port, err := net.SplitHostPort(*f.addr)
+		if err != nil {
+			return election.Config{}, nil, fmt.Errorf("--addr %q: want host:port: %w", *f.addr, err)
+		}
+		listen = ":" + port
+	}
 	cfg := election.Config{
 		RetrySchedule: retry,
-		LockfilePath:  key, ServerID: *f.id, ServerAddr: *f.addr, PeerListenAddr: *f.listen,
+		LockfilePath:  key, ServerID: *f.id, ServerAddr: *f.addr, PeerListenAddr: listen,
 		FrequentInterval: *f.frequent, InfrequentInterval: *f.infrequent,
 		LeaderTimeout: *f.timeout, RenewDeadline: *f.deadline, PeerTimeout: *f.peerTimeout,
-		PeerMode: *f.peer, Logger: log,
+		PeerMode: *f.peer, PeerDisabled: *f.noPeer, Logger: log,
 	}
 	if *f.certFile != "" || *f.keyFile != "" {
 		if cfg.PeerServerTLS, err = tlsutil.LoadServer(*f.certFile, *f.keyFile, *f.clientCAFile); err != nil {

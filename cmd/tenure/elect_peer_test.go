@@ -1,0 +1,65 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+)
+
+func electConfigFromFlags(t *testing.T, args ...string) (map[string]any, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("elect", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	ef := addElectFlags(fs)
+	if err := fs.Parse(append([]string{"--lock", uniqueMem(t, "flags") + "/leader.json"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	cfg, st, err := ef.config(t.Context(), &env{stdout: io.Discard, stderr: io.Discard}, nil)
+	if err != nil {
+		return nil, err
+	}
+	st.Close()
+	return map[string]any{"addr": cfg.ServerAddr, "listen": cfg.PeerListenAddr, "peerMode": cfg.PeerMode,
+		"disabled": cfg.PeerDisabled, "serverTLS": cfg.PeerServerTLS != nil}, nil
+}
+
+func TestElectAddrAloneIsPeerMode(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want map[string]any // nil: refused
+		says string
+	}{
+		{"addr alone", []string{"--addr", "node1.example:8443"},
+			map[string]any{"addr": "node1.example:8443", "listen": ":8443", "peerMode": false, "disabled": false, "serverTLS": false}, ""},
+		{"listen given", []string{"--addr", "10.0.0.1:8443", "--listen", "127.0.0.1:9000"},
+			map[string]any{"addr": "10.0.0.1:8443", "listen": "127.0.0.1:9000", "peerMode": false, "disabled": false, "serverTLS": false}, ""},
+		{"store only", []string{"--addr", "node1.example:8443", "--no-peer"},
+			map[string]any{"addr": "node1.example:8443", "listen": "", "peerMode": false, "disabled": true, "serverTLS": false}, ""},
+		{"deprecated --peer", []string{"--addr", "127.0.0.1:0", "--peer"},
+			map[string]any{"addr": "127.0.0.1:0", "listen": ":0", "peerMode": true, "disabled": false, "serverTLS": false}, ""},
+		{"no address", nil, map[string]any{"addr": "", "listen": "", "peerMode": false, "disabled": false, "serverTLS": false}, ""},
+		{"address without port", []string{"--addr", "node1"}, nil, "--addr"},
+		{"--peer and --no-peer", []string{"--addr", "127.0.0.1:0", "--peer", "--no-peer"}, nil, "PeerDisabled"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := electConfigFromFlags(t, c.args...)
+			if c.want == nil {
+				if err == nil || !strings.Contains(err.Error(), c.says) {
+					t.Fatalf("config = %v, %v; want an error naming %s", got, err, c.says)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range c.want {
+				if got[k] != v {
+					t.Errorf("%s = %v; want %v", k, got[k], v)
+				}
+			}
+		})
+	}
+}
