@@ -11,8 +11,9 @@ var benchmarks = []struct {
 	name, synopsis string
 	run            func(context.Context, *env, []string) error
 }{
-	{"election", "bench election [--store URL] [--nodes N] [--rounds R] [--peer] [--timing default|fast] [--window D] [--json]\n" +
-		"      crash failover against the lease expiry, graceful handover, store requests per hour; members are OS processes",
+	{"election", "bench election [--store URL] [--nodes N] [--rounds R] [--config store,addr,tls] [--timing default|fast] [--window D] [--json]\n" +
+		"      crash failover against the lease expiry, graceful handover, store requests per hour, for store-only members and\n" +
+		"      members given an address; members are OS processes",
 		runBenchElection},
 	{"shards", "bench shards --store URL [--shards N] [--members M] [--mode member|shard|both] [--window D] [--json]\n" +
 		"      shard groups in one process: settle time, store requests per hour, CPU, memory, rebalance on join and death",

@@ -60,7 +60,12 @@ func (t benchTiming) retryString() string {
 	return strings.Join(parts, ",")
 }
 
+// args are the members' timing flags: none for the defaults, so that the
+// members run exactly what a user gets.
 func (t benchTiming) args() []string {
+	if t.name == "default" {
+		return nil
+	}
 	return []string{"--frequent", t.frequent.String(), "--infrequent", t.infrequent.String(),
 		"--leader-timeout", t.timeout.String(), "--renew-deadline", t.renew.String(),
 		"--peer-timeout", t.peer.String(), "--retry", t.retryString()}
@@ -73,9 +78,18 @@ func (t benchTiming) String() string {
 
 const maxBenchNodes = 32
 
+// benchConfigs are the member configurations the bench can compare.
+var benchConfigs = map[string]string{
+	"store": "store only (no flags: followers read the lock every InfrequentInterval while stable)",
+	"addr":  "an address only (--addr: peer mode, followers long-poll the leader over HTTPS, its key pinned by the lock record)",
+	"tls":   "an address and certificates (--addr --tls-cert --tls-key --tls-ca: peer mode checked by a CA)",
+}
+
 func runBenchElection(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "bench election", "bench election [--store URL] [--nodes N] [--rounds R] [--peer] [--timing default|fast] [--window D] [--json]\n\n"+
-		"Runs N members of one election as `tenure elect` processes and measures, over R rounds each:\n"+
+	fs := newFlags(e, "bench election", "bench election [--store URL] [--nodes N] [--rounds R] [--config store,addr,tls] [--timing default|fast] [--window D] [--json]\n\n"+
+		"For each member configuration (--config: store, the default settings; addr, --addr and nothing else;\n"+
+		"tls, --addr with certificates), runs N members of one election as `tenure elect` processes and\n"+
+		"measures, over R rounds each:\n"+
 		"  crash     SIGKILL the leader; the gap until another member leads, against the limit: the\n"+
 		"            earliest moment the lease, as the followers saw it, lets one of them take over;\n"+
 		"  handover  SIGTERM the leader (it releases the lock); the gap from the moment it stops\n"+
@@ -84,7 +98,8 @@ func runBenchElection(ctx context.Context, e *env, args []string) error {
 	storeURL := fs.String("store", "", "store the members share (default: a new temporary directory, file://); the lock is a new key under it")
 	nodes := fs.Int("nodes", 3, "members in the group")
 	rounds := fs.Int("rounds", 5, "crash rounds, and as many handover rounds")
-	peer := fs.Bool("peer", false, "peer mode: followers long-poll the leader over HTTPS (loopback, certificates made for the run)")
+	configs := fs.String("config", "store,addr", "member configurations to run one after the other: store (no flags), addr (--addr only), tls (--addr and certificates made for the run)")
+	peer := fs.Bool("peer", false, "deprecated: the same as --config tls")
 	timingName := fs.String("timing", "default", "election timings: default (the library's defaults) or fast (the defaults divided by 20)")
 	window := fs.Duration("window", 0, "how long to count store requests during stable leadership (default 5m with default timing, 30s with fast)")
 	poll := fs.Duration("poll", 2*time.Millisecond, "how often each member's /healthz is read while a transition is timed: the resolution of the gaps")
@@ -106,6 +121,17 @@ func runBenchElection(ctx context.Context, e *env, args []string) error {
 	}
 	if *window == 0 {
 		*window = timing.window
+	}
+	var modes []string
+	if *peer {
+		*configs = "tls"
+	}
+	for _, c := range strings.Split(*configs, ",") {
+		if _, ok := benchConfigs[c]; !ok || slices.Contains(modes, c) {
+			fmt.Fprintf(e.stderr, "tenure bench election: --config %q: want a list of store, addr and tls, each once\n", *configs)
+			return errUsage
+		}
+		modes = append(modes, c)
 	}
 	switch {
 	case timing.name == "":
@@ -134,22 +160,9 @@ func runBenchElection(ctx context.Context, e *env, args []string) error {
 		defer os.RemoveAll(dir)
 		*storeURL = "file://" + dir
 	}
-	lock, err := benchLockURL(*storeURL)
-	if err != nil {
+	if _, err := benchLockURL(*storeURL); err != nil {
 		return err
 	}
-	lockStoreURL, key, err := splitLockURL(lock)
-	if err != nil {
-		return err
-	}
-	// Open the store here first, so that a bad URL or missing credentials
-	// fail before any member starts. The bench reads the lock record
-	// through it after each kill.
-	st, err := store.Open(ctx, lockStoreURL)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding this program to run the members: %w", err)
@@ -159,39 +172,70 @@ func runBenchElection(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-
-	b := &electionBench{
-		stderr: &syncWriter{w: e.stderr}, exe: exe, lock: lock, st: st, key: key, timing: timing, peer: *peer, poll: *poll, verbose: *verbose,
-		client: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}},
-	}
-	defer b.client.CloseIdleConnections()
-	if *peer {
+	var files tlsutil.Files
+	if slices.Contains(modes, "tls") {
 		ca, err := tlsutil.NewCA("tenure bench")
 		if err != nil {
 			return err
 		}
-		if b.tls, err = ca.WriteFiles(tmp, "peer", "127.0.0.1"); err != nil {
+		if files, err = ca.WriteFiles(tmp, "peer", "127.0.0.1"); err != nil {
 			return err
 		}
 	}
-	defer b.stopAll()
-	res, err := b.run(ctx, *nodes, *rounds, *window)
-	if err != nil {
-		return err
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}}
+	defer client.CloseIdleConnections()
+
+	var results []*electionBenchResult
+	for _, mode := range modes {
+		lock, err := benchLockURL(*storeURL)
+		if err != nil {
+			return err
+		}
+		lockStoreURL, key, err := splitLockURL(lock)
+		if err != nil {
+			return err
+		}
+		// Open the store before any member starts, so that a bad URL or
+		// missing credentials fail first. The bench reads the lock record
+		// through it after each kill.
+		st, err := store.Open(ctx, lockStoreURL)
+		if err != nil {
+			return err
+		}
+		b := &electionBench{
+			stderr: &syncWriter{w: e.stderr}, exe: exe, lock: lock, st: st, key: key, timing: timing,
+			config: mode, peer: mode != "store", tls: files, poll: *poll, verbose: *verbose, client: client,
+		}
+		res, err := b.run(ctx, *nodes, *rounds, *window)
+		// Stop the members and remove their lock, so that the store is
+		// left as it was found (but for the directory a file:// store
+		// keeps).
+		b.stopAll()
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = st.Delete(dctx, key, store.Cond{})
+		cancel()
+		st.Close()
+		if err != nil {
+			return fmt.Errorf("--config %s: %w", mode, err)
+		}
+		res.Store = *storeURL
+		results = append(results, res)
 	}
-	res.Store = *storeURL
-	// Stop the members and remove their lock, so that the store is left
-	// as it was found (but for the directory a file:// store keeps).
-	b.stopAll()
-	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_ = st.Delete(dctx, key, store.Cond{})
-	cancel()
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return enc.Encode(results)
 	}
-	return res.print(e.stdout)
+	for _, res := range results {
+		if err := res.print(e.stdout); err != nil {
+			return err
+		}
+		fmt.Fprintln(e.stdout)
+	}
+	if len(results) > 1 {
+		return printBenchComparison(e.stdout, results)
+	}
+	return nil
 }
 
 // benchLockURL returns the URL of a new lock under storeURL: its path gets
@@ -219,7 +263,8 @@ type electionBench struct {
 	st      *store.Store
 	key     string
 	timing  benchTiming
-	peer    bool
+	config  string // a key of benchConfigs
+	peer    bool   // the followers' steady mode is peer
 	tls     tlsutil.Files
 	poll    time.Duration
 	verbose bool
@@ -276,8 +321,11 @@ func (m *benchMember) gone() bool {
 func (b *electionBench) start(ctx context.Context, id string) (*benchMember, error) {
 	args := []string{"elect", "--lock", b.lock, "--id", id, "--http", "127.0.0.1:0", "--log-format", "json", "--log-level", "info"}
 	args = append(args, b.timing.args()...)
-	if b.peer {
-		args = append(args, "--peer", "--addr", "127.0.0.1:0", "--tls-cert", b.tls.Cert, "--tls-key", b.tls.Key, "--tls-ca", b.tls.CA)
+	switch b.config {
+	case "addr":
+		args = append(args, "--addr", "127.0.0.1:0")
+	case "tls":
+		args = append(args, "--addr", "127.0.0.1:0", "--tls-cert", b.tls.Cert, "--tls-key", b.tls.Key, "--tls-ca", b.tls.CA)
 	}
 	cmd := exec.Command(b.exe, args...)
 	cmd.SysProcAttr = memberProcAttr()
@@ -922,6 +970,8 @@ type electionBenchResult struct {
 	Store        string          `json:"store"`
 	Nodes        int             `json:"nodes"`
 	Rounds       int             `json:"rounds"`
+	Config       string          `json:"config"`
+	ConfigDetail string          `json:"configDetail"`
 	Peer         bool            `json:"peer"`
 	Timing       string          `json:"timing"`
 	TimingDetail string          `json:"timingDetail"`
@@ -944,16 +994,12 @@ type electionBenchResult struct {
 }
 
 func (b *electionBench) run(ctx context.Context, nodes, rounds int, window time.Duration) (*electionBenchResult, error) {
-	res := &electionBenchResult{Nodes: nodes, Rounds: rounds, Peer: b.peer, Timing: b.timing.name,
+	res := &electionBenchResult{Nodes: nodes, Rounds: rounds, Config: b.config, ConfigDetail: benchConfigs[b.config], Peer: b.peer, Timing: b.timing.name,
 		TimingDetail: b.timing.String(), Poll: b.poll, LimitDefinition: limitDefinition}
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(b.stderr, "tenure bench election: "+format+"\n", args...)
 	}
-	mode := "store polling"
-	if b.peer {
-		mode = "peer mode"
-	}
-	progress("%d members, %s, %s timing, lock %s", nodes, mode, b.timing.name, b.lock)
+	progress("%d members, %s, %s timing, lock %s", nodes, benchConfigs[b.config], b.timing.name, b.lock)
 	for i := range nodes {
 		m, err := b.start(ctx, "n"+strconv.Itoa(i+1))
 		if err != nil {
@@ -1009,19 +1055,15 @@ func roundDur(d time.Duration) time.Duration {
 }
 
 func (r *electionBenchResult) print(w io.Writer) error {
-	mode := "store polling (followers read the lock every InfrequentInterval while stable)"
-	if r.Peer {
-		mode = "peer mode (followers long-poll the leader over HTTPS)"
-	}
-	fmt.Fprintf(w, "tenure bench election: %d members as OS processes (tenure elect), %s\n", r.Nodes, mode)
+	fmt.Fprintf(w, "tenure bench election: %d members as OS processes (tenure elect), %s\n", r.Nodes, r.ConfigDetail)
 	fmt.Fprintf(w, "store   %s\n", r.Store)
 	fmt.Fprintf(w, "timing  %s: %s\n", r.Timing, r.TimingDetail)
 	fmt.Fprintf(w, "rounds  %d crash (SIGKILL of the leader) and %d handover (SIGTERM: it releases the lock);\n", len(r.Crash), len(r.Handover))
 	fmt.Fprintf(w, "        each member's /healthz read every %v while a transition was timed\n\n", r.Poll)
 
-	fmt.Fprintf(w, "%-46s %9s %9s %9s %4s\n", "", "p50", "p90", "max", "n")
+	fmt.Fprintf(w, "%-46s %9s %9s %9s %9s %4s\n", "", "min", "p50", "p90", "max", "n")
 	row := func(name string, s benchStats) {
-		fmt.Fprintf(w, "%-46s %9v %9v %9v %4d\n", name, roundDur(s.P50), roundDur(s.P90), roundDur(s.Max), s.N)
+		fmt.Fprintf(w, "%-46s %9v %9v %9v %9v %4d\n", name, roundDur(s.Min), roundDur(s.P50), roundDur(s.P90), roundDur(s.Max), s.N)
 	}
 	row("crash: leaderless gap after SIGKILL", r.CrashGap)
 	row("  limit: lease expiry as the followers saw it", r.CrashLimit)
@@ -1071,4 +1113,15 @@ func wrap(s string, width int) string {
 		n += len(word)
 	}
 	return b.String()
+}
+
+// printBenchComparison sets the configurations side by side.
+func printBenchComparison(w io.Writer, rs []*electionBenchResult) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "config\tcrash gap min / p50 / max\tlease at the kill p50\thandover gap p50\tgroup store requests/h")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%v / %v / %v\t%v\t%v\t%.0f\n", r.Config, roundDur(r.CrashGap.Min), roundDur(r.CrashGap.P50), roundDur(r.CrashGap.Max),
+			roundDur(r.LeaderLease.P50), roundDur(r.HandoverGap.P50), r.Cost.Group)
+	}
+	return tw.Flush()
 }

@@ -24,26 +24,32 @@ func TestBenchElection(t *testing.T) {
 	}
 	t.Setenv(runMainEnv, "1")
 
-	t.Run("peer", func(t *testing.T) {
+	t.Run("address only and certificates", func(t *testing.T) {
 		const nodes, rounds = 3, 2
 		code, out, errs := runCmd(t, "bench", "election", "--timing", "fast", "--nodes", "3", "--rounds", "2",
-			"--window", "2s", "--peer", "--json", "--store", "file://"+t.TempDir())
+			"--window", "2s", "--config", "addr,tls", "--json", "--store", "file://"+t.TempDir())
 		if code != 0 {
 			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 		}
-		var res electionBenchResult
+		var res []electionBenchResult
 		if err := json.Unmarshal([]byte(out), &res); err != nil {
 			t.Fatalf("output is not JSON: %v\n%s", err, out)
 		}
-		checkBenchResult(t, res, nodes, rounds, true)
+		if len(res) != 2 || res[0].Config != "addr" || res[1].Config != "tls" {
+			t.Fatalf("%d results: %+v", len(res), res)
+		}
+		for _, r := range res {
+			checkBenchResult(t, r, nodes, rounds, true)
+		}
 	})
 
-	t.Run("store polling", func(t *testing.T) {
+	t.Run("default configs", func(t *testing.T) {
 		code, out, errs := runCmd(t, "bench", "election", "--timing", "fast", "--nodes", "2", "--rounds", "1", "--window", "2s")
 		if code != 0 {
 			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 		}
-		for _, want := range []string{"2 members as OS processes", "store polling", "crash: leaderless gap after SIGKILL",
+		for _, want := range []string{"2 members as OS processes", "store only", "an address only", "crash: leaderless gap after SIGKILL",
+			"config  crash gap min / p50 / max",
 			"limit: lease expiry as the followers saw it", "gap - limit", "handover: leaderless gap",
 			"leader", "follower", "group", "two members seen leading in one /healthz pass: 0"} {
 			if !strings.Contains(out, want) {
@@ -130,6 +136,8 @@ func TestBenchElectionRefusesBadFlags(t *testing.T) {
 		{"short window", []string{"--window", "10s"}, 2, "shorter than the InfrequentInterval"},
 		{"bad poll", []string{"--poll", "0s"}, 2, "--poll must be positive"},
 		{"positional", []string{"file:///tmp/x"}, 2, "Usage: tenure bench election"},
+		{"unknown config", []string{"--config", "store,peer"}, 2, `--config "store,peer"`},
+		{"config twice", []string{"--config", "addr,addr"}, 2, `--config "addr,addr"`},
 		{"unknown scheme", []string{"--store", "ftp://example/x"}, 1, `unknown URL scheme "ftp"`},
 		{"no scheme", []string{"--store", "bucket/prefix"}, 1, "has no scheme"},
 		{"mem", []string{"--store", "mem://x"}, 1, "separate processes"},
