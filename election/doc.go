@@ -48,12 +48,32 @@
 // has returned, so a follower can take it at once.
 //
 // Followers poll every FrequentInterval during transitions and every
-// InfrequentInterval while the leader is seen renewing. In PeerMode they
+// InfrequentInterval while the leader is seen renewing. In peer mode they
 // instead hold a long-poll to the leader's HTTPS endpoint (PeerHealthPath),
 // which answers with each renewal and with the release as it happens, and
 // fall back to the store and the frequent interval on any failure. The
 // leader answers only with the record it last wrote successfully, and only
 // within its deadline; otherwise 503.
+//
+// # Peer mode
+//
+// Peer mode is on whenever ServerAddr is set (PeerDisabled turns it off),
+// and needs nothing else: each member makes an ephemeral ECDSA key and
+// self-signed certificate when Run starts, and the leader writes the key's
+// fingerprint in the lock record (Record.PeerKey, see PeerKeyOf). A
+// follower accepts only a server that proves it holds the key named by the
+// record it read from the store, with no CA and no host name: whoever can
+// write the lock can already lead, so the store is the root of trust, and
+// every process, hence every leadership, has a new key. A follower asks
+// only leaders whose record names a key (older members and S3lect write
+// none; they are followed through the store), unless PeerClientTLS or
+// PeerMode say how to check them. Configured certificates (PeerServerTLS,
+// PeerClientTLS, client certificates) take precedence; the key of a single
+// configured server certificate is written in the record too. A member
+// that cannot listen on PeerListenAddr logs a warning and runs store-only,
+// unless PeerMode is set, when Run fails. The peer endpoint serves the lock
+// record, which anyone who can reach it may read; require client
+// certificates to restrict it.
 //
 // # Terms, and records that cannot be taken over
 //
@@ -116,5 +136,5 @@
 // may resume and act before it notices that its deadline has passed: pass
 // the Term to the systems the leader writes to, and have them refuse lower
 // terms. Store-polling followers notice a release only at their next poll;
-// use PeerMode for fast handovers.
+// give members a ServerAddr (peer mode) for fast handovers.
 package election

@@ -246,7 +246,8 @@ func (e *Elector) peerCheck(ctx context.Context) {
 	rec, version, err := e.askPeer(rctx, e.peerClient(key), u.String())
 	now := e.clk.Now()
 	if err == nil && (rec.Session != c.obs.rec.Session || rec.PeerKey != key) {
-		err = fmt.Errorf("election: peer %s answered for session %q, not the leader's %q", c.obs.rec.LeaderAddr, rec.Session, c.obs.rec.Session)
+		err = fmt.Errorf("election: peer %s answered for session %q with key %q, not the leader's %q with %q",
+			c.obs.rec.LeaderAddr, rec.Session, rec.PeerKey, c.obs.rec.Session, key)
 	}
 	if err == nil && rec.Term < c.obs.rec.Term {
 		err = fmt.Errorf("election: peer %s answered with term %d, older than %d", c.obs.rec.LeaderAddr, rec.Term, c.obs.rec.Term)
