@@ -10,6 +10,8 @@ import (
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte(`{"leaderID":"server-001","leaderAddr":"10.0.1.42:8443","lastUpdated":"2026-11-21T10:30:45Z","term":7,"leaseMillis":15000,"session":"s","nonce":"n","released":false}`))
 	f.Add([]byte(`{"leaderID":"a"}`))
+	f.Add([]byte(`{"leaderID":"a","leaderAddr":"127.0.0.1:1","term":2,"peerKey":"sha256:q0N4bVYbnmBvkvCwG3-7pCA6LrR5Wj6G-2mR8k1Lc8Q"}`))
+	f.Add([]byte(`{"leaderID":"a","peerKey":7}`))
 	f.Add([]byte(`{"leaderID":"a","term":18446744073709551615}`))
 	f.Add([]byte(`{"released":true}`))
 	f.Add([]byte(`[]`))
