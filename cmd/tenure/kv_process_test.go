@@ -3,9 +3,7 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -13,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -199,26 +196,6 @@ func (p *kvProcess) jsonLines(t *testing.T) []map[string]any {
 	return parseJSONLines(t, p.output())
 }
 
-func parseJSONLines(t *testing.T, out string) []map[string]any {
-	t.Helper()
-	var lines []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(out))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var l map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Errorf("a line that is not JSON: %q", sc.Text())
-			continue
-		}
-		if _, ok := l["level"].(string); !ok {
-			t.Errorf("a line without a level: %q", sc.Text())
-			continue
-		}
-		lines = append(lines, l)
-	}
-	return lines
-}
-
 type lockedWriter struct {
 	mu *sync.Mutex
 	b  *bytes.Buffer
@@ -320,12 +297,6 @@ func awsEnv(t *testing.T, s testutil.S3Server) []string {
 	none := filepath.Join(t.TempDir(), "none")
 	return []string{"AWS_ACCESS_KEY_ID=" + s.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s.SecretKey, "AWS_SESSION_TOKEN=",
 		"AWS_PROFILE=", "AWS_CONFIG_FILE=" + none, "AWS_SHARED_CREDENTIALS_FILE=" + none}
-}
-
-var suffixRE = regexp.MustCompile(`[^a-z0-9]`)
-
-func randomSuffix() string {
-	return suffixRE.ReplaceAllString(strings.ToLower(time.Now().Format("150405.000000000")), "")
 }
 
 // tcpProxy forwards connections to a target while up; while down it
