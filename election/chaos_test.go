@@ -23,28 +23,73 @@ import (
 // bound.
 func TestChaosNoOverlap(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
-		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) { runChaos(t, seed, election.Config{}) })
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) { runChaos(t, seed, election.Config{}, false) })
 	}
 	// Followers that poll at the frequent interval all the time see every
 	// version soon after it is written, which is when an expiry rule that
 	// is too eager would show.
 	for _, seed := range []uint64{4, 5} {
 		t.Run(fmt.Sprintf("frequent-only/seed%d", seed), func(t *testing.T) {
-			runChaos(t, seed, election.Config{InfrequentInterval: election.DefaultFrequentInterval})
+			runChaos(t, seed, election.Config{InfrequentInterval: election.DefaultFrequentInterval}, false)
 		})
 	}
 }
 
-func runChaos(t *testing.T, seed uint64, base election.Config) {
+// TestChaosMixedTimings is TestChaosNoOverlap with members that each run
+// their own valid timings, drawn again at every restart (a rolling change
+// of settings that never ends): a follower must wait for the holder's
+// lease, whatever its own.
+func TestChaosMixedTimings(t *testing.T) {
+	var total int64
+	for _, seed := range []uint64{11, 12} {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) { total += runChaos(t, seed, election.Config{}, true) })
+	}
+	if !t.Failed() && total < 1000 {
+		t.Fatalf("%d faults injected in all; want at least 1000", total)
+	}
+}
+
+// randomTimings draws a valid configuration: LeaderTimeout 3-60 s,
+// RenewDeadline 40-90 % of it, FrequentInterval 20-70 % of that,
+// InfrequentInterval 1-4 times FrequentInterval.
+func randomTimings(rng *rand.Rand) election.Config {
+	lt := time.Duration(3000+rng.IntN(57000)) * time.Millisecond
+	rd := lt*4/10 + time.Duration(rng.Int64N(int64(lt/2)))
+	freq := rd/5 + time.Duration(rng.Int64N(int64(rd/2)))
+	return election.Config{LeaderTimeout: lt, RenewDeadline: rd, FrequentInterval: freq,
+		InfrequentInterval: freq * time.Duration(1+rng.IntN(4))}
+}
+
+// runChaos runs the schedule and returns how many faults it injected.
+func runChaos(t *testing.T, seed uint64, base election.Config, mixed bool) int64 {
+	var injected int64
 	synctest.Test(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, seed*31))
 		c := newCluster(t, base)
 		offsets := map[string]*atomic.Int64{}
+		// The longest timings any member has run with, for the bound on
+		// recovery after healing.
+		longest := election.Config{LeaderTimeout: election.DefaultLeaderTimeout, RenewDeadline: election.DefaultRenewDeadline,
+			InfrequentInterval: election.DefaultInfrequentInterval}
 		add := func(id string) *member {
 			off := new(atomic.Int64)
 			offsets[id] = off
+			var timings election.Config
+			if mixed {
+				timings = randomTimings(rng)
+				longest.LeaderTimeout = max(longest.LeaderTimeout, timings.LeaderTimeout)
+				longest.RenewDeadline = max(longest.RenewDeadline, timings.RenewDeadline)
+				longest.InfrequentInterval = max(longest.InfrequentInterval, timings.InfrequentInterval)
+			}
 			return c.add(id, func(cfg *election.Config) {
 				cfg.Clock = clockWithWall(func() time.Duration { return time.Duration(off.Load()) })
+				if mixed {
+					cfg.LeaderTimeout, cfg.RenewDeadline = timings.LeaderTimeout, timings.RenewDeadline
+					cfg.FrequentInterval, cfg.InfrequentInterval = timings.FrequentInterval, timings.InfrequentInterval
+					if err := cfg.Validate(); err != nil {
+						t.Fatalf("drew invalid timings: %v", err)
+					}
+				}
 			})
 		}
 		ids := []string{"m0", "m1", "m2", "m3", "m4"}
@@ -117,8 +162,8 @@ func runChaos(t *testing.T, seed uint64, base election.Config) {
 		// deadlines (at most RenewDeadline later) and may still cost the
 		// current leader its term; the bound covers that, then a stale
 		// record's LeaderTimeout seen across two stable polls.
-		bound := election.DefaultRenewDeadline + 2*election.DefaultInfrequentInterval*12/10 + election.DefaultLeaderTimeout + 5*time.Second
-		time.Sleep(election.DefaultRenewDeadline)
+		bound := longest.RenewDeadline + 2*longest.InfrequentInterval*12/10 + longest.LeaderTimeout + 5*time.Second
+		time.Sleep(longest.RenewDeadline)
 		c.waitLeader(bound)
 		t.Logf("one leader %v after the faults stopped (bound %v)", time.Since(healed), bound)
 		for stable := time.Now().Add(10 * time.Minute); time.Now().Before(stable); time.Sleep(time.Second) {
@@ -129,14 +174,15 @@ func runChaos(t *testing.T, seed uint64, base election.Config) {
 		c.stopAll()
 		n := c.checkOverlap()
 
-		var injected int64
 		for _, fs := range faulty {
 			cs := fs.Counts()
 			injected += cs.ResultTotal(faultstore.Throttled) + cs.ResultTotal(faultstore.Transient) + cs.ResultTotal(faultstore.Canceled)
 		}
 		t.Logf("seed %d: %d fault events, %d failed or lost store calls, %d terms", seed, events, injected, n)
-		if injected+int64(events) < 400 || n < 10 {
-			t.Fatalf("the schedule injected too little to prove anything: %d faults, %d terms", injected+int64(events), n)
+		injected += int64(events)
+		if injected < 400 || n < 10 {
+			t.Fatalf("the schedule injected too little to prove anything: %d faults, %d terms", injected, n)
 		}
 	})
+	return injected
 }

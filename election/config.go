@@ -56,8 +56,12 @@ type Config struct {
 	// InfrequentInterval is the polling interval while leadership is
 	// stable. Default 30 s.
 	InfrequentInterval time.Duration
-	// LeaderTimeout: a follower takes the lock when the record's version has
-	// not changed for this long on its own clock. Default 15 s.
+	// LeaderTimeout is this member's lease: it is written in the records
+	// it writes (leaseMillis), and a follower takes the lock when the
+	// record's version has not changed, on the follower's own clock, for the
+	// holder's lease or its own LeaderTimeout, whichever is longer. Members
+	// may thus run different settings (during a rolling change, say):
+	// the holder's lease always wins. Default 15 s.
 	LeaderTimeout time.Duration
 	// RenewDeadline: the leader stops acting when this long has passed
 	// since the start of its last successful renewal. It must be below
@@ -75,7 +79,8 @@ type Config struct {
 	PeerMode bool
 	// PeerHealthPath is the leader's peer endpoint. Default "/health/leadership".
 	PeerHealthPath string
-	// PeerTimeout bounds each peer request. Default 3 s.
+	// PeerTimeout bounds each peer request; in PeerMode it must be below
+	// LeaderTimeout. Default 3 s.
 	PeerTimeout time.Duration
 	// PeerListenAddr is where the peer server listens. Default ServerAddr.
 	PeerListenAddr string
@@ -88,14 +93,22 @@ type Config struct {
 	PeerClientTLS *tls.Config
 
 	// OnStartedLeading runs in its own goroutine when this member becomes
-	// leader. ctx is cancelled before the lease can lapse; the elector waits
-	// for the function to return before it releases the lock.
+	// leader. ctx is cancelled before the lease can lapse; the function
+	// must return soon after. No new term starts, and the lock is never
+	// released, until it has returned. If it has not returned LeaderTimeout
+	// after ctx was cancelled, Run stops waiting and returns
+	// ErrWorkStillRunning without releasing the lock (it lapses after the
+	// lease, as after a crash); the function is left running.
 	OnStartedLeading func(ctx context.Context)
-	// OnStoppedLeading is called after OnStartedLeading has returned and
-	// leadership has ended.
+	// OnStoppedLeading is called, on the same goroutine, after
+	// OnStartedLeading has returned and leadership has ended. It counts as
+	// part of the term's work: the same wait and bound apply.
 	OnStoppedLeading func()
 	// OnNewLeader is called, in order, each time a different leader or term
-	// is observed, including this member's own.
+	// is observed, including this member's own. The calls run on a
+	// goroutine of their own, so a slow one never delays the election or
+	// Stop; Run gives calls still queued a second when it ends, then drops
+	// them and leaves one that blocks to finish on its own.
 	OnNewLeader func(leaderID, leaderAddr string, term uint64)
 
 	// SkipProbe skips the check, at the start of Run, that the store
@@ -187,7 +200,11 @@ func (c Config) Validate() error {
 		"FrequentInterval": c.FrequentInterval, "InfrequentInterval": c.InfrequentInterval,
 		"LeaderTimeout": c.LeaderTimeout, "RenewDeadline": c.RenewDeadline, "PeerTimeout": c.PeerTimeout,
 	}
-	for _, name := range []string{"FrequentInterval", "InfrequentInterval", "LeaderTimeout", "RenewDeadline", "PeerTimeout"} {
+	names := []string{"FrequentInterval", "InfrequentInterval", "LeaderTimeout", "RenewDeadline"}
+	if c.PeerMode {
+		names = append(names, "PeerTimeout")
+	}
+	for _, name := range names {
 		if positive[name] < 0 {
 			bad("%s %v: must be positive", name, positive[name])
 		}
@@ -221,13 +238,13 @@ func (c Config) Validate() error {
 	if c.RetryJitter < 0 || c.RetryJitter >= 1 {
 		bad("RetryJitter %v: must be in [0, 1)", c.RetryJitter)
 	}
-	if c.PeerTimeout >= c.LeaderTimeout {
-		bad("PeerTimeout %v: must be below LeaderTimeout %v", c.PeerTimeout, c.LeaderTimeout)
-	}
 	if !strings.HasPrefix(c.PeerHealthPath, "/") {
 		bad("PeerHealthPath %q: must start with /", c.PeerHealthPath)
 	}
 	if c.PeerMode {
+		if c.PeerTimeout >= c.LeaderTimeout {
+			bad("PeerTimeout %v: must be below LeaderTimeout %v in PeerMode", c.PeerTimeout, c.LeaderTimeout)
+		}
 		if c.ServerAddr == "" {
 			bad("ServerAddr: required in PeerMode (host:port where followers reach this member)")
 		}

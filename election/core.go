@@ -1,6 +1,9 @@
 package election
 
 import (
+	"errors"
+	"fmt"
+	"math"
 	"time"
 
 	"github.com/tenure-io/tenure/store"
@@ -51,11 +54,15 @@ func (t timing) spread(d time.Duration) time.Duration {
 // observation of the lock record.
 type observation struct {
 	found   bool
-	corrupt bool // the bytes are not a record we can read
+	corrupt bool  // the bytes are not a record we can read
+	derr    error // why, when corrupt
 	rec     Record
 	version string
+	// lease is the holder's lease as it wrote it (leaseMillis); 0 when
+	// the record does not say.
+	lease time.Duration
 	// since is when this member first saw version; a follower judges the
-	// leader dead when version has not changed for leaderTimeout from here.
+	// leader dead when version has not changed for the lease from here.
 	since time.Time
 	// at is when the observation was last confirmed (read or peer answer).
 	at time.Time
@@ -121,10 +128,19 @@ func newCore(t timing, id, addr, session string, peerMode bool) *core {
 // deadline is when the current leadership ends unless renewed.
 func (c *core) deadline() time.Time { return c.renewStart.Add(c.t.renewDeadline) }
 
+// lease is how long the observed record's version must stay unchanged
+// before this member may take the lock: the holder's lease as written in
+// the record, or this member's own LeaderTimeout if that is longer. The
+// holder fences itself within its own lease, less the drift margin, so
+// whichever member holds the lock, no taker acts before the holder stops.
+func (c *core) lease() time.Duration {
+	return max(c.t.leaderTimeout, c.obs.lease)
+}
+
 // expired reports whether the observed record lets a follower take the
 // lock: there is none, it was released, it is this session's own (only this
 // session could believe it leads, and it does not), or its version has not
-// changed for leaderTimeout on this member's clock.
+// changed for the holder's lease on this member's clock.
 func (c *core) expired() bool {
 	o := c.obs
 	switch {
@@ -133,7 +149,41 @@ func (c *core) expired() bool {
 	case !o.corrupt && o.rec.Session == c.session:
 		return true
 	}
-	return o.at.Sub(o.since) >= c.t.leaderTimeout
+	return o.at.Sub(o.since) >= c.lease()
+}
+
+// Reasons a lock cannot be taken over; see termProblem.
+var (
+	// ErrUnreadableRecord: the lock record's term cannot be read (its bytes
+	// do not decode, or it has no term, as S3lect writes it), so no member
+	// can take the lock with a larger term. An operator repairs it with an
+	// explicit term floor (Repair, tenure lock repair).
+	ErrUnreadableRecord = errors.New("election: the lock record's term cannot be read")
+	// ErrTermExhausted: the lock's term has reached the largest value; a
+	// takeover would wrap it to zero, so none is made.
+	ErrTermExhausted = errors.New("election: the lock's term is at its maximum")
+)
+
+// termProblem says why the observed record cannot be taken over with a
+// larger term, or returns nil if it can. The term handed to applications
+// must only grow, so a record whose term is unknown is never taken over:
+// it waits for an operator's repair.
+func (c *core) termProblem() error {
+	o := c.obs
+	switch {
+	case !c.haveObs:
+		return nil
+	case o.found && o.corrupt:
+		return fmt.Errorf("version %s: %w: %w", o.version, ErrUnreadableRecord, o.derr)
+	case o.found:
+		if err := o.rec.CheckTerm(); err != nil {
+			return fmt.Errorf("version %s: %w", o.version, err)
+		}
+	}
+	if c.maxTerm == math.MaxUint64 {
+		return fmt.Errorf("%w: %d", ErrTermExhausted, c.maxTerm)
+	}
+	return nil
 }
 
 // stable reports whether leadership looks settled: a live leader that is
@@ -158,6 +208,13 @@ func (c *core) next(now time.Time) decision {
 		return decision{op: opRead}
 	}
 	if c.expired() {
+		if c.termProblem() != nil {
+			// Never taken over: keep reading, so that a repair is seen.
+			if now.Before(c.pollAt) {
+				return decision{op: opWait, until: c.pollAt}
+			}
+			return decision{op: opRead}
+		}
 		if c.waitForWork {
 			return decision{op: opWait, until: now.Add(c.t.frequent)}
 		}
@@ -165,16 +222,16 @@ func (c *core) next(now time.Time) decision {
 	}
 	if c.watch && !now.Before(c.watchDownUntil) && c.obs.found && !c.obs.rec.Released {
 		// Every change will be notified: wait for one, or for the moment
-		// the record would have been unchanged for LeaderTimeout, when a
-		// read confirms it before taking the lock.
-		return decision{op: opWatch, until: c.obs.since.Add(c.t.leaderTimeout)}
+		// the record would have been unchanged for the holder's lease,
+		// when a read confirms it before taking the lock.
+		return decision{op: opWatch, until: c.obs.since.Add(c.lease())}
 	}
 	if c.stable() && c.peerMode && c.obs.rec.LeaderAddr != "" {
 		return decision{op: opPeer}
 	}
 	at := c.pollAt
 	if !c.stable() {
-		at = minTime(at, c.obs.since.Add(c.t.leaderTimeout))
+		at = minTime(at, c.obs.since.Add(c.lease()))
 	}
 	if now.Before(at) {
 		return decision{op: opWait, until: at}
@@ -204,6 +261,8 @@ func (c *core) nextLeader(now time.Time) decision {
 	return decision{op: opRenew, cond: store.IfMatch(c.version), record: rec}
 }
 
+// acquire takes the lock with the next term; the caller has checked
+// termProblem, so the term is known and below the maximum.
 func (c *core) acquire(now time.Time) decision {
 	term := c.maxTerm
 	if c.obs.found && !c.obs.corrupt && c.obs.rec.Term > term {
@@ -233,11 +292,15 @@ func (c *core) releaseRecord() (Record, store.Cond) {
 	return c.record(time.Time{}, c.term, true), store.IfMatch(c.version)
 }
 
-// observe records a read or peer answer at now. data is nil when the key is
-// absent.
-func (c *core) observe(now time.Time, found bool, rec Record, corrupt bool, version string) {
+// observe records a read or peer answer at now: found is false when the
+// key is absent; derr is why the bytes found do not decode, if they do not.
+func (c *core) observe(now time.Time, found bool, rec Record, derr error, version string) {
 	prev := c.obs
-	o := observation{found: found, corrupt: corrupt, rec: rec, version: version, at: now, since: now}
+	corrupt := derr != nil
+	o := observation{found: found, corrupt: corrupt, derr: derr, rec: rec, version: version, at: now, since: now}
+	if found && !corrupt {
+		o.lease = leaseOf(rec)
+	}
 	if c.haveObs && prev.found == found && prev.version == version {
 		o.since = prev.since
 	}
@@ -297,13 +360,13 @@ func (c *core) wrote(op opKind, start, now time.Time, rec Record, version string
 			// already been fenced. Our record is in the store, so the
 			// next acquisition (a new term) can follow at once.
 			c.demote()
-			c.observe(now, true, rec, false, version)
+			c.observe(now, true, rec, nil, version)
 			return
 		}
 		c.renewStart, c.version = start, version
 		c.renewAt = start.Add(c.renewInterval())
 	}
-	c.observe(now, true, rec, false, version)
+	c.observe(now, true, rec, nil, version)
 }
 
 // renewInterval is the pause between renewals: FrequentInterval with half
@@ -374,12 +437,21 @@ func (c *core) backoff() time.Duration {
 // peerAnswered records a successful peer check.
 func (c *core) peerAnswered(now time.Time, rec Record, version string) {
 	c.peerFailed = false
-	c.observe(now, true, rec, false, version)
+	c.observe(now, true, rec, nil, version)
 }
 
 func (c *core) demote() {
 	c.leading = false
 	c.needRead = true
+}
+
+// leaseOf is the lease a record's writer declared. A value too large for
+// a Duration is a lease that never runs out.
+func leaseOf(rec Record) time.Duration {
+	if rec.LeaseMillis > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(rec.LeaseMillis) * time.Millisecond
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -1,6 +1,8 @@
 package election
 
 import (
+	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -35,7 +37,7 @@ func TestCoreFirstStepReads(t *testing.T) {
 
 func TestCoreAbsentLockIsCreated(t *testing.T) {
 	c := testCore()
-	c.observe(t0, false, Record{}, false, "")
+	c.observe(t0, false, Record{}, nil, "")
 	d := c.next(t0)
 	if d.op != opAcquire || d.cond.Kind != driver.IfAbsent || d.record.Term != 1 || d.record.Session != "my-session" {
 		t.Fatalf("decision %+v; want create-if-absent of term 1", d)
@@ -44,24 +46,24 @@ func TestCoreAbsentLockIsCreated(t *testing.T) {
 
 func TestCoreExpiryIsByUnchangedVersionOnOwnClock(t *testing.T) {
 	c := testCore()
-	c.observe(at(0), true, other(4), false, "v1")
+	c.observe(at(0), true, other(4), nil, "v1")
 	for _, now := range []time.Duration{5 * time.Second, 10 * time.Second} {
 		if d := c.next(at(now)); d.op != opRead {
 			t.Fatalf("at %v: %v; want a read (frequent polling of an unconfirmed leader)", now, d.op)
 		}
-		c.observe(at(now), true, other(4), false, "v1")
+		c.observe(at(now), true, other(4), nil, "v1")
 	}
 	// 14.9 s unchanged: not yet.
-	c.observe(at(14900*time.Millisecond), true, other(4), false, "v1")
+	c.observe(at(14900*time.Millisecond), true, other(4), nil, "v1")
 	if d := c.next(at(14900 * time.Millisecond)); d.op == opAcquire {
 		t.Fatal("acquired before LeaderTimeout")
 	}
 	// A new version restarts the clock.
-	c.observe(at(15*time.Second), true, other(4), false, "v2")
+	c.observe(at(15*time.Second), true, other(4), nil, "v2")
 	if d := c.next(at(15 * time.Second)); d.op == opAcquire {
 		t.Fatal("acquired right after the version changed")
 	}
-	c.observe(at(30*time.Second), true, other(4), false, "v2")
+	c.observe(at(30*time.Second), true, other(4), nil, "v2")
 	d := c.next(at(30 * time.Second))
 	if d.op != opAcquire || d.cond.Kind != driver.IfMatch || d.cond.Version != "v2" || d.record.Term != 5 {
 		t.Fatalf("decision %+v; want a swap on v2 with term 5", d)
@@ -74,7 +76,7 @@ func TestCoreLastUpdatedIsIgnored(t *testing.T) {
 	c := testCore()
 	rec := other(2)
 	rec.LastUpdated = t0.Add(-365 * 24 * time.Hour)
-	c.observe(at(0), true, rec, false, "v1")
+	c.observe(at(0), true, rec, nil, "v1")
 	if d := c.next(at(0)); d.op == opAcquire {
 		t.Fatal("took a lock because of its lastUpdated")
 	}
@@ -84,13 +86,13 @@ func TestCoreReleasedAndOwnRecordsAreTakenAtOnce(t *testing.T) {
 	c := testCore()
 	rel := other(3)
 	rel.Released = true
-	c.observe(at(0), true, rel, false, "v1")
+	c.observe(at(0), true, rel, nil, "v1")
 	if d := c.next(at(0)); d.op != opAcquire || d.record.Term != 4 {
 		t.Fatalf("released lock: %+v", d)
 	}
 	c = testCore()
 	mine := Record{LeaderID: "me", Session: "my-session", Term: 9}
-	c.observe(at(0), true, mine, false, "v1")
+	c.observe(at(0), true, mine, nil, "v1")
 	if d := c.next(at(0)); d.op != opAcquire || d.record.Term != 10 {
 		t.Fatalf("own stale record: %+v", d)
 	}
@@ -98,11 +100,11 @@ func TestCoreReleasedAndOwnRecordsAreTakenAtOnce(t *testing.T) {
 	// live process renewing under our ServerID) it is reported.
 	c = testCore()
 	dup := Record{LeaderID: "me", Session: "someone-else", Term: 9}
-	c.observe(at(0), true, dup, false, "v1")
+	c.observe(at(0), true, dup, nil, "v1")
 	if d := c.next(at(0)); d.op == opAcquire || c.duplicateID {
 		t.Fatalf("a record of our ServerID under another session: %+v, duplicate %v; want neither taken nor yet a duplicate", d, c.duplicateID)
 	}
-	c.observe(at(5*time.Second), true, dup, false, "v2")
+	c.observe(at(5*time.Second), true, dup, nil, "v2")
 	if !c.duplicateID {
 		t.Fatal("another session renewing under our ServerID is not reported")
 	}
@@ -110,7 +112,7 @@ func TestCoreReleasedAndOwnRecordsAreTakenAtOnce(t *testing.T) {
 
 func TestCoreLeaderRenewsAndFences(t *testing.T) {
 	c := testCore()
-	c.observe(at(0), false, Record{}, false, "")
+	c.observe(at(0), false, Record{}, nil, "")
 	d := c.next(at(0))
 	c.wrote(opAcquire, at(0), at(100*time.Millisecond), d.record, "v1")
 	if !c.leading || c.deadline() != at(10*time.Second) {
@@ -136,7 +138,7 @@ func TestCoreLeaderRenewsAndFences(t *testing.T) {
 
 func TestCoreLateRenewalDoesNotResumeTheTerm(t *testing.T) {
 	c := testCore()
-	c.observe(at(0), false, Record{}, false, "")
+	c.observe(at(0), false, Record{}, nil, "")
 	d := c.next(at(0))
 	c.wrote(opAcquire, at(0), at(0), d.record, "v1")
 	d = c.next(at(5 * time.Second))
@@ -159,10 +161,10 @@ func TestCoreAmbiguousAcquireAdoptedOnlyWhileFresh(t *testing.T) {
 	}{{"fresh", 3 * time.Second, true}, {"stale", 12 * time.Second, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testCore()
-			c.observe(at(0), false, Record{}, false, "")
+			c.observe(at(0), false, Record{}, nil, "")
 			d := c.next(at(0))
 			c.failed(opAcquire, at(0), at(time.Second), &pendingWrite{nonce: d.record.Nonce, start: at(0), term: 1, acquire: true})
-			c.observe(at(tc.seen), true, d.record, false, "v1")
+			c.observe(at(tc.seen), true, d.record, nil, "v1")
 			if c.leading != tc.leads {
 				t.Fatalf("leading %v; want %v", c.leading, tc.leads)
 			}
@@ -175,10 +177,10 @@ func TestCoreAmbiguousAcquireAdoptedOnlyWhileFresh(t *testing.T) {
 
 func TestCoreDeposedByAnotherVersion(t *testing.T) {
 	c := testCore()
-	c.observe(at(0), false, Record{}, false, "")
+	c.observe(at(0), false, Record{}, nil, "")
 	d := c.next(at(0))
 	c.wrote(opAcquire, at(0), at(0), d.record, "v1")
-	c.observe(at(time.Second), true, other(7), false, "v9")
+	c.observe(at(time.Second), true, other(7), nil, "v9")
 	if c.leading {
 		t.Fatal("still leading after the store showed another version")
 	}
@@ -190,7 +192,7 @@ func TestCoreDeposedByAnotherVersion(t *testing.T) {
 func TestCoreStoppedNeverAcquires(t *testing.T) {
 	c := testCore()
 	c.stopped = true
-	c.observe(at(0), false, Record{}, false, "")
+	c.observe(at(0), false, Record{}, nil, "")
 	if d := c.next(at(0)); d.op != opWait {
 		t.Fatalf("a stopped core decided %v", d.op)
 	}
@@ -198,8 +200,8 @@ func TestCoreStoppedNeverAcquires(t *testing.T) {
 
 func TestCoreStableFollowerPollsInfrequently(t *testing.T) {
 	c := testCore()
-	c.observe(at(0), true, other(1), false, "v1")
-	c.observe(at(5*time.Second), true, other(1), false, "v2")
+	c.observe(at(0), true, other(1), nil, "v1")
+	c.observe(at(5*time.Second), true, other(1), nil, "v2")
 	if !c.stable() {
 		t.Fatal("not stable after seeing the leader renew")
 	}
@@ -214,5 +216,123 @@ func TestCoreStableFollowerPollsInfrequently(t *testing.T) {
 	c.failed(opPeer, at(7*time.Second), at(7*time.Second), nil)
 	if d := c.next(at(7 * time.Second)); d.op != opRead {
 		t.Fatalf("after a failed peer check: %v; want a store read", d.op)
+	}
+}
+
+func TestCoreHolderLeaseWins(t *testing.T) {
+	// A holder whose lease (60 s) is longer than this member's
+	// LeaderTimeout (15 s): the record must stay unchanged for the
+	// holder's lease before it is taken, in every path that decides.
+	holder := other(4)
+	holder.LeaseMillis = 60_000
+	c := testCore()
+	c.observe(at(0), true, holder, nil, "v1")
+	for _, now := range []time.Duration{15 * time.Second, 30 * time.Second, 59 * time.Second} {
+		c.observe(at(now), true, holder, nil, "v1")
+		if d := c.next(at(now)); d.op == opAcquire {
+			t.Fatalf("took the lock after %v unchanged; the holder's lease is 60 s", now)
+		}
+	}
+	c.observe(at(60*time.Second), true, holder, nil, "v1")
+	if d := c.next(at(60 * time.Second)); d.op != opAcquire || d.record.Term != 5 {
+		t.Fatalf("after the holder's lease: %+v; want an acquisition of term 5", d)
+	}
+
+	// A store that notifies: the watch waits the holder's lease, not ours.
+	c = testCore()
+	c.watch = true
+	c.observe(at(0), true, holder, nil, "v1")
+	if d := c.next(at(time.Second)); d.op != opWatch || d.until != at(60*time.Second) {
+		t.Fatalf("watching: %+v; want to watch until the holder's lease runs out", d)
+	}
+
+	// A follower that has not seen the holder renew reads again when the
+	// lease would run out: the holder's, not its own.
+	c = testCore()
+	c.observe(at(0), true, holder, nil, "v1")
+	c.pollAt = at(time.Hour)
+	if d := c.next(at(time.Second)); d.op != opWait || d.until != at(60*time.Second) {
+		t.Fatalf("polling: %+v; want to wait until the holder's lease runs out", d)
+	}
+
+	// Peer answers are observations like any other.
+	c = testCore()
+	c.peerAnswered(at(0), holder, "v1")
+	c.peerAnswered(at(30*time.Second), holder, "v1")
+	if d := c.next(at(30 * time.Second)); d.op == opAcquire {
+		t.Fatal("took the lock on peer answers after 30 s; the holder's lease is 60 s")
+	}
+
+	// A holder with a shorter lease than ours: ours applies.
+	short := other(4)
+	short.LeaseMillis = 2_000
+	c = testCore()
+	c.observe(at(0), true, short, nil, "v1")
+	c.observe(at(10*time.Second), true, short, nil, "v1")
+	if d := c.next(at(10 * time.Second)); d.op == opAcquire {
+		t.Fatal("took the lock after 10 s unchanged; our own LeaderTimeout is 15 s")
+	}
+	// A lease too long for a Duration never runs out.
+	huge := other(4)
+	huge.LeaseMillis = math.MaxInt64
+	c = testCore()
+	c.observe(at(0), true, huge, nil, "v1")
+	c.observe(at(100*365*24*time.Hour), true, huge, nil, "v1")
+	if d := c.next(at(100 * 365 * 24 * time.Hour)); d.op == opAcquire {
+		t.Fatal("an overflowing leaseMillis let the lock be taken")
+	}
+}
+
+func TestCoreUnknownTermIsNeverTakenOver(t *testing.T) {
+	noTerm := Record{LeaderID: "s3lect-1", LeaderAddr: "10.0.0.1:8443"} // as S3lect writes it
+	maxed := other(math.MaxUint64)
+	releasedNoTerm := Record{Released: true, Nonce: "n"}
+	for _, tc := range []struct {
+		name    string
+		found   bool
+		rec     Record
+		derr    error
+		maxTerm uint64
+		want    error
+	}{
+		{"corrupt", true, Record{}, errors.New("not JSON"), 7, ErrUnreadableRecord},
+		{"no term", true, noTerm, nil, 0, ErrUnreadableRecord},
+		{"released without a term", true, releasedNoTerm, nil, 3, ErrUnreadableRecord},
+		{"term at its maximum", true, maxed, nil, 0, ErrTermExhausted},
+		{"absent after the maximum", false, Record{}, nil, math.MaxUint64, ErrTermExhausted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testCore()
+			c.maxTerm = tc.maxTerm
+			for now := time.Duration(0); now <= time.Hour; now += 5 * time.Second {
+				c.observe(at(now), tc.found, tc.rec, tc.derr, "v1")
+				d := c.next(at(now))
+				if d.op == opAcquire {
+					t.Fatalf("took the lock with term %d after %v", d.record.Term, now)
+				}
+				if d.op == opWait && !d.until.After(at(now)) {
+					t.Fatalf("a wait that does not wait: %+v", d)
+				}
+			}
+			if err := c.termProblem(); !errors.Is(err, tc.want) {
+				t.Fatalf("termProblem = %v; want %v", err, tc.want)
+			}
+			// It keeps reading, so that a repair is seen, and takes the
+			// repaired lock with the floor's next term.
+			if d := c.next(at(2 * time.Hour)); d.op != opRead {
+				t.Fatalf("after an hour: %v; want to keep reading the store", d.op)
+			}
+			if tc.want == ErrTermExhausted {
+				return
+			}
+			repaired := Record{Released: true, Term: 50, Nonce: "r"}
+			c.observe(at(2*time.Hour), true, repaired, nil, "v2")
+			if c.termProblem() != nil {
+				t.Fatalf("a repaired record still has a problem: %v", c.termProblem())
+			}
+			if d := c.next(at(2 * time.Hour)); d.op != opAcquire || d.record.Term != 51 {
+				t.Fatalf("after the repair: %+v; want term 51", d)
+			}
+		})
 	}
 }

@@ -6,6 +6,9 @@
 //
 // # Usage
 //
+//	import _ "github.com/tenure-io/tenure/store/s3store" // the driver for s3:// URLs
+//
+//	var e *election.Elector
 //	e, err := election.New(ctx, election.Config{
 //		StoreURL:     "s3://my-bucket/tenure?region=eu-west-1",
 //		LockfilePath: "leader/scheduler.json",
@@ -24,9 +27,13 @@
 // the version it saw; each acquisition increments Term, the fencing token.
 // The leader renews every FrequentInterval by compare-and-swap on its own
 // last version. A follower judges the leader dead when the record's version
-// has not changed for LeaderTimeout on the follower's own monotonic clock,
-// measured from when it first saw that version: no member ever compares
-// its clock with a timestamp another wrote (LastUpdated is for people).
+// has not changed for the holder's lease on the follower's own monotonic
+// clock, measured from when it first saw that version: no member ever
+// compares its clock with a timestamp another wrote (LastUpdated is for
+// people). The holder's lease is the LeaseMillis it wrote (its own
+// LeaderTimeout) or the follower's LeaderTimeout, whichever is longer, so
+// members may run different settings, during a rolling change say: the
+// holder's lease always wins.
 // The leader fences itself: it stops acting when RenewDeadline has passed
 // since the start of its last successful renewal, whatever the reason, and
 // RenewDeadline is below LeaderTimeout by a margin for clock-rate drift. A
@@ -36,8 +43,9 @@
 //
 // Writes whose outcome is unknown (a timeout, a 5xx, a lost answer) are
 // settled by reading the record back and looking for the write's nonce
-// (store.PutResolved). A leader that stops releases the lock, after its
-// OnStartedLeading has returned, so a follower can take it at once.
+// (store.PutResolved). A leader that stops releases the lock, after every
+// OnStartedLeading call (of the current term and of any that ended before)
+// has returned, so a follower can take it at once.
 //
 // Followers poll every FrequentInterval during transitions and every
 // InfrequentInterval while the leader is seen renewing. In PeerMode they
@@ -47,12 +55,56 @@
 // leader answers only with the record it last wrote successfully, and only
 // within its deadline; otherwise 503.
 //
+// # Terms, and records that cannot be taken over
+//
+// The term handed to the application never decreases for one lock,
+// whatever the store holds. A member therefore never takes over a record
+// whose term it cannot read (bytes that do not decode, or a record without
+// a term, as S3lect writes it) nor one whose term is the largest a uint64
+// holds (the next would wrap to 0). It reports such a record instead: an
+// ERROR log once per record version, Status.RecordProblem, RecordProblem
+// (an error matching ErrUnreadableRecord or ErrTermExhausted) and, in
+// tenure elect, the tenure_election_record_problem metric; and it keeps
+// reading the store. The lock then stays with nobody (or with a live holder that does
+// not count terms) until an operator repairs it:
+//
+//	tenure lock repair --term-floor N LOCK_URL
+//
+// or Repair from Go, with N at least as high as every term the lock ever
+// handed out (the highest token the fenced systems have seen). The next
+// leader gets N+1. Repair waits until the record has stayed unchanged for
+// the lease, so it refuses to replace a record something still renews.
+// A lock whose term reached the maximum cannot be used again: use another
+// key. Never delete the record: a member that has seen the lock's terms
+// continues from the highest it saw, but one started later begins again at
+// 1. If it was deleted, Repair the absent key with a floor.
+//
+// S3lect members write records without a term, so they cannot share a lock
+// with tenure members: once one writes the lock, tenure members follow
+// that leader but never take the lock over. Switch every member over, stop
+// the S3lect ones, then repair the lock once.
+//
+// # Callbacks and bounds
+//
+// OnNewLeader runs on a goroutine of its own, in order, and never delays
+// the election or Stop. OnStartedLeading must return soon after its context
+// is cancelled: no new term starts and the lock is never released while it
+// runs. If it has not returned LeaderTimeout after the cancellation, Run
+// stops waiting and returns ErrWorkStillRunning without releasing: the lock
+// lapses after the lease, as after a crash, and the work is left running.
+// Run thus returns, after its context ends, within LeaderTimeout (waiting
+// for the work), RenewDeadline (the release) and a second or two (peer
+// server, queued OnNewLeader calls), whatever the callbacks do; Stop also
+// returns when its own context ends.
+//
 // # Errors
 //
 // New returns a *ValidationError (matching ErrInvalidConfig) that names
 // every field it refuses. Run returns store.ErrConditionsIgnored if the
 // store accepts writes whose condition does not hold, a *PanicError if the
-// loop panicked (after stepping down), and nil when its context ends.
+// loop panicked (after stepping down), ErrWorkStillRunning as described
+// above, and nil when its context ends. Repair returns ErrTermFloorTooLow
+// and ErrLockInUse as it documents.
 //
 // # What is not guaranteed
 //

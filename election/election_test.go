@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -111,7 +112,14 @@ func TestConfigValidate(t *testing.T) {
 		{"retry budget", election.Config{Store: mem, RetrySchedule: []time.Duration{0, 6 * time.Second, 6 * time.Second}}, "RetrySchedule"},
 		{"negative retry", election.Config{Store: mem, RetrySchedule: []time.Duration{-1}}, "RetrySchedule[0]"},
 		{"jitter", election.Config{Store: mem, RetryJitter: 1.5}, "RetryJitter"},
-		{"peer timeout", election.Config{Store: mem, PeerTimeout: time.Minute}, "PeerTimeout"},
+		// PeerTimeout matters only in PeerMode: short timings without it
+		// must not trip over its default.
+		{"short timings without peer mode", election.Config{Store: mem, ServerID: "a", LeaderTimeout: 2 * time.Second,
+			RenewDeadline: 1500 * time.Millisecond, FrequentInterval: 500 * time.Millisecond}, ""},
+		{"peer timeout", election.Config{Store: mem, PeerMode: true, ServerAddr: "x:1", PeerServerTLS: &tls.Config{},
+			PeerTimeout: time.Minute}, "PeerTimeout"},
+		{"short timings in peer mode", election.Config{Store: mem, PeerMode: true, ServerAddr: "x:1", PeerServerTLS: &tls.Config{},
+			LeaderTimeout: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, FrequentInterval: 500 * time.Millisecond}, "PeerTimeout"},
 		{"peer path", election.Config{Store: mem, PeerHealthPath: "health"}, "PeerHealthPath"},
 		{"peer mode needs address", election.Config{Store: mem, PeerMode: true}, "ServerAddr"},
 		{"peer mode needs TLS", election.Config{Store: mem, PeerMode: true, ServerAddr: "x:1"}, "PeerServerTLS"},

@@ -28,6 +28,11 @@ var (
 	// processes share one ServerID. They still never lead at once, because
 	// ownership is decided by session, but the configuration is wrong.
 	ErrDuplicateServerID = errors.New("election: another process uses this ServerID")
+	// ErrWorkStillRunning is returned by Run (and Stop) when
+	// OnStartedLeading had not returned LeaderTimeout after its context was
+	// cancelled. The lock was not released: it lapses after the lease, as
+	// after a crash.
+	ErrWorkStillRunning = errors.New("election: OnStartedLeading did not return after its context was cancelled")
 )
 
 // PanicError is returned by Run when the election loop panicked. The
@@ -65,6 +70,8 @@ type Elector struct {
 	// previous term's work still running (waited for before a new term).
 	prevWork chan struct{}
 	wake     chan struct{}
+	// reported is the observation whose term problem was last logged.
+	reported obsKey
 
 	notes      *notify.Queue
 	peer       *peerServer
@@ -82,6 +89,11 @@ type Elector struct {
 	hookTransition func(transition)
 }
 
+type obsKey struct {
+	found   bool
+	version string
+}
+
 // published is the state every method reads.
 type published struct {
 	leading  bool
@@ -92,6 +104,7 @@ type published struct {
 	mode     string
 	dupID    bool
 	lastErr  error
+	problem  error  // why the observed record cannot be taken over
 	version  string // our last written version, served to peers
 	record   Record // our last written record, served to peers
 	// releasing: stepping down, the release not yet written.
@@ -193,9 +206,11 @@ func (e *Elector) Start(ctx context.Context) error {
 }
 
 // Stop ends the election: it cancels the leadership context, waits for
-// OnStartedLeading to return, releases the lock so a follower can take it
-// at once, and returns. If ctx ends first, Stop returns ctx's error and the
-// release goes on in the background, bounded by RenewDeadline. Stop is
+// every OnStartedLeading call to return, releases the lock so a follower can
+// take it at once, and returns. Work that has not returned LeaderTimeout
+// after its context was cancelled makes Stop return ErrWorkStillRunning
+// without releasing. If ctx ends first, Stop returns ctx's error and the
+// rest goes on in the background, bounded as described. Stop is
 // idempotent; it returns the error Run ended with, if any.
 func (e *Elector) Stop(ctx context.Context) error {
 	e.mu.Lock()
@@ -223,7 +238,8 @@ func (e *Elector) Stop(ctx context.Context) error {
 
 // Run takes part in the election until ctx ends, then steps down as Stop
 // describes and returns nil, or an error if the store refuses conditional
-// writes or the loop panicked. Run may be called once, instead of Start.
+// writes, the loop panicked, or the work did not return
+// (ErrWorkStillRunning). Run may be called once, instead of Start.
 func (e *Elector) Run(ctx context.Context) error {
 	e.mu.Lock()
 	if e.startOnce {
@@ -249,7 +265,15 @@ func (e *Elector) Run(ctx context.Context) error {
 
 func (e *Elector) run(ctx context.Context) (err error) {
 	e.notes = notify.New(e.log)
-	defer e.notes.Close()
+	defer func() {
+		// OnNewLeader calls still queued get a second; a call that blocks
+		// is left to finish on its own goroutine.
+		t := e.clk.NewTimer(time.Second)
+		defer t.Stop()
+		if !e.notes.CloseWithin(t.C()) {
+			e.log.Warn("OnNewLeader has not returned; not waiting for it")
+		}
+	}()
 	if e.ownsSt {
 		defer e.st.Close()
 	}
@@ -295,15 +319,12 @@ func (e *Elector) run(ctx context.Context) (err error) {
 			e.log.Error("election loop panicked; stepping down", "panic", r)
 			e.core.leading = false
 			e.sync(e.clk.Now(), err)
-			if e.prevWork != nil {
-				<-e.prevWork
-			}
+			e.awaitWork()
 		}
 	}()
 	e.loop(ctx)
 	e.stopWatch()
-	e.shutdown()
-	return nil
+	return e.shutdown()
 }
 
 func (e *Elector) loop(ctx context.Context) {
@@ -378,7 +399,7 @@ func (e *Elector) read(ctx context.Context) {
 			e.wait(ctx, store.Jitter(pause, e.cfg.RetryJitter))
 		}
 		rctx, cancel := context.WithTimeout(ctx, e.callTimeout())
-		data, version, err = e.st.Get(rctx, e.cfg.LockfilePath)
+		data, version, err = e.st.GetLimited(rctx, e.cfg.LockfilePath, MaxRecordSize)
 		cancel()
 		if err == nil || errors.Is(err, store.ErrNotFound) || !store.IsRetryable(err) || ctx.Err() != nil {
 			break
@@ -387,19 +408,14 @@ func (e *Elector) read(ctx context.Context) {
 	now := e.clk.Now()
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		e.core.observe(now, false, Record{}, false, "")
+		e.core.observe(now, false, Record{}, nil, "")
 	case err != nil:
 		e.setErr(err)
 		e.log.Warn("reading the lock failed", "err", err)
 		e.core.failed(opRead, now, now, nil)
 	default:
 		rec, derr := DecodeRecord(data)
-		if derr != nil && version != e.core.obs.version {
-			e.setErr(derr)
-			e.log.Error("the lock record is corrupt; treating it as held until it stays unchanged for LeaderTimeout",
-				"version", version, "err", derr)
-		}
-		e.core.observe(now, true, rec, derr != nil, version)
+		e.core.observe(now, true, rec, derr, version)
 	}
 }
 
@@ -425,7 +441,7 @@ func (e *Elector) watchWait(ctx context.Context, until time.Time) {
 	case <-ctx.Done():
 	case <-e.wake:
 	case <-t.C():
-		// Unchanged for LeaderTimeout as far as the watch tells: confirm
+		// Unchanged for the holder's lease as far as the watch tells: confirm
 		// with a read before taking the lock.
 		c.needRead = true
 	case ev, ok := <-e.watchCh:
@@ -437,11 +453,11 @@ func (e *Elector) watchWait(ctx context.Context, until time.Time) {
 			return
 		}
 		if ev.Deleted {
-			c.observe(now, false, Record{}, false, "")
+			c.observe(now, false, Record{}, nil, "")
 			return
 		}
 		rec, derr := DecodeRecord(ev.Data)
-		c.observe(now, true, rec, derr != nil, ev.Version)
+		c.observe(now, true, rec, derr, ev.Version)
 	}
 }
 
@@ -468,6 +484,7 @@ func (e *Elector) write(ctx context.Context, d decision) {
 	wctx, cancel := context.WithTimeout(ctx, limit.Sub(start))
 	version, err := store.PutResolved(wctx, e.st, e.cfg.LockfilePath, data, d.cond, store.ResolveOptions{
 		Attempts: len(e.cfg.RetrySchedule),
+		MaxSize:  MaxRecordSize,
 		Backoff: func(n int) time.Duration {
 			return store.Jitter(e.cfg.RetrySchedule[min(n, len(e.cfg.RetrySchedule)-1)], e.cfg.RetryJitter)
 		},
@@ -508,6 +525,9 @@ func (e *Elector) sync(now time.Time, loopErr error) {
 	}
 	if e.lead != nil && (!c.leading || c.term != e.lead.term) {
 		e.endTerm(now)
+		// No new term, in the core or the store, until this one's work
+		// has returned.
+		c.waitForWork = true
 	}
 	if c.leading && e.lead == nil {
 		if e.prevWork != nil {
@@ -557,15 +577,24 @@ func (e *Elector) sync(now time.Time, loopErr error) {
 	}
 	e.mu.Lock()
 	p := &e.pub
+	problem := c.termProblem()
+	if k := (obsKey{c.obs.found, c.obs.version}); problem != nil && k != e.reported {
+		e.reported = k
+		p.lastErr = problem
+		e.log.Error("the lock record cannot be taken over; an operator must repair it with a term floor above every term used (tenure lock repair --term-floor N)",
+			"err", problem)
+	} else if problem == nil {
+		e.reported = obsKey{}
+	}
 	changed := p.leading != c.leading || p.term != c.term || p.deadline != c.deadline() ||
-		p.obs.version != c.obs.version || p.mode != mode || p.dupID != c.duplicateID
+		p.obs.version != c.obs.version || p.mode != mode || p.dupID != c.duplicateID || (p.problem == nil) != (problem == nil)
 	if c.duplicateID && !p.dupID {
 		p.lastErr = ErrDuplicateServerID
 		e.log.Error("the lock names this ServerID with another session: two processes share one ServerID",
 			"session", e.session, "other", c.obs.rec.Session)
 	}
 	p.leading, p.term, p.deadline = c.leading, c.term, c.deadline()
-	p.obs, p.haveObs, p.mode, p.dupID = c.obs, c.haveObs, mode, c.duplicateID
+	p.obs, p.haveObs, p.mode, p.dupID, p.problem = c.obs, c.haveObs, mode, c.duplicateID, problem
 	if loopErr != nil {
 		p.lastErr = loopErr
 		p.leading = false
@@ -635,8 +664,8 @@ func (e *Elector) endTerm(now time.Time) {
 }
 
 // shutdown runs when the loop's context ends: stop campaigning, end the
-// term, wait for the work to return, then release.
-func (e *Elector) shutdown() {
+// term, wait for every term's work to return, then release.
+func (e *Elector) shutdown() error {
 	c := e.core
 	c.stopped = true
 	wasLeading := c.leading
@@ -652,19 +681,19 @@ func (e *Elector) shutdown() {
 	}()
 	now := e.clk.Now()
 	c.leading = false
-	if e.lead != nil {
-		done := e.lead.done
-		e.sync(now, nil)
-		<-done
-	} else {
-		e.sync(now, nil)
+	// Ending the current term makes its work the previous term's: one
+	// wait covers it and a term that ended earlier and is still winding
+	// down.
+	e.sync(now, nil)
+	if !e.awaitWork() {
+		return ErrWorkStillRunning
 	}
 	// Release if the lock still holds our last write. After the deadline
 	// this is still safe (the swap fails if anyone took over) and lets a
 	// follower take the lock at once instead of after LeaderTimeout.
 	ours := c.version != "" && c.haveObs && c.obs.found && c.obs.version == c.version
 	if !wasLeading && !ours {
-		return
+		return nil
 	}
 	rec, cond := c.releaseRecord()
 	rec.LastUpdated = e.clk.Wall()
@@ -673,13 +702,36 @@ func (e *Elector) shutdown() {
 	version, err := store.PutResolved(ctx, e.st, e.cfg.LockfilePath, rec.Encode(), cond, store.ResolveOptions{
 		Attempts: len(e.cfg.RetrySchedule),
 		Backoff:  func(n int) time.Duration { return e.cfg.RetrySchedule[min(n, len(e.cfg.RetrySchedule)-1)] },
+		MaxSize:  MaxRecordSize,
 	})
 	if err != nil {
 		e.log.Warn("releasing the lock failed; followers will take it after LeaderTimeout", "err", err)
-		return
+		return nil
 	}
 	e.publishWrite(rec, version)
 	e.log.Info("released the lock", "term", rec.Term)
+	return nil
+}
+
+// awaitWork waits for the work of the term that ended last (every earlier
+// term's had returned before it began), at most LeaderTimeout, and reports
+// whether it returned. Work that does not return is left running: the lock
+// is then never released, so it lapses after the lease as after a crash.
+func (e *Elector) awaitWork() bool {
+	if e.prevWork == nil {
+		return true
+	}
+	t := e.clk.NewTimer(e.cfg.LeaderTimeout)
+	defer t.Stop()
+	select {
+	case <-e.prevWork:
+		e.prevWork = nil
+		return true
+	case <-t.C():
+		e.log.Error("OnStartedLeading has not returned LeaderTimeout after its context was cancelled; not releasing the lock, which lapses after the lease",
+			"leaderTimeout", e.cfg.LeaderTimeout)
+		return false
+	}
 }
 
 // publishWrite makes a record we wrote successfully available to peers.
@@ -789,7 +841,12 @@ type Status struct {
 	// "infrequent" or "frequent".
 	Mode              string `json:"mode"`
 	DuplicateServerID bool   `json:"duplicateServerID,omitempty"`
-	LastError         string `json:"lastError,omitempty"`
+	// RecordProblem, when set, says why no member can take the lock over:
+	// the record's term cannot be read (its bytes do not decode, or it has
+	// no term) or it is at its maximum. The lock stays with its holder, or
+	// with nobody, until an operator repairs it (Repair).
+	RecordProblem string `json:"recordProblem,omitempty"`
+	LastError     string `json:"lastError,omitempty"`
 }
 
 // Status returns a snapshot of the elector's view.
@@ -812,10 +869,22 @@ func (e *Elector) Status() Status {
 			s.Term = max(s.Term, p.obs.rec.Term)
 		}
 	}
+	if p.problem != nil {
+		s.RecordProblem = p.problem.Error()
+	}
 	if p.lastErr != nil {
 		s.LastError = p.lastErr.Error()
 	}
 	return s
+}
+
+// RecordProblem returns why no member can take the lock over, as last
+// observed, or nil: an error matching ErrUnreadableRecord or
+// ErrTermExhausted. See the package documentation for the repair.
+func (e *Elector) RecordProblem() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pub.problem
 }
 
 // PeerHandler returns the handler of the peer endpoint, for members that

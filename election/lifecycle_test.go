@@ -251,32 +251,6 @@ func TestCallbackPanicsAreContained(t *testing.T) {
 	})
 }
 
-func TestCorruptRecordIsReportedAndReplaced(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, election.Config{})
-		if _, err := c.raw.Put(t.Context(), election.DefaultLockfilePath, []byte("\x00garbage{"), store.IfAbsent()); err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		a := c.add("a", nil)
-		time.Sleep(10 * time.Second)
-		if a.e.IsLeader() {
-			t.Fatal("took a corrupt lock before LeaderTimeout")
-		}
-		if st := a.e.Status(); st.LastError == "" || st.LeaderID != "" {
-			t.Fatalf("a corrupt lock is not reported: %+v", st)
-		}
-		c.waitLeader(time.Minute)
-		if d := time.Since(start); d < election.DefaultLeaderTimeout {
-			t.Fatalf("took a corrupt lock after %v, before LeaderTimeout", d)
-		}
-		if a.e.Term() != 1 {
-			t.Fatalf("term %d", a.e.Term())
-		}
-		c.stopAll()
-	})
-}
-
 func TestOnNewLeaderInOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, election.Config{})
@@ -359,5 +333,140 @@ func TestTermOfLeadershipContext(t *testing.T) {
 		if err := e.Stop(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// TestStopWaitsForTheEndedTermsWork: a term is fenced (the store is
+// unreachable past RenewDeadline) while its work takes 10 s to return; Stop
+// comes in the meantime. The lock must be released only after that work has
+// returned, although the term it belongs to had already ended; and no new
+// term may be taken while it runs.
+func TestStopWaitsForTheEndedTermsWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner := memstore.New()
+		raw := store.New(inner)
+		fs := faultstore.New(inner)
+		type ret struct {
+			term     uint64
+			released bool
+			maxTerm  uint64
+		}
+		returns := make(chan ret, 10)
+		e := newElector(t, store.New(fs), "a", func(cfg *election.Config) {
+			cfg.OnStartedLeading = func(ctx context.Context) {
+				term, _ := election.TermOf(ctx)
+				<-ctx.Done()
+				time.Sleep(10 * time.Second)
+				data, _, _ := raw.Get(context.Background(), election.DefaultLockfilePath)
+				rec, _ := election.DecodeRecord(data)
+				returns <- ret{term: term, released: rec.Released, maxTerm: rec.Term}
+			}
+		})
+		if err := e.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.WaitForLeadership(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		fs.SetPartition(faultstore.BlackHoled)
+		time.Sleep(election.DefaultRenewDeadline + time.Second)
+		if e.IsLeader() {
+			t.Fatal("still leader past the renew deadline")
+		}
+		fs.SetPartition(faultstore.Connected)
+		time.Sleep(7 * time.Second) // the term's work is still winding down
+		if err := e.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		var r ret
+		select {
+		case r = <-returns:
+		default:
+			t.Fatal("Stop returned before the ended term's work did")
+		}
+		if r.released {
+			t.Errorf("term %d: the lock was released while its work still ran", r.term)
+		}
+		if r.maxTerm != r.term {
+			t.Errorf("term %d: term %d was taken while its work still ran", r.term, r.maxTerm)
+		}
+		synctest.Wait()
+		if n := len(returns); n != 0 {
+			t.Fatalf("%d more terms' work returned; want none", n)
+		}
+		data, _, _ := raw.Get(context.Background(), election.DefaultLockfilePath)
+		if rec, _ := election.DecodeRecord(data); !rec.Released {
+			t.Fatalf("the lock was not released after the work returned: %+v", rec)
+		}
+	})
+}
+
+// TestStopDoesNotWaitForOnNewLeader: a callback that never returns must not
+// keep Stop from returning or the lock from being released.
+func TestStopDoesNotWaitForOnNewLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner := memstore.New()
+		unblock := make(chan struct{})
+		e := newElector(t, store.New(inner), "a", func(cfg *election.Config) {
+			cfg.OnNewLeader = func(string, string, uint64) { <-unblock }
+		})
+		defer close(unblock)
+		if err := e.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.WaitForLeadership(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		if !e.IsLeader() {
+			t.Fatal("a blocked OnNewLeader cost the leadership")
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		if err := e.Stop(ctx); err != nil {
+			t.Fatalf("Stop with OnNewLeader blocked = %v; want nil within a minute", err)
+		}
+		data, _, _ := store.New(inner).Get(context.Background(), election.DefaultLockfilePath)
+		if rec, _ := election.DecodeRecord(data); !rec.Released {
+			t.Fatalf("the lock was not released: %+v", rec)
+		}
+	})
+}
+
+// TestStopWithWorkThatNeverReturns: OnStartedLeading ignores its context.
+// Stop must return (ErrWorkStillRunning) instead of hanging, and must not
+// release the lock while the work runs: the lock lapses after the lease,
+// as after a crash, and only then does another member lead.
+func TestStopWithWorkThatNeverReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, election.Config{})
+		unblock := make(chan struct{})
+		a := c.add("a", func(cfg *election.Config) {
+			cfg.OnStartedLeading = func(ctx context.Context) {
+				<-ctx.Done()
+				<-unblock
+			}
+		})
+		c.waitLeader(time.Minute)
+		b := c.add("b", nil)
+		time.Sleep(time.Minute)
+		a.cancel()
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		if err := a.e.Stop(ctx); !errors.Is(err, election.ErrWorkStillRunning) {
+			t.Fatalf("Stop with work that never returns = %v; want ErrWorkStillRunning", err)
+		}
+		if rec, _ := c.lockRecord(); rec.Released {
+			t.Fatal("the lock was released while the work still ran")
+		}
+		c.waitLeader(time.Minute)
+		if !b.e.IsLeader() {
+			t.Fatal("b does not lead")
+		}
+		close(unblock)
+		<-a.done
+		a.done <- nil
+		c.stopAll()
+		c.checkOverlap()
 	})
 }

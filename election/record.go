@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 	"unicode/utf8"
 )
@@ -23,9 +24,12 @@ type Record struct {
 	// LastUpdated is the writer's wall-clock time, for people only: no
 	// node ever compares it with its own clock.
 	LastUpdated time.Time `json:"lastUpdated"`
-	// Term is the fencing token: it grows by one on every acquisition.
+	// Term is the fencing token: it grows by one on every acquisition. A
+	// record without one (0) is never taken over; see CheckTerm.
 	Term uint64 `json:"term"`
-	// LeaseMillis is the writer's LeaderTimeout, for people and tools.
+	// LeaseMillis is the writer's LeaderTimeout: a follower takes the lock
+	// only when the record has stayed unchanged for this long (or for its
+	// own LeaderTimeout, if longer) on its own clock.
 	LeaseMillis int64 `json:"leaseMillis"`
 	// Session identifies one elector instance; two processes configured
 	// with the same ServerID have different sessions.
@@ -84,6 +88,21 @@ func DecodeRecord(data []byte) (Record, error) {
 		return Record{}, fmt.Errorf("election: lock record has a negative leaseMillis %d", r.LeaseMillis)
 	}
 	return r, nil
+}
+
+// CheckTerm reports whether a member may take over this record with a
+// larger term: ErrUnreadableRecord if it has no term (S3lect writes none,
+// and tenure never writes 0), ErrTermExhausted if its term is the largest
+// a term can be. The term handed to applications must only grow, so such a
+// record is never taken over; Repair sets a term floor.
+func (r Record) CheckTerm() error {
+	switch r.Term {
+	case 0:
+		return fmt.Errorf("%w: it has no term (written by S3lect or another tool that does not count terms)", ErrUnreadableRecord)
+	case math.MaxUint64:
+		return fmt.Errorf("%w: %d", ErrTermExhausted, r.Term)
+	}
+	return nil
 }
 
 func truncate(b []byte) []byte {

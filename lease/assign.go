@@ -57,15 +57,17 @@ func (e Entry) equal(o Entry) bool {
 	return e.Owner == o.Owner && e.Session == o.Session && e.Term == o.Term && slices.Equal(e.Waits, o.Waits)
 }
 
-// maxAssignmentSize bounds what DecodeAssignment accepts.
-const maxAssignmentSize = 16 << 20
+// maxRecordSize bounds every record a member reads, the assignment and
+// member records: a larger object is refused by the store read itself
+// (store.ErrTooLarge), before it is loaded, and by the decoders.
+const maxRecordSize = 16 << 20
 
 // DecodeAssignment parses an assignment record, refusing anything that is
 // not one with an error that says why.
 func DecodeAssignment(data []byte) (Assignment, error) {
 	var a Assignment
-	if len(data) > maxAssignmentSize {
-		return a, fmt.Errorf("lease: assignment record is %d bytes; the limit is %d", len(data), maxAssignmentSize)
+	if len(data) > maxRecordSize {
+		return a, fmt.Errorf("lease: assignment record is %d bytes; the limit is %d", len(data), maxRecordSize)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&a); err != nil {

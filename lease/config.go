@@ -66,7 +66,8 @@ type Config struct {
 	// Mode: ShardLeases (default) or MemberLeases.
 	Mode Mode
 	// LeaseDuration: a holder is judged dead when its record has not
-	// changed for this long on the observer's own monotonic clock.
+	// changed for this long on the observer's own monotonic clock, or for
+	// the holder's own lease as its record states, if that is longer.
 	// Default 15 s.
 	LeaseDuration time.Duration
 	// RenewPeriod: how often holders renew. Default 5 s. It must be below

@@ -42,15 +42,22 @@
 // the shard, its own record was renewed, and the assignment was confirmed
 // unchanged, both within two thirds of LeaseDuration (the renew deadline)
 // measured from the start of the confirming calls. A member whose record
-// has not changed for LeaseDuration, on an observer's own monotonic clock,
-// is dead; before its shards move without waiting, the observer replaces
-// its record by compare-and-swap with a tombstone (eviction), so that the
-// dead member's own renewal and the eviction cannot both succeed. A shard
-// taken from a live member (a rebalance) waits until that member has
-// released it (its record says so), or has left or been evicted, or a full
+// has not changed for its lease, on an observer's own monotonic clock, is
+// dead. Its lease is the larger of the observer's LeaseDuration and the
+// leaseMillis the member wrote in its record: members may run different
+// settings during a rolling change, and the holder's lease always wins (a
+// record that does not say, or cannot be read, never shortens the wait; a
+// member whose record was never read is not judged). Before a dead
+// member's shards move without waiting, the observer replaces its record
+// by compare-and-swap with a tombstone (eviction), so that the dead
+// member's own renewal and the eviction cannot both succeed. A shard taken
+// from a live member (a rebalance) waits until that member has released it
+// (its record says so), or has left or been evicted, or that member's
 // lease has passed since the new owner saw the assignment. Terms grow by
 // one whenever a shard changes hands, and a term that ended is never
-// resumed.
+// resumed. Member and assignment records are read with a bound of 16 MiB
+// (store.GetLimited): a larger object at such a key is refused unread and
+// reported in Status.LastError.
 //
 // # What is not guaranteed
 //

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"slices"
 	"sort"
@@ -25,7 +26,8 @@ import (
 // Every RenewPeriod a member renews its record (one compare-and-swap) and
 // lists the prefix (one request), which returns the version of every
 // member record and of the assignment: a record whose version has not
-// changed for LeaseDuration, as this member observed it, belongs to a dead
+// changed for the holder's lease (the larger of our LeaseDuration and the
+// leaseMillis it wrote), as this member observed it, belongs to a dead
 // member. The assignment is read only when its version changes. A member
 // acts on a shard only while the assignment names its session for the
 // shard, its own record was renewed, and the assignment was confirmed
@@ -51,7 +53,7 @@ type MemberRecord struct {
 // DecodeMemberRecord parses a member record.
 func DecodeMemberRecord(data []byte) (MemberRecord, error) {
 	var r MemberRecord
-	if len(data) > maxAssignmentSize {
+	if len(data) > maxRecordSize {
 		return r, fmt.Errorf("lease: member record is %d bytes", len(data))
 	}
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -59,6 +61,9 @@ func DecodeMemberRecord(data []byte) (MemberRecord, error) {
 	}
 	if r.OwnerID == "" || r.Session == "" {
 		return MemberRecord{}, errors.New("lease: member record without ownerID or session")
+	}
+	if r.LeaseMillis < 0 {
+		return MemberRecord{}, fmt.Errorf("lease: member record has a negative leaseMillis %d", r.LeaseMillis)
 	}
 	return r, nil
 }
@@ -96,11 +101,56 @@ type memberView struct {
 	rec        MemberRecord
 	recVersion string
 	evicted    bool
+	// lease is the longest lease the holder's records have stated
+	// (leaseMillis), and leaseKnown whether its record has been read at
+	// all: until then the holder cannot be judged dead, since its lease
+	// may be longer than ours.
+	lease      time.Duration
+	leaseKnown bool
 }
 
-// dead reports whether the record has been unchanged for a lease: its
-// session's rights have lapsed, and it may be evicted.
-func (v *memberView) dead(lease time.Duration) bool { return v.evicted || v.at.Sub(v.since) >= lease }
+// maxHolderLease bounds a recorded lease so that sums of a few of them do
+// not overflow; a record stating more is waited for this long (292 years
+// divided by four), which is to say never.
+const maxHolderLease = time.Duration(math.MaxInt64 / 4)
+
+// holderLease converts the leaseMillis of a record. Zero (a record that
+// does not say) counts as nothing, so that the observer's own lease
+// applies; a value beyond maxHolderLease saturates rather than wraps.
+func holderLease(leaseMillis int64) time.Duration {
+	switch {
+	case leaseMillis <= 0:
+		return 0
+	case leaseMillis > int64(maxHolderLease/time.Millisecond):
+		return maxHolderLease
+	}
+	return time.Duration(leaseMillis) * time.Millisecond
+}
+
+// learn records what a read of the holder's record says of its lease. The
+// lease only grows: a later record that states less, or that cannot be
+// read at all (read is false), never shortens the wait.
+func (v *memberView) learn(rec MemberRecord, read bool) {
+	if read {
+		v.lease = max(v.lease, holderLease(rec.LeaseMillis))
+	}
+	v.leaseKnown = true
+}
+
+// leaseOf is how long this member must see a record unchanged before the
+// holder's rights have surely lapsed: the larger of our own LeaseDuration
+// and the lease the holder wrote. Members may run different settings
+// during a rolling change; the holder's lease always wins.
+func (m *memberMode) leaseOf(v *memberView) time.Duration {
+	return max(m.c.cfg.LeaseDuration, v.lease)
+}
+
+// dead reports whether the record has been unchanged for the holder's
+// lease: its session's rights have lapsed, and it may be evicted. A holder
+// whose record was never read is not judged.
+func (m *memberMode) dead(v *memberView) bool {
+	return v.evicted || v.leaseKnown && v.at.Sub(v.since) >= m.leaseOf(v)
+}
 
 // markEvicted flags the views of sessions the assignment lists as evicted.
 func (m *memberMode) markEvicted() {
@@ -206,7 +256,7 @@ func (m *memberMode) get(ctx context.Context, key string) (data []byte, version 
 			}
 		}
 		gctx, cancel := context.WithTimeout(ctx, m.callTimeout())
-		data, version, err = m.c.cfg.Store.Get(gctx, key)
+		data, version, err = m.c.cfg.Store.GetLimited(gctx, key, maxRecordSize)
 		cancel()
 		if err == nil || !store.IsRetryable(err) {
 			return data, version, err
@@ -365,7 +415,7 @@ func (m *memberMode) renew(ctx context.Context) bool {
 	wctx, cancel := context.WithTimeout(ctx, cfg.renewDeadline())
 	defer cancel()
 	v, err := store.PutResolved(wctx, cfg.Store, key, data, cond, store.ResolveOptions{
-		Attempts: 3,
+		Attempts: 3, MaxSize: maxRecordSize,
 		Backoff: func(n int) time.Duration {
 			return store.Jitter([]time.Duration{0, cfg.RenewPeriod / 50, cfg.RenewPeriod / 5}[min(n, 2)], 0.2)
 		},
@@ -417,10 +467,11 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 		}
 		seen[rel] = true
 		v := m.views[rel]
+		fetched := false
 		if v == nil || v.version != it.Version {
 			// A record we did not know, or one that was dead and changed,
 			// may be a tombstone: read it.
-			check := v == nil || v.dead(cfg.LeaseDuration)
+			check := v == nil || m.dead(v)
 			if v == nil {
 				v = &memberView{owner: owner, session: session}
 				m.views[rel] = v
@@ -428,7 +479,12 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 			v.version, v.since = it.Version, end
 			if check && session != m.session {
 				m.fetch(ctx, rel, v)
+				fetched = true
 			}
+		}
+		if !v.leaseKnown && !fetched && session != m.session {
+			// The last read failed: the holder's lease is still unknown.
+			m.fetch(ctx, rel, v)
 		}
 		v.at = end
 	}
@@ -477,16 +533,25 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 // fetch reads a member record into its view.
 func (m *memberMode) fetch(ctx context.Context, rel string, v *memberView) bool {
 	gctx, cancel := context.WithTimeout(ctx, m.callTimeout())
-	data, ver, err := m.c.cfg.Store.Get(gctx, m.key(rel))
+	data, ver, err := m.c.cfg.Store.GetLimited(gctx, m.key(rel), maxRecordSize)
 	cancel()
+	if errors.Is(err, store.ErrTooLarge) {
+		// Not a record a member wrote; it is judged with our own lease.
+		m.setErr(err)
+		v.learn(MemberRecord{}, false)
+		return false
+	}
 	if err != nil {
 		return false
 	}
 	rec, err := DecodeMemberRecord(data)
 	if err != nil {
+		m.setErr(err)
+		v.learn(rec, false)
 		return false
 	}
 	v.rec, v.recVersion = rec, ver
+	v.learn(rec, true)
 	v.evicted = rec.EvictedBy != ""
 	return true
 }
@@ -499,7 +564,10 @@ func (m *memberMode) nextDeath() time.Time {
 		if v.evicted || v.session == m.session {
 			continue
 		}
-		if t := v.since.Add(m.c.cfg.LeaseDuration); next.IsZero() || t.Before(next) {
+		if !v.leaseKnown {
+			continue
+		}
+		if t := v.since.Add(m.leaseOf(v)); next.IsZero() || t.Before(next) {
 			next = t
 		}
 	}
@@ -516,7 +584,7 @@ func (m *memberMode) nextDeath() time.Time {
 func (m *memberMode) evictDead(ctx context.Context) {
 	cfg := m.c.cfg
 	for rel, v := range m.views {
-		if v.evicted && v.at.Sub(v.since) >= 2*cfg.LeaseDuration {
+		if v.evicted && v.at.Sub(v.since) >= 2*m.leaseOf(v) {
 			// A tombstone everyone has had time to see: its session is
 			// dead for good, so an unconditional delete is safe.
 			dctx, cancel := context.WithTimeout(ctx, m.callTimeout())
@@ -526,14 +594,16 @@ func (m *memberMode) evictDead(ctx context.Context) {
 			cancel()
 			continue
 		}
-		if v.evicted || v.session == m.session || !v.dead(cfg.LeaseDuration) {
+		if v.evicted || v.session == m.session || !m.dead(v) {
 			continue
 		}
+		// The tombstone keeps the holder's lease, so that members that
+		// first see it wait as long before deleting it.
 		tomb := MemberRecord{OwnerID: v.owner, Session: v.session, LastUpdated: cfg.Clock.Wall(),
-			Nonce: rand.Text(), EvictedBy: cfg.OwnerID}
+			LeaseMillis: m.leaseOf(v).Milliseconds(), Nonce: rand.Text(), EvictedBy: cfg.OwnerID}
 		data, _ := json.Marshal(tomb)
 		wctx, cancel := context.WithTimeout(ctx, m.callTimeout())
-		ver, err := store.PutResolved(wctx, cfg.Store, m.key(rel), data, store.IfMatch(v.version), store.ResolveOptions{Attempts: 2})
+		ver, err := store.PutResolved(wctx, cfg.Store, m.key(rel), data, store.IfMatch(v.version), store.ResolveOptions{Attempts: 2, MaxSize: maxRecordSize})
 		cancel()
 		switch {
 		case err == nil:
@@ -708,7 +778,7 @@ func (m *memberMode) rebalance(ctx context.Context) {
 	}
 	start := m.now()
 	wctx, cancel := context.WithTimeout(ctx, cfg.renewDeadline())
-	v, err := store.PutResolved(wctx, cfg.Store, m.key(assignmentKey), next.Encode(), cond, store.ResolveOptions{Attempts: 3})
+	v, err := store.PutResolved(wctx, cfg.Store, m.key(assignmentKey), next.Encode(), cond, store.ResolveOptions{Attempts: 3, MaxSize: maxRecordSize})
 	cancel()
 	end := m.now()
 	switch {
@@ -914,14 +984,12 @@ func (m *memberMode) busyLocked(shard string) bool {
 
 // handoffDone reports whether every earlier owner that may still act on
 // the shard has stopped: it released the shard (its record says so), or
-// it is no longer live, or a full lease has passed since we first saw the
-// shard assigned to us.
+// it is no longer live, or its own lease (the larger of ours and the one
+// its record states) has passed since we first saw the shard assigned to
+// us: it saw the assignment that moved the shard before that, so its
+// rights, confirmed no later than that, have lapsed.
 func (m *memberMode) handoffDone(ctx context.Context, id string, e Entry, live map[string]string, now time.Time) bool {
-	cfg := m.c.cfg
-	first, ok := m.firstSeen[id+"\x00"+fmt.Sprint(e.Term)]
-	if ok && now.Sub(first) >= cfg.LeaseDuration {
-		return true
-	}
+	first, seen := m.firstSeen[id+"\x00"+fmt.Sprint(e.Term)]
 	for _, h := range e.Waits {
 		if h.Session == m.session || live[h.Owner] != h.Session {
 			continue
@@ -930,22 +998,21 @@ func (m *memberMode) handoffDone(ctx context.Context, id string, e Entry, live m
 		if v == nil {
 			continue // gone: left
 		}
+		if seen && v.leaseKnown && now.Sub(first) >= m.leaseOf(v) {
+			continue
+		}
 		if v.recVersion != v.version {
-			gctx, cancel := context.WithTimeout(ctx, m.callTimeout())
-			data, ver, err := cfg.Store.Get(gctx, m.key(memberKey(h.Owner, h.Session)))
-			cancel()
-			if err != nil {
+			if !m.fetch(ctx, memberKey(h.Owner, h.Session), v) {
 				return false
 			}
-			rec, err := DecodeMemberRecord(data)
-			if err != nil {
-				return false
-			}
-			v.rec, v.recVersion = rec, ver
 		}
-		if t, ok := v.rec.Released[id]; !ok || t < h.Term {
-			return false
+		if t, ok := v.rec.Released[id]; ok && t >= h.Term {
+			continue
 		}
+		if seen && v.leaseKnown && now.Sub(first) >= m.leaseOf(v) {
+			continue
+		}
+		return false
 	}
 	return true
 }

@@ -339,6 +339,52 @@ func TestMemberLeasesDuplicateOwnerStaysIdle(t *testing.T) {
 	})
 }
 
+// TestMemberLeasesMixedTimingsLongLeaseCutOff runs a rolling change: one
+// member still has a long lease while another already runs a short one. The
+// long-lease member is cut off from the store; the other must not take its
+// shards before the long lease, as its record states, has run out.
+func TestMemberLeasesMixedTimingsLongLeaseCutOff(t *testing.T) {
+	for _, p := range []faultstore.Partition{faultstore.Partitioned, faultstore.BlackHoled} {
+		t.Run(p.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				shards := shardIDs(6)
+				g := newGroup(t, memberConfig(shards))
+				long := g.add("long", func(c *lease.Config) { c.LeaseDuration, c.RenewPeriod = time.Minute, 15*time.Second })
+				short := g.add("short", func(c *lease.Config) { c.LeaseDuration, c.RenewPeriod = 6*time.Second, 2*time.Second })
+				g.settled(shards, 2*time.Minute)
+				if n := len(long.c.Held()); n != 3 {
+					t.Fatalf("the long-lease member leads %d shards; want 3", n)
+				}
+				long.fs.SetPartition(p)
+				// The short member takes every shard, but only after the
+				// long lease: the long member's rights last two thirds of it.
+				end := time.Now().Add(3 * time.Minute)
+				for len(short.c.Held()) != 6 {
+					if time.Now().After(end) {
+						t.Fatalf("the short-lease member leads %v after the other was cut off for 3 minutes", short.c.Held())
+					}
+					time.Sleep(time.Second)
+				}
+				if _, spans := g.check(time.Time{}); spans < 9 {
+					t.Errorf("only %d shard terms: the shards did not move", spans)
+				}
+				long.fs.SetPartition(faultstore.Connected)
+				g.settled(shards, 2*time.Minute)
+				g.stopAll()
+				g.check(time.Time{})
+			})
+		})
+	}
+}
+
+// randomTimings gives a member a valid LeaseDuration and RenewPeriod of its
+// own, as during a rolling change of settings.
+func randomTimings(rng *rand.Rand) func(*lease.Config) {
+	ld := time.Duration(3+rng.IntN(40)) * time.Second
+	rp := ld / time.Duration(3+rng.IntN(3))
+	return func(c *lease.Config) { c.LeaseDuration, c.RenewPeriod = ld, rp }
+}
+
 func TestMemberLeasesChaos(t *testing.T) {
 	for _, seed := range []uint64{1, 2} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -348,10 +394,15 @@ func TestMemberLeasesChaos(t *testing.T) {
 				g := newGroup(t, memberConfig(shards))
 				ids := []string{"m0", "m1", "m2", "m3"}
 				live := map[string]*node{}
-				for _, id := range ids {
-					live[id] = g.add(id, nil)
+				var all []*node // every member ever started, for the fault counts
+				add := func(id string) {
+					live[id] = g.add(id, randomTimings(rng))
+					all = append(all, live[id])
 				}
-				events := 0
+				for _, id := range ids {
+					add(id)
+				}
+				events, cutoffs := 0, 0
 				for end := time.Now().Add(3 * time.Hour); time.Now().Before(end); {
 					time.Sleep(time.Duration(5+rng.IntN(40)) * time.Second)
 					id := ids[rng.IntN(len(ids))]
@@ -360,13 +411,15 @@ func TestMemberLeasesChaos(t *testing.T) {
 					switch rng.IntN(7) {
 					case 0:
 						g.crashNode(n)
+						cutoffs++
 						time.Sleep(time.Duration(rng.IntN(30)) * time.Second)
-						live[id] = g.add(id, nil)
+						add(id)
 					case 1:
 						g.stopNode(n)
-						live[id] = g.add(id, nil)
+						add(id)
 					case 2:
 						n.fs.SetPartition(faultstore.BlackHoled)
+						cutoffs++
 						time.Sleep(time.Duration(1+rng.IntN(40)) * time.Second)
 						n.fs.SetPartition(faultstore.Connected)
 					case 3:
@@ -392,12 +445,22 @@ func TestMemberLeasesChaos(t *testing.T) {
 					n.fs.SetPartition(faultstore.Connected)
 					n.fs.SetLatency(faultstore.AllOps, nil)
 				}
+				// Safety first, then liveness, then safety again.
+				g.check(time.Time{})
 				g.settled(shards, 3*time.Minute)
 				g.stopAll()
 				_, spans := g.check(time.Time{})
-				t.Logf("seed %d: %d fault events, %d shard terms", seed, events, spans)
-				if spans < 100 {
-					t.Fatalf("only %d shard terms: the chaos moved too little to prove anything", spans)
+				// Injected faults that callers saw as failed calls.
+				var faults int64
+				for _, n := range all {
+					c := n.fs.Counts()
+					faults += c.ResultTotal(faultstore.Throttled) + c.ResultTotal(faultstore.Transient)
+				}
+				t.Logf("seed %d: %d fault events (%d cut-offs), %d failed calls injected, %d shard terms, %d member instances",
+					seed, events, cutoffs, faults, spans, len(all))
+				if spans < 100 || events < 150 || cutoffs < 20 || faults < 500 {
+					t.Fatalf("the chaos did too little to prove anything: %d shard terms, %d fault events, %d cut-offs, %d failed calls",
+						spans, events, cutoffs, faults)
 				}
 			})
 		})

@@ -90,8 +90,10 @@ type Options struct {
 	// MaxPendingBatches bounds a follower's queue of batches waiting to be
 	// applied. Default 1000.
 	MaxPendingBatches int
-	// MaxDedupClients bounds the exactly-once table; the least recently
-	// used client is evicted. Default 1000.
+	// MaxDedupClients bounds the client sessions the group keeps; the
+	// least recently used is evicted, and its later commands are refused.
+	// A group setting: recorded when the group is created, and a node
+	// started with another value refuses to join. Default 1000.
 	MaxDedupClients int
 	// PipelineDepth is the number of batches a leader may have in flight
 	// to the store at once; acknowledgements stay in log order. Default 1.

@@ -3,40 +3,63 @@ package rsm
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"slices"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 )
 
 // replica is the pure, single-threaded core every node runs: it applies log
-// entries strictly in index order under the validity rule, deduplicates
-// commands and keeps the exactly-once table. It does no I/O and reads no
+// entries strictly in index order under the validity rule, keeps the
+// client sessions and the group's settings. It does no I/O and reads no
 // clock, so every replica given the same entries reaches the same state.
 //
 // The validity rule: an entry is valid only if its term is at least the
 // highest term of the valid entries before it (maxTerm, which starts from
 // the snapshot's). Invalid entries, a deposed leader's late writes, advance
 // the index and change nothing.
+//
+// What apply does depends only on the log: the session bound and the set
+// of machine names come from the group's settings, recorded by the first
+// seal and in every snapshot. This node's own options (local) only decide
+// whether it may take part: a replica whose options disagree with the
+// recorded settings reports it through onRefuse.
 type replica struct {
-	machines   map[string]StateMachine
-	initial    map[string][]byte // each machine's empty state, for restore
-	applied    uint64            // last index applied
-	maxTerm    uint64            // highest term of the valid entries up to applied
-	snapStart  uint64            // start index of the snapshot last restored or taken
-	clients    map[string]*rsmpb.ClientRecord
-	maxClients int
+	machines  map[string]StateMachine
+	initial   map[string][]byte // each machine's empty state, for restore
+	applied   uint64            // last index applied
+	maxTerm   uint64            // highest term of the valid entries up to applied
+	snapStart uint64            // start index of the snapshot last restored or taken
+
+	local       *rsmpb.Settings // this node's options
+	settings    *rsmpb.Settings // the group's, nil until recorded
+	sessions    map[uint64]*rsmpb.SessionRecord
+	lastSession uint64
+	// clients is the previous version's table, kept only to replay a log
+	// written before the group recorded settings.
+	clients map[string]*rsmpb.ClientRecord
+
+	refused  error       // the first settings mismatch met
+	onRefuse func(error) // told of it, once
 }
 
-func newReplica(machines map[string]StateMachine, maxClients int) (*replica, error) {
-	r := &replica{machines: machines, initial: map[string][]byte{}, clients: map[string]*rsmpb.ClientRecord{}, maxClients: maxClients}
+func newReplica(machines map[string]StateMachine, maxSessions int) (*replica, error) {
+	r := &replica{machines: machines, initial: map[string][]byte{},
+		sessions: map[uint64]*rsmpb.SessionRecord{}, clients: map[string]*rsmpb.ClientRecord{}}
+	names := make([]string, 0, len(machines))
 	for name, m := range machines {
 		var buf bytes.Buffer
 		if err := m.Snapshot(&buf); err != nil {
 			return nil, fmt.Errorf("rsm: snapshot of the empty machine %q: %w", name, err)
 		}
 		r.initial[name] = buf.Bytes()
+		names = append(names, name)
 	}
+	slices.Sort(names)
+	r.local = &rsmpb.Settings{MaxSessions: uint64(maxSessions), Machines: names}
 	return r, nil
 }
 
@@ -59,6 +82,9 @@ func (r *replica) apply(e *rsmpb.Entry) (valid bool, results []result) {
 		return false, nil
 	}
 	r.maxTerm = e.Term
+	if e.Settings != nil && r.settings == nil {
+		r.adopt(e.Settings)
+	}
 	results = make([]result, len(e.Commands))
 	for i, c := range e.Commands {
 		results[i] = r.applyCommand(c, e.Index)
@@ -66,13 +92,119 @@ func (r *replica) apply(e *rsmpb.Entry) (valid bool, results []result) {
 	return true, results
 }
 
+// adopt records the group's settings. Identities of the previous version
+// end here: from now on only sessions are known.
+func (r *replica) adopt(s *rsmpb.Settings) {
+	r.settings = proto.Clone(s).(*rsmpb.Settings)
+	r.clients = map[string]*rsmpb.ClientRecord{}
+	r.check()
+}
+
+// check compares the group's settings with this node's options.
+func (r *replica) check() {
+	if r.settings == nil || r.refused != nil {
+		return
+	}
+	if err := compareSettings(r.settings, r.local); err != nil {
+		r.refused = err
+		if r.onRefuse != nil {
+			r.onRefuse(err)
+		}
+	}
+}
+
+// maxSessions is the bound apply uses: the group's, or, replaying a log
+// of the previous version that recorded none, this node's.
+func (r *replica) maxSessions() int {
+	if r.settings != nil {
+		return int(r.settings.MaxSessions)
+	}
+	return int(r.local.MaxSessions)
+}
+
+func (r *replica) machine(name string) (StateMachine, bool) {
+	if r.settings != nil {
+		if _, ok := slices.BinarySearch(r.settings.Machines, name); !ok {
+			return nil, false
+		}
+	}
+	m, ok := r.machines[name]
+	return m, ok
+}
+
 func (r *replica) applyCommand(c *rsmpb.Command, index uint64) result {
+	switch {
+	case c.Register:
+		return r.register(c.Client, index)
+	case c.Session != 0:
+		return r.applySession(c, index)
+	case r.settings != nil:
+		// The previous version's identity in a group that has moved on:
+		// its table is gone, so the command cannot be vouched for.
+		return result{status: rsmpb.Status_SESSION_EXPIRED}
+	}
+	return r.applyLegacy(c, index)
+}
+
+// register opens a session, numbered by registrations in log order. A
+// retried registration (same label) finds its session while it lives.
+func (r *replica) register(label string, index uint64) result {
+	for _, s := range r.sessions {
+		if s.Label == label {
+			s.LastUsed = index
+			return result{status: rsmpb.Status_OK, data: binary.BigEndian.AppendUint64(nil, s.Session)}
+		}
+	}
+	r.lastSession++
+	// LastUsed before evict: the newcomer is the most recent user.
+	r.sessions[r.lastSession] = &rsmpb.SessionRecord{Session: r.lastSession, Label: label, LastUsed: index}
+	r.evictSessions()
+	return result{status: rsmpb.Status_OK, data: binary.BigEndian.AppendUint64(nil, r.lastSession)}
+}
+
+// applySession applies a command only if its number is its session's last
+// + 1. A session that is not in the table (evicted, or never opened) is
+// refused: its earlier commands may have been applied, so this one cannot
+// be told apart from a retry of one of them.
+func (r *replica) applySession(c *rsmpb.Command, index uint64) result {
+	rec := r.sessions[c.Session]
+	switch {
+	case rec == nil:
+		return result{status: rsmpb.Status_SESSION_EXPIRED}
+	case c.Seq == rec.Seq:
+		rec.LastUsed = index
+		if !rec.HasResult {
+			return result{status: rsmpb.Status_APPLICATION_RESULT_UNAVAILABLE}
+		}
+		return result{status: rsmpb.Status_OK, data: rec.Result}
+	case c.Seq < rec.Seq:
+		return result{status: rsmpb.Status_APPLICATION_RESULT_UNAVAILABLE}
+	case c.Seq > rec.Seq+1:
+		return result{status: rsmpb.Status_REQUEST_OUT_OF_SEQUENCE}
+	}
+	res := r.run(c)
+	rec.Seq, rec.LastUsed = c.Seq, index
+	rec.Result, rec.HasResult = res.data, res.status == rsmpb.Status_OK
+	return res
+}
+
+func (r *replica) run(c *rsmpb.Command) result {
+	m, ok := r.machine(c.Machine)
+	if !ok {
+		return result{status: rsmpb.Status_UNKNOWN_MACHINE, data: []byte(c.Machine)}
+	}
+	return result{status: rsmpb.Status_OK, data: m.Apply(c.Data)}
+}
+
+// applyLegacy is the previous version's rule, kept so that a log it wrote
+// replays to the state it acknowledged: an unknown client starting at 1 is
+// taken for a new one (which is why that version could apply a command
+// twice after evicting its client).
+func (r *replica) applyLegacy(c *rsmpb.Command, index uint64) result {
 	rec := r.clients[c.Client]
 	switch {
 	case rec == nil && c.Seq != 1:
-		// A client we do not know (new, or evicted from the table) whose
-		// earlier commands we cannot vouch for.
-		return result{status: rsmpb.Status_REQUEST_OUT_OF_SEQUENCE, data: []byte("unknown client")}
+		return result{status: rsmpb.Status_REQUEST_OUT_OF_SEQUENCE}
 	case rec != nil && c.Seq == rec.Seq:
 		rec.LastUsed = index
 		if !rec.HasResult {
@@ -85,29 +217,33 @@ func (r *replica) applyCommand(c *rsmpb.Command, index uint64) result {
 		return result{status: rsmpb.Status_REQUEST_OUT_OF_SEQUENCE}
 	}
 	if rec == nil {
-		// LastUsed before evict: the newcomer is the most recent user.
 		rec = &rsmpb.ClientRecord{Client: c.Client, LastUsed: index}
 		r.clients[c.Client] = rec
-		r.evict()
+		r.evictClients()
 	}
-	var res result
-	if m, ok := r.machines[c.Machine]; ok {
-		res = result{status: rsmpb.Status_OK, data: m.Apply(c.Data)}
-	} else {
-		res = result{status: rsmpb.Status_UNKNOWN_MACHINE, data: []byte(c.Machine)}
-	}
-	rec.Seq, rec.LastUsed, rec.HasResult = c.Seq, index, true
-	rec.Result = res.data
-	if res.status != rsmpb.Status_OK {
-		rec.HasResult = false
-	}
+	res := r.run(c)
+	rec.Seq, rec.LastUsed = c.Seq, index
+	rec.Result, rec.HasResult = res.data, res.status == rsmpb.Status_OK
 	return res
 }
 
-// evict drops the least recently used clients beyond maxClients. Every
-// replica evicts the same ones: LastUsed is a log index.
-func (r *replica) evict() {
-	for len(r.clients) > r.maxClients {
+// evictSessions drops the least recently used sessions beyond the bound,
+// ties by session number. Every replica evicts the same ones: LastUsed is
+// a log index and the bound is the group's.
+func (r *replica) evictSessions() {
+	for len(r.sessions) > r.maxSessions() {
+		var victim *rsmpb.SessionRecord
+		for _, s := range r.sessions {
+			if victim == nil || s.LastUsed < victim.LastUsed || (s.LastUsed == victim.LastUsed && s.Session < victim.Session) {
+				victim = s
+			}
+		}
+		delete(r.sessions, victim.Session)
+	}
+}
+
+func (r *replica) evictClients() {
+	for len(r.clients) > r.maxSessions() {
 		var victim *rsmpb.ClientRecord
 		for _, c := range r.clients {
 			if victim == nil || c.LastUsed < victim.LastUsed || (c.LastUsed == victim.LastUsed && c.Client < victim.Client) {
@@ -120,9 +256,12 @@ func (r *replica) evict() {
 
 // snapshot captures the whole state after applied.
 func (r *replica) snapshot() (*rsmpb.Snapshot, error) {
-	s := &rsmpb.Snapshot{StartIndex: r.snapStart, EndIndex: r.applied, MaxTerm: r.maxTerm}
+	s := &rsmpb.Snapshot{StartIndex: r.snapStart, EndIndex: r.applied, MaxTerm: r.maxTerm, LastSession: r.lastSession}
 	if s.StartIndex == 0 {
 		s.StartIndex = 1
+	}
+	if r.settings != nil {
+		s.Settings = proto.Clone(r.settings).(*rsmpb.Settings)
 	}
 	names := make([]string, 0, len(r.machines))
 	for name := range r.machines {
@@ -136,8 +275,12 @@ func (r *replica) snapshot() (*rsmpb.Snapshot, error) {
 		}
 		s.Machines = append(s.Machines, &rsmpb.MachineState{Name: name, Data: buf.Bytes()})
 	}
+	for _, c := range r.sessions {
+		s.Sessions = append(s.Sessions, proto.Clone(c).(*rsmpb.SessionRecord))
+	}
+	slices.SortFunc(s.Sessions, func(a, b *rsmpb.SessionRecord) int { return cmp.Compare(a.Session, b.Session) })
 	for _, c := range r.clients {
-		s.Clients = append(s.Clients, &rsmpb.ClientRecord{Client: c.Client, Seq: c.Seq, Result: c.Result, HasResult: c.HasResult, LastUsed: c.LastUsed})
+		s.Clients = append(s.Clients, proto.Clone(c).(*rsmpb.ClientRecord))
 	}
 	slices.SortFunc(s.Clients, func(a, b *rsmpb.ClientRecord) int { return cmp.Compare(a.Client, b.Client) })
 	return s, nil
@@ -159,12 +302,23 @@ func (r *replica) restore(s *rsmpb.Snapshot) error {
 			return fmt.Errorf("rsm: restore machine %q from the snapshot ending at %d: %w", name, s.EndIndex, err)
 		}
 	}
+	r.settings = nil
+	if s.Settings != nil {
+		r.settings = proto.Clone(s.Settings).(*rsmpb.Settings)
+	}
+	r.sessions = map[uint64]*rsmpb.SessionRecord{}
+	for _, c := range s.Sessions {
+		r.sessions[c.Session] = proto.Clone(c).(*rsmpb.SessionRecord)
+	}
+	r.lastSession = s.LastSession
 	r.clients = map[string]*rsmpb.ClientRecord{}
 	for _, c := range s.Clients {
-		r.clients[c.Client] = &rsmpb.ClientRecord{Client: c.Client, Seq: c.Seq, Result: c.Result, HasResult: c.HasResult, LastUsed: c.LastUsed}
+		r.clients[c.Client] = proto.Clone(c).(*rsmpb.ClientRecord)
 	}
-	r.evict()
+	r.evictSessions()
+	r.evictClients()
 	r.applied, r.maxTerm = s.EndIndex, s.MaxTerm
 	r.snapStart = s.EndIndex + 1
+	r.check()
 	return nil
 }

@@ -212,7 +212,7 @@ func okResult(s string) result { return result{status: rsmpb.Status_OK, data: []
 var (
 	unavailable    = result{status: rsmpb.Status_APPLICATION_RESULT_UNAVAILABLE}
 	outOfSeq       = result{status: rsmpb.Status_REQUEST_OUT_OF_SEQUENCE}
-	unknownCli     = result{status: rsmpb.Status_REQUEST_OUT_OF_SEQUENCE, data: []byte("unknown client")}
+	expired        = result{status: rsmpb.Status_SESSION_EXPIRED}
 	unknownMachine = result{status: rsmpb.Status_UNKNOWN_MACHINE, data: []byte("nope")}
 )
 
@@ -220,77 +220,133 @@ func single(c *rsmpb.Command, want result) applyStep {
 	return applyStep{cmds: []*rsmpb.Command{c}, want: []result{want}}
 }
 
+// settingsSeal is a new group's first seal, recording its settings.
+func settingsSeal(index, term uint64, maxSessions uint64, machines ...string) *rsmpb.Entry {
+	e := mkEntry(index, term)
+	e.Settings = &rsmpb.Settings{MaxSessions: maxSessions, Machines: machines}
+	return e
+}
+
+func regCmd(label string) *rsmpb.Command { return &rsmpb.Command{Register: true, Client: label} }
+
+func sCmd(session, seq uint64, machine, data string) *rsmpb.Command {
+	return &rsmpb.Command{Session: session, Seq: seq, Machine: machine, Data: []byte(data)}
+}
+
+func sessionResult(id uint64) result {
+	return result{status: rsmpb.Status_OK, data: binary.BigEndian.AppendUint64(nil, id)}
+}
+
+// newSessionReplica is a replica of a group created with bound
+// maxSessions, with sessions 1..n registered (entries 1..n+1).
+func newSessionReplica(t testing.TB, maxSessions int, n int, names ...string) (*replica, map[string]*tape) {
+	t.Helper()
+	r, tapes := newTapeReplica(t, maxSessions, names...)
+	r.apply(settingsSeal(1, 1, uint64(maxSessions), r.local.Machines...))
+	for i := range n {
+		_, res := r.apply(mkEntry(uint64(i+2), 1, regCmd(fmt.Sprintf("node-%d", i))))
+		if !equalResults(res, []result{sessionResult(uint64(i + 1))}) {
+			t.Fatalf("registration %d: %+v", i+1, res)
+		}
+	}
+	if r.refused != nil {
+		t.Fatal(r.refused)
+	}
+	return r, tapes
+}
+
+func sessionIDs(r *replica) []uint64 {
+	var out []uint64
+	for id := range r.sessions {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
 func TestReplicaExactlyOnce(t *testing.T) {
 	cases := []struct {
 		name    string
 		steps   []applyStep
 		applied []string          // what the machine saw, in order
-		seqs    map[string]uint64 // the table's last sequence per client
+		seqs    map[uint64]uint64 // the table's last sequence per session
 	}{
 		{name: "next sequence numbers are applied",
-			steps:   []applyStep{single(mkCmd("c", 1, "tape", "a"), okResult("1:a")), single(mkCmd("c", 2, "tape", "b"), okResult("2:b")), single(mkCmd("c", 3, "tape", "c"), okResult("3:c"))},
-			applied: []string{"a", "b", "c"}, seqs: map[string]uint64{"c": 3}},
+			steps:   []applyStep{single(sCmd(1, 1, "tape", "a"), okResult("1:a")), single(sCmd(1, 2, "tape", "b"), okResult("2:b")), single(sCmd(1, 3, "tape", "c"), okResult("3:c"))},
+			applied: []string{"a", "b", "c"}, seqs: map[uint64]uint64{1: 3, 2: 0}},
 		{name: "a duplicate of the last returns its cached result",
 			steps: []applyStep{
-				single(mkCmd("c", 1, "tape", "a"), okResult("1:a")),
-				single(mkCmd("c", 2, "tape", "b"), okResult("2:b")),
-				single(mkCmd("c", 2, "tape", "b"), okResult("2:b")),
-				single(mkCmd("c", 2, "tape", "other"), okResult("2:b")), // the seq decides, not the data
-				single(mkCmd("c", 3, "tape", "c"), okResult("3:c")),
+				single(sCmd(1, 1, "tape", "a"), okResult("1:a")),
+				single(sCmd(1, 2, "tape", "b"), okResult("2:b")),
+				single(sCmd(1, 2, "tape", "b"), okResult("2:b")),
+				single(sCmd(1, 2, "tape", "other"), okResult("2:b")), // the seq decides, not the data
+				single(sCmd(1, 3, "tape", "c"), okResult("3:c")),
 			},
-			applied: []string{"a", "b", "c"}, seqs: map[string]uint64{"c": 3}},
+			applied: []string{"a", "b", "c"}, seqs: map[uint64]uint64{1: 3, 2: 0}},
 		{name: "an older sequence number has no result",
 			steps: []applyStep{
-				single(mkCmd("c", 1, "tape", "a"), okResult("1:a")),
-				single(mkCmd("c", 2, "tape", "b"), okResult("2:b")),
-				single(mkCmd("c", 1, "tape", "a"), unavailable),
+				single(sCmd(1, 1, "tape", "a"), okResult("1:a")),
+				single(sCmd(1, 2, "tape", "b"), okResult("2:b")),
+				single(sCmd(1, 1, "tape", "a"), unavailable),
 			},
-			applied: []string{"a", "b"}, seqs: map[string]uint64{"c": 2}},
+			applied: []string{"a", "b"}, seqs: map[uint64]uint64{1: 2, 2: 0}},
 		{name: "a gap is refused and not applied",
 			steps: []applyStep{
-				single(mkCmd("c", 1, "tape", "a"), okResult("1:a")),
-				single(mkCmd("c", 3, "tape", "c"), outOfSeq),
-				single(mkCmd("c", 5, "tape", "e"), outOfSeq),
-				single(mkCmd("c", 2, "tape", "b"), okResult("2:b")),
-				single(mkCmd("c", 3, "tape", "c"), okResult("3:c")),
+				single(sCmd(1, 1, "tape", "a"), okResult("1:a")),
+				single(sCmd(1, 3, "tape", "c"), outOfSeq),
+				single(sCmd(1, 5, "tape", "e"), outOfSeq),
+				single(sCmd(1, 2, "tape", "b"), okResult("2:b")),
+				single(sCmd(1, 3, "tape", "c"), okResult("3:c")),
 			},
-			applied: []string{"a", "b", "c"}, seqs: map[string]uint64{"c": 3}},
-		{name: "an unknown client must start at 1",
+			applied: []string{"a", "b", "c"}, seqs: map[uint64]uint64{1: 3, 2: 0}},
+		{name: "a session never registered is refused, whatever its number",
 			steps: []applyStep{
-				single(mkCmd("c", 2, "tape", "b"), unknownCli),
-				single(mkCmd("c", 7, "tape", "g"), unknownCli),
-				single(mkCmd("c", 1, "tape", "a"), okResult("1:a")),
+				single(sCmd(7, 2, "tape", "b"), expired),
+				single(sCmd(7, 1, "tape", "a"), expired),
+				single(sCmd(3, 1, "tape", "a"), expired),
 			},
-			applied: []string{"a"}, seqs: map[string]uint64{"c": 1}},
+			applied: []string{}, seqs: map[uint64]uint64{1: 0, 2: 0}},
 		{name: "an unknown machine consumes the sequence number",
 			steps: []applyStep{
-				single(mkCmd("c", 1, "nope", "a"), unknownMachine),
-				single(mkCmd("c", 1, "nope", "a"), unavailable),
-				single(mkCmd("c", 2, "tape", "b"), okResult("1:b")),
+				single(sCmd(1, 1, "nope", "a"), unknownMachine),
+				single(sCmd(1, 1, "nope", "a"), unavailable),
+				single(sCmd(1, 2, "tape", "b"), okResult("1:b")),
 			},
-			applied: []string{"b"}, seqs: map[string]uint64{"c": 2}},
-		{name: "clients are independent",
+			applied: []string{"b"}, seqs: map[uint64]uint64{1: 2, 2: 0}},
+		{name: "sessions are independent",
 			steps: []applyStep{
-				single(mkCmd("x", 1, "tape", "x1"), okResult("1:x1")),
-				single(mkCmd("y", 1, "tape", "y1"), okResult("2:y1")),
-				single(mkCmd("x", 2, "tape", "x2"), okResult("3:x2")),
-				single(mkCmd("y", 3, "tape", "y3"), outOfSeq),
-				single(mkCmd("y", 2, "tape", "y2"), okResult("4:y2")),
-				single(mkCmd("x", 2, "tape", "x2"), okResult("3:x2")),
+				single(sCmd(1, 1, "tape", "x1"), okResult("1:x1")),
+				single(sCmd(2, 1, "tape", "y1"), okResult("2:y1")),
+				single(sCmd(1, 2, "tape", "x2"), okResult("3:x2")),
+				single(sCmd(2, 3, "tape", "y3"), outOfSeq),
+				single(sCmd(2, 2, "tape", "y2"), okResult("4:y2")),
+				single(sCmd(1, 2, "tape", "x2"), okResult("3:x2")),
 			},
-			applied: []string{"x1", "y1", "x2", "y2"}, seqs: map[string]uint64{"x": 2, "y": 2}},
+			applied: []string{"x1", "y1", "x2", "y2"}, seqs: map[uint64]uint64{1: 2, 2: 2}},
 		{name: "duplicates within one entry",
 			steps: []applyStep{{
-				cmds: []*rsmpb.Command{mkCmd("c", 1, "tape", "a"), mkCmd("c", 1, "tape", "a"), mkCmd("c", 3, "tape", "c"), mkCmd("c", 2, "tape", "b")},
+				cmds: []*rsmpb.Command{sCmd(1, 1, "tape", "a"), sCmd(1, 1, "tape", "a"), sCmd(1, 3, "tape", "c"), sCmd(1, 2, "tape", "b")},
 				want: []result{okResult("1:a"), okResult("1:a"), outOfSeq, okResult("2:b")},
 			}},
-			applied: []string{"a", "b"}, seqs: map[string]uint64{"c": 2}},
+			applied: []string{"a", "b"}, seqs: map[uint64]uint64{1: 2, 2: 0}},
+		{name: "a retried registration finds its session",
+			steps: []applyStep{
+				single(regCmd("node-0"), sessionResult(1)),
+				single(regCmd("again"), sessionResult(3)),
+				single(regCmd("again"), sessionResult(3)),
+			},
+			applied: []string{}, seqs: map[uint64]uint64{1: 0, 2: 0, 3: 0}},
+		{name: "a command of the previous version is refused once settings are recorded",
+			steps: []applyStep{
+				single(mkCmd("old", 1, "tape", "a"), expired),
+			},
+			applied: []string{}, seqs: map[uint64]uint64{1: 0, 2: 0}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r, tapes := newTapeReplica(t, 10)
+			r, tapes := newSessionReplica(t, 10, 2)
 			for i, s := range tc.steps {
-				valid, got := r.apply(mkEntry(uint64(i+1), 1, s.cmds...))
+				valid, got := r.apply(mkEntry(r.applied+1, 1, s.cmds...))
 				if !valid {
 					t.Fatalf("applyStep %d: entry not valid", i)
 				}
@@ -306,80 +362,112 @@ func TestReplicaExactlyOnce(t *testing.T) {
 			if got := tapes["tape"].strings(); !slices.Equal(got, tc.applied) {
 				t.Fatalf("machine applied %q, want %q", got, tc.applied)
 			}
-			if len(r.clients) != len(tc.seqs) {
-				t.Fatalf("table holds %v, want %v", clientNames(r), tc.seqs)
+			if len(r.sessions) != len(tc.seqs) {
+				t.Fatalf("table holds %v, want %v", sessionIDs(r), tc.seqs)
 			}
 			for c, seq := range tc.seqs {
-				if rec := r.clients[c]; rec == nil || rec.Seq != seq {
-					t.Fatalf("table record of %q: %v, want seq %d", c, rec, seq)
+				if rec := r.sessions[c]; rec == nil || rec.Seq != seq {
+					t.Fatalf("table record of %d: %v, want seq %d", c, rec, seq)
 				}
 			}
 		})
 	}
 }
 
-// TestReplicaLRUEviction is the exactly-once table's documented policy: the
-// least recently used client (by apply index, ties by name) is evicted.
+// TestReplicaEvictedSessionNeverApplied: a command retried after its
+// session was evicted is refused, never applied a second time. (The
+// previous version took an unknown client at sequence 1 for a new one and
+// applied its retry again.)
+func TestReplicaEvictedSessionNeverApplied(t *testing.T) {
+	r, tapes := newSessionReplica(t, 1, 0)
+	_, res := r.apply(mkEntry(2, 1, regCmd("x")))
+	x := binary.BigEndian.Uint64(res[0].data)
+	if _, res = r.apply(mkEntry(3, 1, sCmd(x, 1, "tape", "x1"))); !equalResults(res, []result{okResult("1:x1")}) {
+		t.Fatalf("x's first command: %+v", res)
+	}
+	// Another node registers: with room for one session, x's goes.
+	_, res = r.apply(mkEntry(4, 1, regCmd("y")))
+	y := binary.BigEndian.Uint64(res[0].data)
+	if _, res = r.apply(mkEntry(5, 1, sCmd(y, 1, "tape", "y1"))); !equalResults(res, []result{okResult("2:y1")}) {
+		t.Fatalf("y's command: %+v", res)
+	}
+	// x's retry of its first command, and its next one.
+	for i, c := range []*rsmpb.Command{sCmd(x, 1, "tape", "x1"), sCmd(x, 2, "tape", "x2")} {
+		if _, res = r.apply(mkEntry(uint64(6+i), 1, c)); !equalResults(res, []result{expired}) {
+			t.Fatalf("x's command %d after eviction: %+v, want SESSION_EXPIRED", c.Seq, res)
+		}
+	}
+	if got, want := tapes["tape"].strings(), []string{"x1", "y1"}; !slices.Equal(got, want) {
+		t.Fatalf("machine applied %q, want %q", got, want)
+	}
+	if got := sessionIDs(r); !slices.Equal(got, []uint64{y}) {
+		t.Fatalf("table holds %v, want [%d]", got, y)
+	}
+}
+
+// TestReplicaLRUEviction is the session table's documented policy: the
+// least recently used session (by log index, ties by number) is evicted.
 func TestReplicaLRUEviction(t *testing.T) {
 	t.Run("least recently used", func(t *testing.T) {
-		r, tapes := newTapeReplica(t, 2)
-		r.apply(mkEntry(1, 1, mkCmd("a", 1, "tape", "a1")))
-		r.apply(mkEntry(2, 1, mkCmd("b", 1, "tape", "b1")))
-		r.apply(mkEntry(3, 1, mkCmd("a", 2, "tape", "a2")))
-		r.apply(mkEntry(4, 1, mkCmd("c", 1, "tape", "c1"))) // b, last used at 2, goes
-		if got, want := clientNames(r), []string{"a", "c"}; !slices.Equal(got, want) {
+		r, tapes := newSessionReplica(t, 2, 2) // sessions 1, 2 at indexes 2, 3
+		r.apply(mkEntry(4, 1, sCmd(1, 1, "tape", "a1")))
+		r.apply(mkEntry(5, 1, regCmd("c"))) // 2, last used at 3, goes
+		if got, want := sessionIDs(r), []uint64{1, 3}; !slices.Equal(got, want) {
 			t.Fatalf("table holds %v, want %v", got, want)
 		}
-		// The newcomer is remembered: its retried command is not applied again.
-		_, res := r.apply(mkEntry(5, 1, mkCmd("c", 1, "tape", "c1")))
-		if res[0].status != rsmpb.Status_OK || string(res[0].data) != "4:c1" {
-			t.Fatalf("retry of c/1: %v %q, want the cached 4:c1", res[0].status, res[0].data)
+		_, res := r.apply(mkEntry(6, 1, sCmd(3, 1, "tape", "c1")))
+		if !equalResults(res, []result{okResult("2:c1")}) {
+			t.Fatalf("the newcomer's command: %+v", res)
 		}
-		_, res = r.apply(mkEntry(6, 1, mkCmd("b", 2, "tape", "b2")))
-		if res[0].status != rsmpb.Status_REQUEST_OUT_OF_SEQUENCE || string(res[0].data) != "unknown client" {
-			t.Fatalf("evicted b: %v %q, want unknown client", res[0].status, res[0].data)
+		_, res = r.apply(mkEntry(7, 1, sCmd(2, 1, "tape", "b1")))
+		if !equalResults(res, []result{expired}) {
+			t.Fatalf("evicted session 2: %+v, want SESSION_EXPIRED", res)
 		}
-		if got, want := tapes["tape"].strings(), []string{"a1", "b1", "a2", "c1"}; !slices.Equal(got, want) {
+		if got, want := tapes["tape"].strings(), []string{"a1", "c1"}; !slices.Equal(got, want) {
 			t.Fatalf("machine applied %q, want %q", got, want)
 		}
 	})
-	t.Run("ties by name", func(t *testing.T) {
-		r, _ := newTapeReplica(t, 2)
-		r.apply(mkEntry(1, 1, mkCmd("b", 1, "tape", "b1"), mkCmd("a", 1, "tape", "a1")))
-		r.apply(mkEntry(2, 1, mkCmd("c", 1, "tape", "c1"))) // a and b both last used at 1: a goes
-		if got, want := clientNames(r), []string{"b", "c"}; !slices.Equal(got, want) {
+	t.Run("ties by number", func(t *testing.T) {
+		r, _ := newSessionReplica(t, 2, 2)
+		r.apply(mkEntry(4, 1, sCmd(2, 1, "tape", "b1"), sCmd(1, 1, "tape", "a1")))
+		r.apply(mkEntry(5, 1, regCmd("c"))) // 1 and 2 both last used at 4: 1 goes
+		if got, want := sessionIDs(r), []uint64{2, 3}; !slices.Equal(got, want) {
 			t.Fatalf("table holds %v, want %v", got, want)
 		}
 	})
 }
 
 // TestReplicaEvictionIsDeterministic: replicas applying the same entries
-// with a full table keep the same clients, whatever the policy picks.
+// with a full table keep the same sessions, whatever the policy picks.
 func TestReplicaEvictionIsDeterministic(t *testing.T) {
 	var entries []*rsmpb.Entry
-	seq := map[string]uint64{}
-	for i := uint64(1); i <= 60; i++ {
+	seq := map[uint64]uint64{}
+	for i := uint64(3); i <= 60; i++ {
 		var cmds []*rsmpb.Command
 		for j := range 1 + i%3 {
-			c := fmt.Sprintf("c%d", (i*7+j*3)%9)
+			if (i+j)%7 == 0 {
+				cmds = append(cmds, regCmd(fmt.Sprint(i, j)))
+				continue
+			}
+			c := 1 + (i*7+j*3)%9
 			seq[c]++
-			cmds = append(cmds, mkCmd(c, seq[c], "tape", fmt.Sprintf("%d.%d", i, j)))
+			cmds = append(cmds, sCmd(c, seq[c], "tape", fmt.Sprintf("%d.%d", i, j)))
 		}
 		entries = append(entries, mkEntry(i, 1, cmds...))
 	}
-	a, _ := newTapeReplica(t, 2)
-	b, _ := newTapeReplica(t, 2)
+	a, _ := newSessionReplica(t, 2, 1)
+	b, _ := newSessionReplica(t, 2, 1)
 	for i, e := range entries {
 		_, ra := a.apply(e)
 		_, rb := b.apply(proto.Clone(e).(*rsmpb.Entry))
 		if !equalResults(ra, rb) {
 			t.Fatalf("entry %d: results differ: %+v vs %+v", i+1, ra, rb)
 		}
-		if len(a.clients) > 2 {
-			t.Fatalf("entry %d: table holds %d clients, limit 2", i+1, len(a.clients))
+		if len(a.sessions) > 2 {
+			t.Fatalf("entry %d: table holds %d sessions, limit 2", i+1, len(a.sessions))
 		}
-		if !slices.Equal(clientNames(a), clientNames(b)) {
-			t.Fatalf("entry %d: tables differ: %v vs %v", i+1, clientNames(a), clientNames(b))
+		if !slices.Equal(sessionIDs(a), sessionIDs(b)) {
+			t.Fatalf("entry %d: tables differ: %v vs %v", i+1, sessionIDs(a), sessionIDs(b))
 		}
 	}
 	if !bytes.Equal(snapBytes(t, a), snapBytes(t, b)) {
@@ -387,8 +475,125 @@ func TestReplicaEvictionIsDeterministic(t *testing.T) {
 	}
 }
 
-// TestReplicaRestoreEvictsLRU: a snapshot with more clients than this
-// replica keeps loses the least recently used, ties by name.
+// TestReplicaSettingsDecideApply: the same log fed to replicas whose
+// options differ. Apply follows the settings the log records, so their
+// results agree; the replica whose options disagree reports it, naming
+// the setting, and its node refuses to join.
+func TestReplicaSettingsDecideApply(t *testing.T) {
+	// Registrations and commands that a bound of 1 and a bound of 2 would
+	// treat differently: session 1 is evicted by 2 only under bound 1.
+	log := []*rsmpb.Entry{
+		settingsSeal(1, 1, 1, "tape"),
+		mkEntry(2, 1, regCmd("x")),
+		mkEntry(3, 1, sCmd(1, 1, "tape", "x1")),
+		mkEntry(4, 1, regCmd("y")),
+		mkEntry(5, 1, sCmd(1, 1, "tape", "x1")), // x's retry
+		mkEntry(6, 1, sCmd(1, 2, "tape", "x2")),
+	}
+	cases := []struct {
+		name     string
+		max      int
+		machines []string
+		refusal  *SettingsMismatchError
+	}{
+		{name: "same options", max: 1, machines: []string{"tape"}},
+		{name: "another session bound", max: 2, machines: []string{"tape"},
+			refusal: &SettingsMismatchError{Setting: "MaxDedupClients", Group: "1", Node: "2"}},
+		{name: "another machine too", max: 1, machines: []string{"other", "tape"},
+			refusal: &SettingsMismatchError{Setting: "state machines", Group: `["tape"]`, Node: `["other" "tape"]`}},
+	}
+	ref, _ := newTapeReplica(t, 1)
+	var want [][]result
+	for _, e := range log {
+		_, res := ref.apply(e)
+		want = append(want, res)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, tapes := newTapeReplica(t, tc.max, tc.machines...)
+			var told []error
+			r.onRefuse = func(err error) { told = append(told, err) }
+			for i, e := range log {
+				if _, res := r.apply(proto.Clone(e).(*rsmpb.Entry)); !equalResults(res, want[i]) {
+					t.Fatalf("entry %d: results %+v, the reference %+v", e.Index, res, want[i])
+				}
+			}
+			if got := tapes["tape"].strings(); !slices.Equal(got, []string{"x1"}) {
+				t.Fatalf("machine applied %q, want [x1] (x's retry refused, its session evicted)", got)
+			}
+			if len(tc.machines) == 1 && !bytes.Equal(snapBytes(t, r), snapBytes(t, ref)) {
+				t.Fatal("state differs from the reference")
+			}
+			if tc.refusal == nil {
+				if r.refused != nil || len(told) != 0 {
+					t.Fatalf("refused with the group's own options: %v", r.refused)
+				}
+				return
+			}
+			var sm *SettingsMismatchError
+			if !errors.As(r.refused, &sm) || *sm != *tc.refusal || !errors.Is(r.refused, ErrSettingsMismatch) {
+				t.Fatalf("refusal %v, want %+v", r.refused, tc.refusal)
+			}
+			if len(told) != 1 {
+				t.Fatalf("the node was told %d times, want once", len(told))
+			}
+		})
+	}
+	t.Run("from a snapshot", func(t *testing.T) {
+		s, err := ref.snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := newTapeReplica(t, 5)
+		if err := r.restore(s); err != nil {
+			t.Fatal(err)
+		}
+		var sm *SettingsMismatchError
+		if !errors.As(r.refused, &sm) || sm.Setting != "MaxDedupClients" {
+			t.Fatalf("restoring a snapshot with other settings: refusal %v", r.refused)
+		}
+	})
+	t.Run("the first recorded settings stay", func(t *testing.T) {
+		r, _ := newTapeReplica(t, 1)
+		r.apply(settingsSeal(1, 1, 1, "tape"))
+		r.apply(settingsSeal(2, 2, 7, "tape")) // a leader that raced the first seal
+		if r.settings.MaxSessions != 1 || r.refused != nil {
+			t.Fatalf("settings %v, refusal %v: the first seal's should stay", r.settings, r.refused)
+		}
+	})
+}
+
+// TestReplicaLegacyLog: a log of the previous version (no settings) replays
+// under its own rule, so acknowledged results stay as they were; the first
+// seal with settings ends those identities.
+func TestReplicaLegacyLog(t *testing.T) {
+	r, tapes := newTapeReplica(t, 1)
+	r.apply(mkEntry(1, 1))
+	steps := []applyStep{
+		single(mkCmd("a", 1, "tape", "a1"), okResult("1:a1")),
+		single(mkCmd("b", 1, "tape", "b1"), okResult("2:b1")),
+		single(mkCmd("a", 2, "tape", "a2"), outOfSeq), // evicted: unknown
+	}
+	for i, s := range steps {
+		if _, res := r.apply(mkEntry(uint64(i+2), 1, s.cmds...)); !equalResults(res, s.want) {
+			t.Fatalf("step %d: %+v, want %+v", i, res, s.want)
+		}
+	}
+	r.apply(settingsSeal(5, 2, 1, "tape"))
+	if len(r.clients) != 0 || r.refused != nil {
+		t.Fatalf("after the settings seal: clients %v, refusal %v", clientNames(r), r.refused)
+	}
+	if _, res := r.apply(mkEntry(6, 2, mkCmd("b", 2, "tape", "b2"))); !equalResults(res, []result{expired}) {
+		t.Fatalf("a previous version's command after the settings: %+v", res)
+	}
+	if got, want := tapes["tape"].strings(), []string{"a1", "b1"}; !slices.Equal(got, want) {
+		t.Fatalf("machine applied %q, want %q", got, want)
+	}
+}
+
+// TestReplicaRestoreEvictsLRU: a snapshot of the previous version with
+// more clients than this replica keeps loses the least recently used,
+// ties by name.
 func TestReplicaRestoreEvictsLRU(t *testing.T) {
 	s := &rsmpb.Snapshot{StartIndex: 1, EndIndex: 9, MaxTerm: 1, Clients: []*rsmpb.ClientRecord{
 		{Client: "a", Seq: 1, LastUsed: 3},
@@ -535,83 +740,107 @@ func TestReplicaReset(t *testing.T) {
 // must agree on every result and end byte-identical.
 func TestReplicaDeterminism(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3, 42, 1 << 40} {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-			entries := randomEntries(rng, 500)
-			a, _ := newTapeReplica(t, 4, "x", "y")
-			b, _ := newTapeReplica(t, 4, "x", "y")
-			var c *replica
-			stats := map[rsmpb.Status]int{}
-			stale := 0
-			for i, e := range entries {
-				va, ra := a.apply(e)
-				vb, rb := b.apply(proto.Clone(e).(*rsmpb.Entry))
-				if va != vb || !equalResults(ra, rb) {
-					t.Fatalf("entry %d: replicas disagree: %v %+v vs %v %+v", e.Index, va, ra, vb, rb)
-				}
-				if !va {
-					stale++
-				}
-				for _, r := range ra {
-					stats[r.status]++
-				}
-				if c != nil {
-					vc, rc := c.apply(proto.Clone(e).(*rsmpb.Entry))
-					if vc != va || !equalResults(ra, rc) {
-						t.Fatalf("entry %d: restored replica disagrees: %v %+v vs %v %+v", e.Index, va, ra, vc, rc)
+		for _, sessions := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%d/sessions=%v", seed, sessions), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+				entries := randomEntries(rng, 500, sessions)
+				a, _ := newTapeReplica(t, 4, "x", "y")
+				b, _ := newTapeReplica(t, 4, "x", "y")
+				var c *replica
+				stats := map[rsmpb.Status]int{}
+				stale := 0
+				for i, e := range entries {
+					va, ra := a.apply(e)
+					vb, rb := b.apply(proto.Clone(e).(*rsmpb.Entry))
+					if va != vb || !equalResults(ra, rb) {
+						t.Fatalf("entry %d: replicas disagree: %v %+v vs %v %+v", e.Index, va, ra, vb, rb)
+					}
+					if !va {
+						stale++
+					}
+					for _, r := range ra {
+						stats[r.status]++
+					}
+					if c != nil {
+						vc, rc := c.apply(proto.Clone(e).(*rsmpb.Entry))
+						if vc != va || !equalResults(ra, rc) {
+							t.Fatalf("entry %d: restored replica disagrees: %v %+v vs %v %+v", e.Index, va, ra, vc, rc)
+						}
+					}
+					if i == len(entries)/2 {
+						s, err := a.snapshot()
+						if err != nil {
+							t.Fatal(err)
+						}
+						s.Nonce = []byte("n")
+						enc, err := encodeSnapshot(s)
+						if err != nil {
+							t.Fatal(err)
+						}
+						dec, err := decodeSnapshot(enc)
+						if err != nil {
+							t.Fatal(err)
+						}
+						c, _ = newTapeReplica(t, 4, "x", "y")
+						if err := c.restore(dec); err != nil {
+							t.Fatal(err)
+						}
 					}
 				}
-				if i == len(entries)/2 {
-					s, err := a.snapshot()
-					if err != nil {
-						t.Fatal(err)
-					}
-					s.Nonce = []byte("n")
-					enc, err := encodeSnapshot(s)
-					if err != nil {
-						t.Fatal(err)
-					}
-					dec, err := decodeSnapshot(enc)
-					if err != nil {
-						t.Fatal(err)
-					}
-					c, _ = newTapeReplica(t, 4, "x", "y")
-					if err := c.restore(dec); err != nil {
-						t.Fatal(err)
+				sa := snapBytes(t, a)
+				if !bytes.Equal(sa, snapBytes(t, b)) {
+					t.Fatal("replicas fed the same entries differ")
+				}
+				if !bytes.Equal(sa, snapBytes(t, c)) {
+					t.Fatal("the replica restored half-way differs")
+				}
+				// The generator must have reached every path it aims at.
+				want := []rsmpb.Status{rsmpb.Status_OK, rsmpb.Status_APPLICATION_RESULT_UNAVAILABLE,
+					rsmpb.Status_REQUEST_OUT_OF_SEQUENCE, rsmpb.Status_UNKNOWN_MACHINE}
+				if sessions {
+					want = append(want, rsmpb.Status_SESSION_EXPIRED)
+				}
+				for _, st := range want {
+					if stats[st] == 0 {
+						t.Errorf("no result with status %v", st)
 					}
 				}
-			}
-			sa := snapBytes(t, a)
-			if !bytes.Equal(sa, snapBytes(t, b)) {
-				t.Fatal("replicas fed the same entries differ")
-			}
-			if !bytes.Equal(sa, snapBytes(t, c)) {
-				t.Fatal("the replica restored half-way differs")
-			}
-			// The generator must have reached every path it aims at.
-			for _, st := range []rsmpb.Status{rsmpb.Status_OK, rsmpb.Status_APPLICATION_RESULT_UNAVAILABLE,
-				rsmpb.Status_REQUEST_OUT_OF_SEQUENCE, rsmpb.Status_UNKNOWN_MACHINE} {
-				if stats[st] == 0 {
-					t.Errorf("no result with status %v", st)
+				if stale == 0 {
+					t.Error("no stale-term entry was skipped")
 				}
-			}
-			if stale == 0 {
-				t.Error("no stale-term entry was skipped")
-			}
-			t.Logf("%d stale entries, results %v", stale, stats)
-		})
+				t.Logf("%d stale entries, results %v", stale, stats)
+			})
+		}
 	}
 }
 
 // randomEntries returns n consecutive entries from index 1: terms that
 // mostly rise with some stale ones, and commands from a few clients with
-// next, duplicate, old and skipped sequence numbers.
-func randomEntries(rng *rand.Rand, n int) []*rsmpb.Entry {
+// next, duplicate, old and skipped sequence numbers. With sessions, the
+// log starts with a settings seal for 4 sessions and the clients are
+// sessions 1-5, registered now and then, so the table churns.
+func randomEntries(rng *rand.Rand, n int, sessions bool) []*rsmpb.Entry {
 	clients := []string{"c0", "c1", "c2", "c3", "c4"}
 	issued := map[string]uint64{}
 	term := uint64(1)
 	var out []*rsmpb.Entry
-	for i := uint64(1); i <= uint64(n); i++ {
+	session := map[string]uint64{} // a client's current session
+	last := uint64(0)              // sessions given out
+	mk := func(c string, seq uint64, machine, data string) *rsmpb.Command {
+		if !sessions {
+			return mkCmd(c, seq, machine, data)
+		}
+		return sCmd(session[c], seq, machine, data)
+	}
+	if sessions {
+		out = append(out, settingsSeal(1, 1, 4, "x", "y"))
+		for _, c := range clients {
+			last++
+			session[c] = last
+			out = append(out, mkEntry(uint64(len(out)+1), 1, regCmd(fmt.Sprint(c, "@", len(out)))))
+		}
+	}
+	for i := uint64(len(out) + 1); i <= uint64(n); i++ {
 		t := term
 		switch p := rng.IntN(100); {
 		case p < 5:
@@ -626,10 +855,17 @@ func randomEntries(rng *rand.Rand, n int) []*rsmpb.Entry {
 		}
 		// A stale entry's commands were never applied: their nodes send
 		// them again, under the same sequence numbers.
-		before := maps.Clone(issued)
+		before, beforeSession, beforeLast := maps.Clone(issued), maps.Clone(session), last
 		var cmds []*rsmpb.Command
 		for range 1 + rng.IntN(4) {
 			c := clients[rng.IntN(len(clients))]
+			if sessions && rng.IntN(10) == 0 {
+				// c (maybe evicted) opens a new session.
+				last++
+				session[c], issued[c] = last, 0
+				cmds = append(cmds, regCmd(fmt.Sprint(c, "@", i, ".", len(cmds))))
+				continue
+			}
 			machine := []string{"x", "y"}[rng.IntN(2)]
 			var seq uint64
 			switch p := rng.IntN(100); {
@@ -650,10 +886,10 @@ func randomEntries(rng *rand.Rand, n int) []*rsmpb.Entry {
 				issued[c]++
 				seq = issued[c]
 			}
-			cmds = append(cmds, mkCmd(c, seq, machine, fmt.Sprintf("%d/%s/%d", i, c, seq)))
+			cmds = append(cmds, mk(c, seq, machine, fmt.Sprintf("%d/%s/%d", i, c, seq)))
 		}
 		if t < term {
-			issued = before
+			issued, session, last = before, beforeSession, beforeLast
 		}
 		out = append(out, mkEntry(i, t, cmds...))
 	}

@@ -26,16 +26,30 @@
 // # Errors
 //
 // ErrUnknownOutcome: a command may or may not have been applied (its
-// deadline passed while its fate was open). ErrApplicationResultUnavailable:
-// it was applied, once, but its result was replaced by a later command of
-// the same node. *NotLeaderError, ErrBusy, ErrTooLarge, ErrUnknownMachine,
-// ErrClosed and *CorruptError (matching ErrCorrupt) are as named.
+// deadline passed while its fate was open, or its session expired after an
+// attempt whose answer was lost; then it wraps ErrSessionExpired).
+// ErrApplicationResultUnavailable: it was applied, once, but its result was
+// replaced by a later command of the same node. *SettingsMismatchError
+// (matching ErrSettingsMismatch): this node's options disagree with a
+// setting the group recorded (MaxDedupClients, the machines' names); the
+// node stops, and Node.Done and Node.Err report it. *NotLeaderError,
+// ErrBusy, ErrTooLarge, ErrUnknownMachine, ErrClosed and *CorruptError
+// (matching ErrCorrupt) are as named.
+//
+// # Sessions and settings
+//
+// Each node registers a client session through the log on its first
+// command; commands carry (session, sequence number), and the group
+// applies each at most once. The session table holds MaxDedupClients
+// sessions, least recently used evicted; an evicted session's commands are
+// refused, never applied. MaxDedupClients and the machines' names are
+// recorded in the log when the group is created and cannot be changed yet.
 //
 // # What it does not guarantee
 //
-// Exactly-once holds per node incarnation and only while the node's record
-// stays in the dedup table (MaxDedupClients, least recently used evicted):
-// a command retried after its node restarted may apply twice. Node IDs must
+// Exactly-once holds per node incarnation (a command retried after its
+// node restarted is a new command, and may apply twice) and at-least-once
+// only while the node's session stays in the table. Node IDs must
 // be unique. Liveness needs the store: without it nothing commits and no
 // read is answered. Safety never depends on clocks; failover speed does
 // (HeartbeatInterval × MaxMissedHeartbeats, then LeadershipDelay per rank).

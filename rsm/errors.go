@@ -39,6 +39,34 @@ var (
 	ErrCorrupt = errors.New("rsm: corrupt object in the store")
 )
 
+// Sessions and group settings.
+var (
+	// ErrSessionExpired: the group no longer holds the node's session
+	// (evicted beyond MaxDedupClients), so it refused the command without
+	// applying it. The node registers a new session and resubmits commands
+	// that cannot have been applied; a command that may have been applied
+	// under the old session fails with ErrUnknownOutcome wrapping this.
+	ErrSessionExpired = errors.New("rsm: session expired")
+	// ErrSettingsMismatch matches a *SettingsMismatchError.
+	ErrSettingsMismatch = errors.New("rsm: options disagree with the group's settings")
+)
+
+// SettingsMismatchError reports that this node's options disagree with a
+// setting the group recorded in its log; the node refuses to join rather
+// than apply the log differently from the others. Setting names the
+// option, Group and Node give the group's and this node's values.
+type SettingsMismatchError struct {
+	Setting string
+	Group   string
+	Node    string
+}
+
+func (e *SettingsMismatchError) Error() string {
+	return fmt.Sprintf("rsm: the group records %s %s, this node has %s: refusing to join (start it with the group's setting)", e.Setting, e.Group, e.Node)
+}
+
+func (e *SettingsMismatchError) Is(target error) bool { return target == ErrSettingsMismatch }
+
 // NotLeaderError reports that the node asked is not the leader of Term.
 // Leader and Addr name the leader it knows of, if any.
 type NotLeaderError struct {

@@ -81,6 +81,9 @@ func FuzzDecodeEntry(f *testing.F) {
 		sampleEntry(),
 		{Index: 1, Term: 1, Writer: "w", Nonce: []byte{1}, Noop: true},
 		{Index: 1 << 40, Term: 1 << 50, Nonce: []byte("n"), Commands: []*rsmpb.Command{{Client: "c", Seq: 1}}},
+		{Index: 1, Term: 1, Writer: "w", Nonce: []byte{1}, Noop: true, Settings: &rsmpb.Settings{MaxSessions: 3, Machines: []string{"counter", "kv"}}},
+		{Index: 9, Term: 2, Writer: "w", Nonce: []byte{1}, Commands: []*rsmpb.Command{
+			{Register: true, Client: "node-a#1"}, {Session: 4, Seq: 2, Machine: "kv", Data: []byte("x")}}},
 	}
 	for _, e := range valid {
 		b := mustEncodeEntry(f, e)
@@ -120,9 +123,15 @@ func checkDecodeEntry(t *testing.T, b []byte, index uint64) {
 		t.Fatalf("decodeEntry accepted an invalid entry: %v", e)
 	}
 	for _, c := range e.Commands {
-		if c.Client == "" || c.Seq == 0 {
-			t.Fatalf("decodeEntry accepted a command without client or seq: %v", c)
+		register := c.Register && c.Client != "" && c.Session == 0 && c.Seq == 0
+		session := !c.Register && c.Session != 0 && c.Seq != 0 && c.Client == ""
+		legacy := !c.Register && c.Session == 0 && c.Client != "" && c.Seq != 0
+		if !register && !session && !legacy {
+			t.Fatalf("decodeEntry accepted a command that is no registration, no session's and no previous version's: %v", c)
 		}
+	}
+	if e.Settings != nil && (!e.Noop || validSettings(e.Settings) != nil) {
+		t.Fatalf("decodeEntry accepted settings off a seal or invalid: %v", e)
 	}
 	b2 := mustEncodeEntry(t, e)
 	e2, err := decodeEntry(b2, index)
@@ -139,6 +148,9 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		sampleSnapshot(),
 		{StartIndex: 1, EndIndex: 1, Nonce: []byte{1}},
 		{StartIndex: 11, EndIndex: 10, MaxTerm: 2, Nonce: []byte{1}}, // an empty range: start = end+1
+		{StartIndex: 1, EndIndex: 30, MaxTerm: 2, Nonce: []byte{1}, LastSession: 9,
+			Settings: &rsmpb.Settings{MaxSessions: 2, Machines: []string{"kv"}},
+			Sessions: []*rsmpb.SessionRecord{{Session: 3, Label: "a#1", Seq: 5, Result: []byte("ok"), HasResult: true, LastUsed: 29}, {Session: 9, Label: "b#2", LastUsed: 30}}},
 	}
 	for _, s := range valid {
 		b := mustEncodeSnapshot(f, s)
@@ -185,6 +197,16 @@ func checkDecodeSnapshot(t *testing.T, b []byte) {
 			t.Fatalf("decodeSnapshot accepted an empty or repeated client %q", c.Client)
 		}
 		clients[c.Client] = true
+	}
+	if s.Settings != nil && (validSettings(s.Settings) != nil || len(s.Clients) > 0 || uint64(len(s.Sessions)) > s.Settings.MaxSessions) {
+		t.Fatalf("decodeSnapshot accepted invalid settings: %v", s)
+	}
+	sessions := map[uint64]bool{}
+	for _, c := range s.Sessions {
+		if c.Session == 0 || c.Session > s.LastSession || sessions[c.Session] || c.Label == "" || c.LastUsed > s.EndIndex {
+			t.Fatalf("decodeSnapshot accepted an invalid session record %v", c)
+		}
+		sessions[c.Session] = true
 	}
 	s2, err := decodeSnapshot(mustEncodeSnapshot(t, s))
 	if err != nil {
@@ -399,6 +421,20 @@ func TestDecodeEntryRejectsInvalidContent(t *testing.T) {
 		{"no-op with commands", func(e *rsmpb.Entry) { e.Noop = true }, 7},
 		{"command without client", func(e *rsmpb.Entry) { e.Commands[1].Client = "" }, 7},
 		{"command without seq", func(e *rsmpb.Entry) { e.Commands[0].Seq = 0 }, 7},
+		{"session command without seq", func(e *rsmpb.Entry) { e.Commands[0] = &rsmpb.Command{Session: 3, Machine: "kv"} }, 7},
+		{"session command with a client", func(e *rsmpb.Entry) { e.Commands[0].Session = 3 }, 7},
+		{"registration without label", func(e *rsmpb.Entry) { e.Commands[0] = &rsmpb.Command{Register: true} }, 7},
+		{"registration with a sequence number", func(e *rsmpb.Entry) { e.Commands[0].Register = true }, 7},
+		{"settings on commands", func(e *rsmpb.Entry) { e.Settings = &rsmpb.Settings{MaxSessions: 1, Machines: []string{"kv"}} }, 7},
+		{"settings without a bound", func(e *rsmpb.Entry) {
+			e.Noop, e.Commands, e.Settings = true, nil, &rsmpb.Settings{Machines: []string{"kv"}}
+		}, 7},
+		{"settings with unsorted machines", func(e *rsmpb.Entry) {
+			e.Noop, e.Commands, e.Settings = true, nil, &rsmpb.Settings{MaxSessions: 1, Machines: []string{"kv", "counter"}}
+		}, 7},
+		{"settings without machines", func(e *rsmpb.Entry) {
+			e.Noop, e.Commands, e.Settings = true, nil, &rsmpb.Settings{MaxSessions: 1}
+		}, 7},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -423,6 +459,27 @@ func TestDecodeSnapshotRejectsInvalidContent(t *testing.T) {
 		{"machine twice", func(s *rsmpb.Snapshot) { s.Machines[1].Name = s.Machines[0].Name }},
 		{"empty client", func(s *rsmpb.Snapshot) { s.Clients[0].Client = "" }},
 		{"client twice", func(s *rsmpb.Snapshot) { s.Clients[1].Client = s.Clients[0].Client }},
+		{"settings beside old clients", func(s *rsmpb.Snapshot) { s.Settings = &rsmpb.Settings{MaxSessions: 5, Machines: []string{"kv"}} }},
+		{"session 0", func(s *rsmpb.Snapshot) {
+			s.LastSession, s.Sessions = 3, []*rsmpb.SessionRecord{{Session: 0, Label: "a", LastUsed: 1}}
+		}},
+		{"session above the last given out", func(s *rsmpb.Snapshot) {
+			s.LastSession, s.Sessions = 3, []*rsmpb.SessionRecord{{Session: 4, Label: "a", LastUsed: 1}}
+		}},
+		{"session twice", func(s *rsmpb.Snapshot) {
+			s.LastSession, s.Sessions = 3, []*rsmpb.SessionRecord{{Session: 2, Label: "a"}, {Session: 2, Label: "b"}}
+		}},
+		{"session without label", func(s *rsmpb.Snapshot) {
+			s.LastSession, s.Sessions = 3, []*rsmpb.SessionRecord{{Session: 2}}
+		}},
+		{"session used after the end", func(s *rsmpb.Snapshot) {
+			s.LastSession, s.Sessions = 3, []*rsmpb.SessionRecord{{Session: 2, Label: "a", LastUsed: s.EndIndex + 1}}
+		}},
+		{"more sessions than the bound", func(s *rsmpb.Snapshot) {
+			s.Clients, s.LastSession = nil, 3
+			s.Settings = &rsmpb.Settings{MaxSessions: 1, Machines: []string{"kv"}}
+			s.Sessions = []*rsmpb.SessionRecord{{Session: 2, Label: "a"}, {Session: 3, Label: "b"}}
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

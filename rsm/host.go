@@ -18,8 +18,8 @@ import (
 	"github.com/tenure-io/tenure/store"
 )
 
-// protocolVersion is checked by the handshake.
-const protocolVersion = 1
+// protocolVersion is checked by the handshake. 2: client sessions.
+const protocolVersion = 2
 
 // Host is one node's RPC server and store client, shared by every group it
 // joins. It is safe for concurrent use.
@@ -448,7 +448,8 @@ func (f *forwarder) send(req *rsmpb.StateRequest) *pending {
 	id := f.nextID
 	f.waiting[id] = p
 	f.mu.Unlock()
-	wire := &rsmpb.StateRequest{Group: req.Group, Id: id, Type: req.Type, Machine: req.Machine, Data: req.Data, Client: req.Client, Seq: req.Seq}
+	wire := &rsmpb.StateRequest{Group: req.Group, Id: id, Type: req.Type, Machine: req.Machine, Data: req.Data, Client: req.Client, Seq: req.Seq,
+		Session: req.Session, Register: req.Register}
 	if err := st.Send(wire); err != nil {
 		f.fail(err)
 	}

@@ -130,7 +130,8 @@ func (l *leaderRun) takeover() error {
 		index := applied + 1
 		sealed := false
 		for !sealed {
-			seal := &rsmpb.Entry{Index: index, Term: l.term, Writer: n.host.cfg.ID, Nonce: newNonce(), Noop: true}
+			seal := &rsmpb.Entry{Index: index, Term: l.term, Writer: n.host.cfg.ID, Nonce: newNonce(), Noop: true,
+				Settings: n.sealSettings()} // a new group's settings (session.go)
 			found, err := n.gs.createEntry(l.ctx, seal)
 			switch {
 			case err != nil:
@@ -381,7 +382,7 @@ func (l *leaderRun) committer() {
 		l.mu.Unlock()
 		e := &rsmpb.Entry{Index: index, Term: l.term, Writer: n.host.cfg.ID, Nonce: newNonce()}
 		for _, p := range b {
-			e.Commands = append(e.Commands, &rsmpb.Command{Client: p.req.Client, Seq: p.req.Seq, Machine: p.req.Machine, Data: p.req.Data})
+			e.Commands = append(e.Commands, commandOf(p.req))
 		}
 		s := &slot{entry: e, batch: b, done: make(chan struct{})}
 		select {

@@ -32,10 +32,11 @@ type Node struct {
 
 	// subMu orders submissions: sequence numbers are assigned and requests
 	// sent in the same critical section.
-	subMu  sync.Mutex
-	client string
-	seq    uint64
-	fwd    *forwarder
+	subMu       sync.Mutex
+	session     uint64        // the node's client session; 0: none yet
+	seq         uint64        // last sequence number given out in session
+	registering chan struct{} // closed when the registration in flight ends
+	fwd         *forwarder
 
 	mu         sync.Mutex
 	state      State
@@ -54,6 +55,7 @@ type Node struct {
 	snapIndex  uint64
 	left       bool
 	following  uint64 // the term of the leader we follow
+	refusal    error  // why the node refused to join, if it did
 }
 
 func newNode(h *Host, group string, machines map[string]StateMachine, opts Options) (*Node, error) {
@@ -81,10 +83,10 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 		host: h, group: group, opts: opts, rep: rep, m: h.m, ctx: ctx, cancel: cancel,
 		log:    h.log.With("group", group, "node", h.cfg.ID),
 		gs:     &groupStore{st: h.st, group: group, retry: opts.Retry, timeout: opts.StoreTimeout, now: time.Now},
-		client: h.cfg.ID + "#" + newNonceHex()[:12],
 		joined: make(chan struct{}),
 		heard:  make(chan struct{}, 1),
 	}
+	rep.onRefuse = n.refuse
 	return n, nil
 }
 
@@ -600,12 +602,20 @@ func (n *Node) accept(req *rsmpb.StateRequest) *pending {
 		p.reply(resp)
 		return p
 	}
+	if req.Register {
+		if req.Type != rsmpb.RequestType_COMMAND || req.Client == "" || req.Session != 0 || req.Seq != 0 {
+			p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_ERROR, Message: "a registration carries a label and no session or sequence number"})
+			return p
+		}
+		l.enqueue(p)
+		return p
+	}
 	if _, ok := n.rep.machines[req.Machine]; !ok {
 		p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_MACHINE, Message: req.Machine})
 		return p
 	}
-	if req.Type == rsmpb.RequestType_COMMAND && (req.Client == "" || req.Seq == 0) {
-		p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_ERROR, Message: "command without client or sequence number"})
+	if req.Type == rsmpb.RequestType_COMMAND && (req.Session == 0 || req.Seq == 0) {
+		p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_ERROR, Message: "command without session or sequence number"})
 		return p
 	}
 	l.enqueue(p)
@@ -686,7 +696,7 @@ func (n *Node) Read(ctx context.Context, machine string, query []byte) ([]byte, 
 
 func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string, data []byte) ([]byte, error) {
 	if n.ctx.Err() != nil {
-		return nil, ErrClosed
+		return nil, n.stoppedErr()
 	}
 	if _, ok := n.rep.machines[machine]; !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownMachine, machine)
@@ -701,8 +711,17 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 		ctx, cancel = context.WithTimeout(ctx, n.opts.RequestTimeout)
 		defer cancel()
 	}
-	req := &rsmpb.StateRequest{Group: n.group, Type: typ, Machine: machine, Data: data}
-	maybeApplied := false
+	return n.roundTrip(ctx, &rsmpb.StateRequest{Group: n.group, Type: typ, Machine: machine, Data: data})
+}
+
+// roundTrip sends req to the leader until it is answered or ctx ends. A
+// command keeps its (session, sequence number) across retries, so the
+// group applies it at most once; it is numbered afresh only when no
+// attempt can have been applied.
+func (n *Node) roundTrip(ctx context.Context, req *rsmpb.StateRequest) ([]byte, error) {
+	isCmd := req.Type == rsmpb.RequestType_COMMAND
+	maybeApplied := false // an attempt was sent: if ctx ends, the outcome is open
+	inDoubt := false      // an attempt's answer was lost: it may have been applied
 	var last rsmpb.Status // the last retryable answer, for the error at the deadline
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -714,8 +733,16 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 		if err := n.waitJoined(ctx); err != nil {
 			break
 		}
+		if isCmd && !req.Register && req.Seq == 0 {
+			if err := n.ensureSession(ctx); err != nil {
+				if ctx.Err() != nil || n.ctx.Err() != nil {
+					break
+				}
+				return nil, fmt.Errorf("%w: %w", ErrNotCommitted, err)
+			}
+		}
 		p, sent := n.send(req)
-		if sent && typ == rsmpb.RequestType_COMMAND {
+		if sent && isCmd {
 			maybeApplied = true
 		}
 		var resp *rsmpb.StateResponse
@@ -723,7 +750,7 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 		case resp = <-p.done:
 		case <-ctx.Done():
 		case <-n.ctx.Done():
-			return nil, ErrClosed
+			return nil, n.stoppedErr()
 		}
 		if resp == nil {
 			break
@@ -734,19 +761,30 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 		case rsmpb.Status_APPLICATION_RESULT_UNAVAILABLE:
 			return nil, ErrApplicationResultUnavailable
 		case rsmpb.Status_UNKNOWN_MACHINE:
-			return nil, fmt.Errorf("%w: %q on the leader", ErrUnknownMachine, machine)
+			return nil, fmt.Errorf("%w: %q on the leader", ErrUnknownMachine, req.Machine)
 		case rsmpb.Status_TOO_LARGE:
 			return nil, fmt.Errorf("%w: %s", ErrTooLarge, resp.Message)
 		case rsmpb.Status_ERROR:
 			return nil, fmt.Errorf("rsm: %s", resp.Message)
-		case rsmpb.Status_REQUEST_OUT_OF_SEQUENCE:
-			if string(resp.Result) == "unknown client" && req.Seq > 1 {
-				// The group forgot this client (evicted from the table):
-				// what happened to this command cannot be known. Later
-				// commands start afresh under a new identity.
-				n.rotateClient(req.Client)
-				return nil, fmt.Errorf("%w: the group evicted this node's exactly-once record", ErrUnknownOutcome)
+		case rsmpb.Status_SESSION_EXPIRED:
+			// Refused, not applied. The session is gone for good: a new
+			// one is registered (once, however many commands learn it).
+			n.dropSession(req.Session)
+			if inDoubt {
+				// An earlier attempt may have been applied before the
+				// group evicted the session; no one can tell now.
+				return nil, fmt.Errorf("%w: %w", ErrUnknownOutcome, ErrSessionExpired)
 			}
+			req.Session, req.Seq = 0, 0 // never applied: resubmit under the new session
+		case rsmpb.Status_REQUEST_OUT_OF_SEQUENCE:
+			if !inDoubt && req.Session != 0 && n.sessionDropped(req.Session) {
+				// Held behind a number the node gave up on (its command's
+				// outcome was unknown at its deadline): never applied, so
+				// it goes under the new session.
+				req.Session, req.Seq = 0, 0
+			}
+		case rsmpb.Status_UNKNOWN_OUTCOME:
+			inDoubt = true
 		case rsmpb.Status_NOT_LEADER:
 			if resp.Term > 0 && resp.LeaderId != "" {
 				n.observeLeader(leaderState{Term: resp.Term, LeaderID: resp.LeaderId, LeaderAddr: resp.LeaderAddr})
@@ -760,7 +798,7 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 		}
 	}
 	if n.ctx.Err() != nil {
-		return nil, ErrClosed
+		return nil, n.stoppedErr()
 	}
 	cause := ctx.Err()
 	switch last {
@@ -768,12 +806,14 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 		cause = fmt.Errorf("%w (last answer: %w)", cause, ErrBusy)
 	case rsmpb.Status_REQUEST_OUT_OF_SEQUENCE:
 		cause = fmt.Errorf("%w (last answer: %w)", cause, ErrRequestOutOfSequence)
+	case rsmpb.Status_SESSION_EXPIRED:
+		cause = fmt.Errorf("%w (last answer: %w)", cause, ErrSessionExpired)
 	}
 	if maybeApplied {
 		// This sequence number may never reach the group, and the group
-		// applies a client's commands only in order: later commands go
-		// under a new identity so they are not held behind it.
-		n.rotateClient(req.Client)
+		// applies a session's commands only in order: later commands go
+		// under a new session so they are not held behind it.
+		n.dropSession(req.Session)
 		return nil, fmt.Errorf("%w: %w", ErrUnknownOutcome, cause)
 	}
 	return nil, fmt.Errorf("%w: %w", ErrNotCommitted, cause)
@@ -788,27 +828,37 @@ func (n *Node) send(req *rsmpb.StateRequest) (p *pending, sent bool) {
 	defer n.subMu.Unlock()
 	// A command gets its sequence number when it is first sent, never
 	// before: a number that never leaves the node would hold back the
-	// node's later commands.
-	number := func() {
-		if req.Type == rsmpb.RequestType_COMMAND && req.Seq == 0 {
+	// node's later commands. Without a session (dropped since the caller
+	// checked) it is not sent: the caller registers first.
+	number := func() bool {
+		if req.Type == rsmpb.RequestType_COMMAND && !req.Register && req.Seq == 0 {
+			if n.session == 0 {
+				return false
+			}
 			n.seq++
-			req.Client, req.Seq = n.client, n.seq
+			req.Session, req.Seq = n.session, n.seq
 		}
+		return true
+	}
+	unsent := func(st rsmpb.Status) (*pending, bool) {
+		p := &pending{req: req, done: make(chan *rsmpb.StateResponse, 1)}
+		p.reply(&rsmpb.StateResponse{Status: st})
+		return p, false
 	}
 	n.mu.Lock()
 	l, leaderAddr, leaderID := n.leader, n.leaderAddr, n.leaderID
 	role := n.role
 	n.mu.Unlock()
 	if l != nil && role == Leader {
+		if !number() {
+			return unsent(rsmpb.Status_SESSION_EXPIRED)
+		}
 		p := &pending{req: req, start: time.Now(), done: make(chan *rsmpb.StateResponse, 1)}
-		number()
 		l.enqueue(p)
 		return p, true
 	}
 	if leaderAddr == "" || leaderID == n.host.cfg.ID {
-		p := &pending{req: req, done: make(chan *rsmpb.StateResponse, 1)}
-		p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_NOT_LEADER})
-		return p, false
+		return unsent(rsmpb.Status_NOT_LEADER)
 	}
 	if n.fwd == nil || n.fwd.addr != leaderAddr || n.fwd.broken() {
 		if n.fwd != nil {
@@ -816,17 +866,10 @@ func (n *Node) send(req *rsmpb.StateRequest) (p *pending, sent bool) {
 		}
 		n.fwd = n.host.newForwarder(n.ctx, leaderAddr, n.group)
 	}
-	number()
-	return n.fwd.send(req), true
-}
-
-func (n *Node) rotateClient(old string) {
-	n.subMu.Lock()
-	defer n.subMu.Unlock()
-	if n.client == old {
-		n.client = n.host.cfg.ID + "#" + newNonceHex()[:12]
-		n.seq = 0
+	if !number() {
+		return unsent(rsmpb.Status_SESSION_EXPIRED)
 	}
+	return n.fwd.send(req), true
 }
 
 func (n *Node) waitJoined(ctx context.Context) error {

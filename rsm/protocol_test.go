@@ -185,7 +185,12 @@ func mustCommand(t *testing.T, n *testNode, want uint64) {
 // fresh returns the count a new node reaches from the store alone.
 func fresh(t *testing.T, inner driver.Store) (count, applied uint64) {
 	t.Helper()
-	n := newTestNode(t, inner, "reader", testOptions())
+	return freshWith(t, inner, testOptions())
+}
+
+func freshWith(t *testing.T, inner driver.Store, opts Options) (count, applied uint64) {
+	t.Helper()
+	n := newTestNode(t, inner, "reader", opts)
 	if _, _, err := n.catchUp(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -215,9 +220,18 @@ func writeEntryT(t *testing.T, inner driver.Store, e *rsmpb.Entry) {
 	}
 }
 
-func cmdEntry(index, term uint64, client string, seq uint64, add uint64) *rsmpb.Entry {
+// cmdEntry is a command of session (its next sequence number seq): one
+// that every replica applies if the entry is valid where it lands.
+func cmdEntry(index, term uint64, session, seq uint64, add uint64) *rsmpb.Entry {
 	return &rsmpb.Entry{Index: index, Term: term, Writer: "stale", Nonce: newNonce(), Commands: []*rsmpb.Command{
-		{Client: client, Seq: seq, Machine: "c", Data: binary.BigEndian.AppendUint64(nil, add)}}}
+		{Session: session, Seq: seq, Machine: "c", Data: binary.BigEndian.AppendUint64(nil, add)}}}
+}
+
+// sessionOf returns n's client session and the last sequence number it gave out.
+func (n *testNode) sessionOf() (session, seq uint64) {
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	return n.session, n.seq
 }
 
 // blockPut makes n's next Put of key wait until release is closed, and
@@ -252,7 +266,7 @@ func TestStaleLeaderRacesTheSeal(t *testing.T) {
 			for i := uint64(1); i <= 3; i++ {
 				mustCommand(t, a, i)
 			}
-			next := uint64(5) // seal 1, commands 2..4
+			next := uint64(6) // seal 1, registration 2, commands 3..5
 			reached, release := blockPut(a, logKey(testGroup, next))
 			type outcome struct {
 				res []byte
@@ -331,23 +345,24 @@ func TestHoleLeftByPipelinedWrite(t *testing.T) {
 	a := newTestNode(t, mem, "a", testOptions())
 	a.leadInBackground(t)
 	mustCommand(t, a, 1)
-	mustCommand(t, a, 2) // seal 1, commands 2, 3
-	a.Node.cancel()      // a dies; its pipelined write of 5 landed, 4 did not
+	mustCommand(t, a, 2) // seal 1, registration 2, commands 3, 4
+	a.Node.cancel()      // a dies; its pipelined write of 6 landed, 5 did not
 	a.wg.Wait()
-	writeEntryT(t, mem, cmdEntry(5, 1, "a-pipelined", 1, 100))
+	session, seq := a.sessionOf()
+	writeEntryT(t, mem, cmdEntry(6, 1, session, seq+1, 100))
 
 	b := newTestNode(t, mem, "b", testOptions())
 	b.leadInBackground(t)
-	if s := readEntryT(t, mem, 4); s.Term != 2 || !s.Noop {
-		t.Fatalf("the seal should fill the hole at 4; got term %d noop %v", s.Term, s.Noop)
+	if s := readEntryT(t, mem, 5); s.Term != 2 || !s.Noop {
+		t.Fatalf("the seal should fill the hole at 5; got term %d noop %v", s.Term, s.Noop)
 	}
-	mustCommand(t, b, 3)
-	if e := readEntryT(t, mem, 6); e.Term != 2 || len(e.Commands) != 1 {
-		t.Fatalf("b's command should commit at 6; got term %d with %d commands", e.Term, len(e.Commands))
+	mustCommand(t, b, 3) // b's registration finds 6 taken and commits at 7
+	if e := readEntryT(t, mem, 8); e.Term != 2 || len(e.Commands) != 1 || e.Commands[0].Register {
+		t.Fatalf("b's command should commit at 8; got term %d with %d commands", e.Term, len(e.Commands))
 	}
 	count, applied := fresh(t, mem)
-	if count != 3 || applied != 6 {
-		t.Fatalf("a fresh replica: count %d at index %d, want 3 at 6 (the pipelined +100 must be ignored)", count, applied)
+	if count != 3 || applied != 8 {
+		t.Fatalf("a fresh replica: count %d at index %d, want 3 at 8 (the pipelined +100 must be ignored)", count, applied)
 	}
 }
 
@@ -363,19 +378,20 @@ func TestCandidateMeetsHigherTermBeforeSeal(t *testing.T) {
 			a.Node.cancel()
 			a.wg.Wait()
 			// b becomes candidate of term 2; a term-3 leader (c) has written
-			// index 3, before b read the log or just before b's seal.
+			// index 4, before b read the log or just before b's seal.
 			b := newTestNode(t, mem, "b", testOptions())
 			ls, version, err := b.gs.readLeaderState(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
-			higher := cmdEntry(3, 3, "c", 1, 1000)
+			session, seq := a.sessionOf()
+			higher := cmdEntry(4, 3, session, seq+1, 1000)
 			if at == "in the log" {
 				writeEntryT(t, mem, higher)
 			} else {
 				var once sync.Once
 				b.hooks.set(func(ctx context.Context, k string) {
-					if k == logKey(testGroup, 3) {
+					if k == logKey(testGroup, 4) {
 						once.Do(func() { writeEntryT(t, mem, higher) })
 					}
 				}, nil)
@@ -520,8 +536,8 @@ func TestDelayedCreateOnTruncatedSlot(t *testing.T) {
 	a := newTestNode(t, mem, "a", opts)
 	a.leadInBackground(t)
 	mustCommand(t, a, 1)
-	mustCommand(t, a, 2) // seal 1, commands 2, 3
-	slot := uint64(4)
+	mustCommand(t, a, 2) // seal 1, registration 2, commands 3, 4
+	slot := uint64(5)
 	reached, release := blockPut(a, logKey(testGroup, slot))
 	staleDone := make(chan error, 1)
 	go func() {
@@ -533,7 +549,7 @@ func TestDelayedCreateOnTruncatedSlot(t *testing.T) {
 	<-reached
 
 	b := newTestNode(t, mem, "b", opts)
-	b.leadInBackground(t) // seals at 4
+	b.leadInBackground(t) // seals at 5
 	for i := uint64(3); i <= 12; i++ {
 		mustCommand(t, b, i)
 	}
@@ -575,14 +591,15 @@ func TestCatchUpWhileTruncated(t *testing.T) {
 	for i := uint64(1); i <= 6; i++ {
 		mustCommand(t, a, i)
 	}
-	// A snapshot at index 7 (seal + 6 commands), built by a replica.
+	// A snapshot at index 8 (seal, registration, 6 commands), built by a replica.
 	r, err := newReplica(map[string]StateMachine{"c": &protoCounter{}}, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := uint64(1); i <= 7; i++ {
+	for i := uint64(1); i <= 8; i++ {
 		r.apply(readEntryT(t, mem, i))
 	}
+	session, _ := a.sessionOf()
 	snap, err := r.snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -606,12 +623,13 @@ func TestCatchUpWhileTruncated(t *testing.T) {
 			if _, err := mem.Put(context.Background(), testGroup+"/"+snapshotKey, b, driver.Cond{Kind: driver.IfAbsent}); err != nil {
 				t.Error(err)
 			}
-			for i := uint64(1); i <= 7; i++ {
+			for i := uint64(1); i <= 8; i++ {
 				if err := mem.Delete(context.Background(), logKey(testGroup, i), driver.Cond{}); err != nil {
 					t.Error(err)
 				}
 			}
-			writeEntryT(t, mem, cmdEntry(4, 1, "stale", 1, 1000))
+			// After 1..3 the session's next number is 2: applied if read.
+			writeEntryT(t, mem, cmdEntry(4, 1, session, 2, 1000))
 		})
 	})
 	if _, _, err := c.catchUp(t.Context()); err != nil {
@@ -620,8 +638,8 @@ func TestCatchUpWhileTruncated(t *testing.T) {
 	if got := c.count(t); got != 6 {
 		t.Fatalf("catch-up counts %d, want 6 from the snapshot (the late +1000 must not apply)", got)
 	}
-	if s := c.Status(); s.ApplyIndex != 7 {
-		t.Fatalf("catch-up ends at %d, want 7", s.ApplyIndex)
+	if s := c.Status(); s.ApplyIndex != 8 {
+		t.Fatalf("catch-up ends at %d, want 8", s.ApplyIndex)
 	}
 }
 

@@ -105,8 +105,25 @@ func decodeEntry(b []byte, index uint64) (*rsmpb.Entry, error) {
 		return nil, errors.New("no-op entry carries commands")
 	}
 	for i, c := range e.Commands {
-		if c.Client == "" || c.Seq == 0 {
-			return nil, fmt.Errorf("command %d has no client or sequence number", i)
+		switch {
+		case c.Register:
+			if c.Client == "" || c.Session != 0 || c.Seq != 0 {
+				return nil, fmt.Errorf("command %d registers a session without a label, or with a session or sequence number", i)
+			}
+		case c.Session != 0:
+			if c.Seq == 0 || c.Client != "" {
+				return nil, fmt.Errorf("command %d of session %d has no sequence number, or a client", i, c.Session)
+			}
+		case c.Client == "" || c.Seq == 0:
+			return nil, fmt.Errorf("command %d has no session, client or sequence number", i)
+		}
+	}
+	if e.Settings != nil {
+		if !e.Noop {
+			return nil, errors.New("settings on an entry that is not a seal")
+		}
+		if err := validSettings(e.Settings); err != nil {
+			return nil, err
 		}
 	}
 	return e, nil
@@ -150,6 +167,27 @@ func decodeSnapshot(b []byte) (*rsmpb.Snapshot, error) {
 			return nil, fmt.Errorf("snapshot holds an empty or repeated client %q", c.Client)
 		}
 		clients[c.Client] = true
+	}
+	if s.Settings != nil {
+		if err := validSettings(s.Settings); err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		if len(s.Clients) > 0 {
+			return nil, errors.New("snapshot holds settings and the previous version's clients")
+		}
+		if uint64(len(s.Sessions)) > s.Settings.MaxSessions {
+			return nil, fmt.Errorf("snapshot holds %d sessions, above its bound %d", len(s.Sessions), s.Settings.MaxSessions)
+		}
+	}
+	sessions := map[uint64]bool{}
+	for _, c := range s.Sessions {
+		if c.Session == 0 || c.Session > s.LastSession || sessions[c.Session] {
+			return nil, fmt.Errorf("snapshot holds session %d: zero, repeated or above the last given out (%d)", c.Session, s.LastSession)
+		}
+		if c.Label == "" || c.LastUsed > s.EndIndex {
+			return nil, fmt.Errorf("snapshot holds session %d without a label or used after the snapshot's end", c.Session)
+		}
+		sessions[c.Session] = true
 	}
 	return s, nil
 }

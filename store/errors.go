@@ -8,8 +8,8 @@ import (
 )
 
 // Sentinel errors. Every error returned by a *Store method is an *Error that
-// matches exactly one of the first six with errors.Is (or none, for an
-// unclassified error), and unwraps to the driver's own error, so errors.As
+// matches exactly one of the first six, ErrInvalidArgument or ErrTooLarge
+// with errors.Is (or none, for an unclassified error), and unwraps to the driver's own error, so errors.As
 // reaches SDK error types.
 var (
 	ErrNotFound           = errors.New("store: not found")
@@ -22,6 +22,9 @@ var (
 	// ErrInvalidArgument: a bad key, condition or limit, or a key the driver
 	// cannot store. Nothing was sent to the store.
 	ErrInvalidArgument = errors.New("store: invalid argument")
+	// ErrTooLarge: GetLimited found a value larger than its limit, and read
+	// no more of it than the limit.
+	ErrTooLarge = errors.New("store: value too large")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store: closed")
 	// ErrConditionsIgnored: the store accepted a write whose condition did
@@ -70,6 +73,8 @@ func kindSentinel(k driver.Kind) error {
 		return ErrPermanent
 	case driver.InvalidArgument:
 		return ErrInvalidArgument
+	case driver.TooLarge:
+		return ErrTooLarge
 	}
 	return nil
 }
@@ -103,7 +108,7 @@ func IsAmbiguous(err error) bool {
 		return false
 	}
 	switch KindOf(err) {
-	case driver.NotFound, driver.PreconditionFailed, driver.Permanent, driver.InvalidArgument:
+	case driver.NotFound, driver.PreconditionFailed, driver.Permanent, driver.InvalidArgument, driver.TooLarge:
 		return false
 	}
 	return true

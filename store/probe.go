@@ -14,6 +14,10 @@ import (
 // ProbePrefix is where Probe writes its scratch keys.
 const ProbePrefix = ".tenure-probe/"
 
+// probeMaxSize bounds the probe's reads of its scratch key: its records are
+// a few dozen bytes, and whatever else is there is not loaded.
+const probeMaxSize = 64 << 10
+
 // ProbeResult is what Probe found out about a store.
 type ProbeResult struct {
 	// Each check is true when the store refused a write whose condition
@@ -121,7 +125,7 @@ func Probe(ctx context.Context, s *Store, rounds int) (ProbeResult, error) {
 			res.CreateIfAbsent = false
 			ignored = append(ignored, "a second create-if-absent on an existing key succeeded")
 			// The store overwrote our record: read the current version.
-			if _, v1, err = s.Get(ctx, key); err != nil {
+			if _, v1, err = s.GetLimited(ctx, key, probeMaxSize); err != nil {
 				cleanup()
 				return res, fmt.Errorf("probe: read back: %w", err)
 			}
@@ -151,7 +155,7 @@ func Probe(ctx context.Context, s *Store, rounds int) (ProbeResult, error) {
 		case err == nil:
 			res.IfMatch = false
 			ignored = append(ignored, "a compare-and-swap on a stale version succeeded")
-			if _, v2, err = s.Get(ctx, key); err != nil {
+			if _, v2, err = s.GetLimited(ctx, key, probeMaxSize); err != nil {
 				cleanup()
 				return res, fmt.Errorf("probe: read back: %w", err)
 			}
@@ -161,7 +165,7 @@ func Probe(ctx context.Context, s *Store, rounds int) (ProbeResult, error) {
 		}
 
 		if err := timed(&get, func() error {
-			_, v, err := s.Get(ctx, key)
+			_, v, err := s.GetLimited(ctx, key, probeMaxSize)
 			if err == nil && v != v2 {
 				err = fmt.Errorf("read version %q after writing %q", v, v2)
 			}

@@ -25,6 +25,11 @@ type ResolveOptions struct {
 	// times out is ambiguous and is settled by reading back. Default: none
 	// beyond ctx.
 	AttemptTimeout time.Duration
+	// MaxSize is the largest value the key may hold, in bytes: read-backs
+	// use GetLimited with it, so that a huge object at the key is not
+	// loaded (a read-back that finds one leaves the outcome unknown and the
+	// write is tried again). Default: read-backs are not bounded.
+	MaxSize int64
 }
 
 // bounded returns ctx limited to d, if d is set.
@@ -116,7 +121,7 @@ func PutResolved(ctx context.Context, s *Store, key string, data []byte, cond Co
 		}
 
 		actx, cancel = bounded(ctx, opts.AttemptTimeout)
-		landed, retry, version, rerr := readBack(actx, s, key, cond, owns)
+		landed, retry, version, rerr := readBack(actx, s, key, cond, owns, opts.MaxSize)
 		cancel()
 		switch {
 		case rerr != nil:
@@ -138,8 +143,13 @@ func PutResolved(ctx context.Context, s *Store, key string, data []byte, cond Co
 
 // readBack reads key and reports whether our value is stored (landed), or
 // whether cond still holds so a retry may apply (retry).
-func readBack(ctx context.Context, s *Store, key string, cond Cond, owns func([]byte) bool) (landed, retry bool, version string, err error) {
-	data, version, err := s.Get(ctx, key)
+func readBack(ctx context.Context, s *Store, key string, cond Cond, owns func([]byte) bool, max int64) (landed, retry bool, version string, err error) {
+	var data []byte
+	if max > 0 {
+		data, version, err = s.GetLimited(ctx, key, max)
+	} else {
+		data, version, err = s.Get(ctx, key)
+	}
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return false, cond.Kind == driver.IfAbsent, "", nil

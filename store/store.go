@@ -98,6 +98,36 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 	return data, version, nil
 }
 
+// GetLimited is Get for a record of at most max bytes (max at least 1):
+// a larger value is refused with an error matching ErrTooLarge, which names
+// the key and the limit, and the driver reads no more of it than the limit
+// (it checks the size the store reports first, and reads at most max+1
+// bytes). Use it wherever a record has a known maximum size, so that a huge
+// object at a key cannot make every reader load it whole.
+func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
+	if err := s.enter("get", key); err != nil {
+		return nil, "", err
+	}
+	defer s.mu.RUnlock()
+	if max < 1 {
+		return nil, "", invalid("get", key, fmt.Sprintf("limit %d: must be at least 1 byte", max))
+	}
+	start := time.Now()
+	data, version, err := s.drv.GetLimited(ctx, key, max)
+	if err == nil && int64(len(data)) > max {
+		// A driver that overran its limit still does not pass the value on.
+		data, err = nil, driver.TooLargeError(int64(len(data)), max)
+	}
+	if err != nil {
+		err = s.wrap("get", key, err)
+	}
+	s.observe("get", driver.Unconditional, key, start, err)
+	if err != nil {
+		return nil, "", err
+	}
+	return data, version, nil
+}
+
 // Put writes data under key if cond holds and returns the new version. It
 // returns an error matching ErrPreconditionFailed when cond does not hold.
 // cond must be IfAbsent() or IfMatch(v); unconditional writes are refused.

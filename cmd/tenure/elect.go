@@ -51,8 +51,16 @@ func newElectMetrics(e func() *election.Elector) *electMetrics {
 		}
 		return 0
 	})
+	problem := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tenure_election_record_problem", Help: "1 while the lock record cannot be taken over (its term cannot be read, or is at its maximum): repair it with tenure lock repair.",
+	}, func() float64 {
+		if el := e(); el != nil && el.Status().RecordProblem != "" {
+			return 1
+		}
+		return 0
+	})
 	m.reg.MustRegister(m.store.collectors()...)
-	m.reg.MustRegister(m.transitions, m.renew, isLeader, term,
+	m.reg.MustRegister(m.transitions, m.renew, isLeader, term, problem,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -296,6 +296,10 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	case <-ctx.Done():
 	case err := <-serveErr:
 		runErr = fmt.Errorf("HTTP server: %w", err)
+	case <-node.Done():
+		// The node stopped on its own: it refused to join (its options
+		// disagree with the group's settings, which the error names).
+		runErr = fmt.Errorf("group %q: %w", *group, node.Err())
 	}
 	stopHTTP()
 	// Leave: a leader steps down so another node takes over at once.

@@ -44,6 +44,16 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	rec, derr := election.DecodeRecord(data)
+	// A record whose term cannot be read, or cannot grow, is never taken
+	// over: say so, with the repair.
+	problem := derr
+	if problem == nil {
+		problem = rec.CheckTerm()
+	}
+	if problem != nil {
+		problem = fmt.Errorf("the lock at %s (version %s) cannot be taken over: %w; no member will lead it until an operator runs: tenure lock repair --term-floor N %s (N at least every term it handed out)",
+			pos[0], version, problem, pos[0])
+	}
 	if *asJSON {
 		out := map[string]any{"lock": pos[0], "exists": true, "version": version}
 		if derr != nil {
@@ -51,15 +61,18 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		} else {
 			out["record"] = rec
 		}
+		if problem != nil {
+			out["problem"] = problem.Error()
+		}
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(out); err != nil {
 			return err
 		}
-		return derr
+		return problem
 	}
 	if derr != nil {
-		return fmt.Errorf("the lock at %s (version %s) is corrupt: %w", pos[0], version, derr)
+		return problem
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	state := "held"
@@ -81,5 +94,8 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(w, "lease\t%v (followers take the lock when it stays unchanged this long)\n", time.Duration(rec.LeaseMillis)*time.Millisecond)
 	}
 	fmt.Fprintf(w, "version\t%s\n", version)
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return problem
 }

@@ -7,6 +7,7 @@ package notify
 import (
 	"log/slog"
 	"sync"
+	"time"
 )
 
 // Queue is an ordered queue of callbacks with its own goroutine. It is safe
@@ -77,6 +78,29 @@ func (q *Queue) Close() {
 	default:
 	}
 	<-q.done
+}
+
+// CloseWithin is Close with a bound, for owners whose own shutdown must not
+// wait on a callback that blocks: it runs what is queued until timeout
+// fires, then drops what has not started and returns false without waiting
+// for a callback still running (the goroutine ends when that returns).
+func (q *Queue) CloseWithin(timeout <-chan time.Time) bool {
+	q.mu.Lock()
+	q.quit = true
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+	select {
+	case <-q.done:
+		return true
+	case <-timeout:
+		q.mu.Lock()
+		q.queue = nil
+		q.mu.Unlock()
+		return false
+	}
 }
 
 // Safely calls f and returns what it panicked with, or nil.

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/tenure-io/tenure/internal/notify"
 )
@@ -30,4 +32,28 @@ func TestQueueRunsInOrderAndSurvivesPanics(t *testing.T) {
 	if r := notify.Safely(func() { panic(7) }); r != 7 {
 		t.Fatalf("Safely = %v", r)
 	}
+}
+
+func TestCloseWithinDoesNotWaitForABlockedCallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := notify.New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		release := make(chan struct{})
+		var ran []int
+		q.Add(func() { ran = append(ran, 1) })
+		q.Add(func() { <-release })
+		q.Add(func() { ran = append(ran, 3) })
+		if q.CloseWithin(time.After(time.Second)) {
+			t.Fatal("CloseWithin reported a clean close while a callback blocked")
+		}
+		close(release)
+		synctest.Wait()
+		if !slices.Equal(ran, []int{1}) {
+			t.Fatalf("ran %v; want the callbacks before the blocked one only", ran)
+		}
+		q2 := notify.New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		q2.Add(func() { ran = append(ran, 4) })
+		if !q2.CloseWithin(time.After(time.Second)) || !slices.Equal(ran, []int{1, 4}) {
+			t.Fatalf("a quick queue: ran %v", ran)
+		}
+	})
 }

@@ -83,6 +83,14 @@ func (g *gate) Get(ctx context.Context, key string) ([]byte, string, error) {
 	return g.inner.Get(ctx, key)
 }
 
+func (g *gate) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
+	wait, _ := g.check(false)
+	if err := held(ctx, wait); err != nil {
+		return nil, "", err
+	}
+	return g.inner.GetLimited(ctx, key, max)
+}
+
 func (g *gate) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
 	wait, landFirst := g.check(true)
 	if landFirst {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -139,16 +140,26 @@ func conditions(cond driver.Cond) *blob.AccessConditions {
 // Get implements driver.Store with Get Blob; the version is the ETag. The
 // SDK retries it as the client is configured.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	return s.GetLimited(ctx, key, math.MaxInt64)
+}
+
+// GetLimited checks the blob's Content-Length before reading its body, and
+// reads at most max+1 bytes of it.
+func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
 	resp, err := s.client.NewBlockBlobClient(s.prefix+key).DownloadStream(ctx, nil)
 	if err != nil {
 		return nil, "", err
 	}
 	defer resp.Body.Close()
-	var buf bytes.Buffer
-	if n := resp.ContentLength; n != nil && *n > 0 && *n <= MaxValueSize {
-		buf.Grow(int(*n))
+	size := int64(-1)
+	if resp.ContentLength != nil {
+		size = *resp.ContentLength
 	}
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
+	data, err := driver.ReadLimited(resp.Body, size, max)
+	if err != nil {
+		if driver.Classify(nil, err) == driver.TooLarge {
+			return nil, "", err
+		}
 		if ctx.Err() != nil {
 			return nil, "", fmt.Errorf("read blob: %w", errors.Join(ctx.Err(), err))
 		}
@@ -157,7 +168,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 	if resp.ETag == nil || *resp.ETag == "" {
 		return nil, "", driver.Errorf(driver.Permanent, "the service returned no ETag: it cannot be used for conditional writes")
 	}
-	return buf.Bytes(), string(*resp.ETag), nil
+	return data, string(*resp.ETag), nil
 }
 
 // Put implements driver.Store with Put Blob (a block blob in one request)

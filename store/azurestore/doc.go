@@ -5,7 +5,7 @@
 //	import _ "github.com/tenure-io/tenure/store/azurestore"
 //
 //	s, err := store.Open(ctx, "azblob://tenure/prod?account=mystorageacct")
-//	s, err := store.Open(ctx, "azblob://tenure/dev?endpoint=http://127.0.0.1:10000/devstoreaccount1&account=devstoreaccount1")
+//	s, err = store.Open(ctx, "azblob://tenure/dev?endpoint=http://127.0.0.1:10000/devstoreaccount1&account=devstoreaccount1")
 //
 // # URL
 //

@@ -3,15 +3,18 @@
 // validates arguments, classifies and wraps errors exactly once, and tracks
 // in-flight calls so that Close waits for them.
 //
-// A driver is small on purpose: Get, Put, Delete, List, Close, and ErrorKind
-// to classify the errors it returns. Optional capabilities (such as Watch) are
+// A driver is small on purpose: Get (and GetLimited, its bounded form), Put,
+// Delete, List, Close, and ErrorKind to classify the errors it returns. Optional capabilities (such as Watch) are
 // separate interfaces found by type assertion.
 package driver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 )
 
 // CondKind says which condition a write carries.
@@ -62,6 +65,15 @@ type Store interface {
 	// kind NotFound when the key is absent. The returned slice belongs to the
 	// caller.
 	Get(ctx context.Context, key string) (data []byte, version string, err error)
+
+	// GetLimited is Get for a value of at most max bytes (max is at least
+	// 1). When the value is larger it returns an error of kind TooLarge
+	// (build it with TooLargeError) without reading the value whole: it
+	// checks the size the store reports before reading the body, and reads
+	// at most max+1 bytes of it (ReadLimited). A driver whose service
+	// returns a value only whole, in one bounded response (DynamoDB, etcd,
+	// Route 53), checks its length before copying it.
+	GetLimited(ctx context.Context, key string, max int64) (data []byte, version string, err error)
 
 	// Put writes data under key if cond holds, atomically: either the whole
 	// value becomes visible with a new version, or nothing changes. It
@@ -123,6 +135,9 @@ const (
 	InvalidArgument
 	// Canceled: the caller's context ended. A write may still have applied.
 	Canceled
+	// TooLarge: a value is larger than the limit the reader set
+	// (GetLimited). Nothing beyond the limit was read.
+	TooLarge
 )
 
 // String returns a short name for the kind.
@@ -146,6 +161,8 @@ func (k Kind) String() string {
 		return "invalid argument"
 	case Canceled:
 		return "canceled"
+	case TooLarge:
+		return "too large"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -162,6 +179,37 @@ func (e *Error) Unwrap() error { return e.Err }
 // Errorf returns an *Error of the given kind. Use %w to keep a cause.
 func Errorf(kind Kind, format string, args ...any) error {
 	return &Error{Kind: kind, Err: fmt.Errorf(format, args...)}
+}
+
+// TooLargeError returns the error of kind TooLarge for a value larger than
+// max bytes; size is the value's size when the store reported it, else -1.
+func TooLargeError(size, max int64) error {
+	if size >= 0 {
+		return Errorf(TooLarge, "the value is %d bytes; the limit is %d", size, max)
+	}
+	return Errorf(TooLarge, "the value is larger than the limit of %d bytes", max)
+}
+
+// ReadLimited reads r to its end, but no more than max+1 bytes: a longer
+// stream fails with TooLargeError. size, if not negative, is the length the
+// store announced: a value announced larger than max is refused before any
+// byte is read, and a smaller one sizes the buffer.
+func ReadLimited(r io.Reader, size, max int64) ([]byte, error) {
+	if size > max {
+		return nil, TooLargeError(size, max)
+	}
+	var buf bytes.Buffer
+	if size > 0 {
+		buf.Grow(int(size))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(r, min(max, math.MaxInt64-1)+1))
+	if err != nil {
+		return nil, err
+	}
+	if n > max {
+		return nil, TooLargeError(-1, max)
+	}
+	return buf.Bytes(), nil
 }
 
 // Classify returns the kind of err: the kind of an *Error in its chain, the

@@ -71,6 +71,7 @@ func RunConformanceTests(t *testing.T, open func(t *testing.T) *store.Store, opt
 	t.Run("InvalidArguments", func(t *testing.T) { testInvalidArguments(t, mk(t), opts) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, mk(t), opts) })
 	t.Run("Values", func(t *testing.T) { testValues(t, mk(t), opts) })
+	t.Run("GetLimited", func(t *testing.T) { testGetLimited(t, mk(t), opts) })
 	t.Run("ListOrder", func(t *testing.T) { testListOrder(t, mk(t)) })
 	t.Run("ListPaging", func(t *testing.T) { testListPaging(t, mk(t)) })
 	t.Run("Cancellation", func(t *testing.T) { testCancellation(t, mk(t)) })
@@ -354,6 +355,51 @@ func testValues(t *testing.T, s *store.Store, opts Options) {
 	if data, gv := mustGet(t, s, "empty"); len(data) != 0 || gv != v3 {
 		t.Errorf("after swapping back to empty: %q, %q (want version %q)", data, gv, v3)
 	}
+}
+
+// testGetLimited checks the bounded read: a value larger than the limit
+// is refused with ErrTooLarge naming the key and the limit; one at the
+// limit, or below it, is read whole with the version Get reports.
+func testGetLimited(t *testing.T, s *store.Store, opts Options) {
+	size := 64 << 10
+	if opts.MaxValueSize > 0 && opts.MaxValueSize < size {
+		size = opts.MaxValueSize
+	}
+	big := make([]byte, size)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	v := mustPut(t, s, "limited", big, store.IfAbsent())
+	for _, max := range []int64{1, int64(size) / 2, int64(size) - 1} {
+		data, ver, err := s.GetLimited(ctxFor(t), "limited", max)
+		wantErr(t, fmt.Sprintf("GetLimited of a %d-byte value with limit %d", size, max), err, store.ErrTooLarge)
+		if data != nil || ver != "" {
+			t.Fatalf("GetLimited beyond the limit returned %d bytes and version %q with its error", len(data), ver)
+		}
+		if errors.Is(err, store.ErrNotFound) || store.IsRetryable(err) {
+			t.Fatalf("ErrTooLarge is classified as retryable or missing: %v", err)
+		}
+		if msg := err.Error(); !strings.Contains(msg, `"limited"`) || !strings.Contains(msg, fmt.Sprint(max)) {
+			t.Fatalf("the error does not name the key and the limit %d: %v", max, err)
+		}
+	}
+	for _, max := range []int64{int64(size), int64(size) + 1, 1 << 40} {
+		data, ver, err := s.GetLimited(ctxFor(t), "limited", max)
+		if err != nil {
+			t.Fatalf("GetLimited of a %d-byte value with limit %d: %v", size, max, err)
+		}
+		if !bytes.Equal(data, big) || ver != v {
+			t.Fatalf("GetLimited with limit %d returned %d bytes, version %q; want %d bytes, version %q", max, len(data), ver, size, v)
+		}
+	}
+	mustPut(t, s, "limited-empty", []byte{}, store.IfAbsent())
+	if data, _, err := s.GetLimited(ctxFor(t), "limited-empty", 1); err != nil || len(data) != 0 {
+		t.Fatalf("GetLimited of an empty value: %d bytes, %v", len(data), err)
+	}
+	_, _, err := s.GetLimited(ctxFor(t), "limited-missing", 10)
+	wantErr(t, "GetLimited of a missing key", err, store.ErrNotFound)
+	_, _, err = s.GetLimited(ctxFor(t), "limited", 0)
+	wantErr(t, "GetLimited with limit 0", err, store.ErrInvalidArgument)
 }
 
 func itemKeys(items []store.Item) []string {

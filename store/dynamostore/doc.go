@@ -4,7 +4,7 @@
 //	import _ "github.com/tenure-io/tenure/store/dynamostore"
 //
 //	s, err := store.Open(ctx, "dynamodb://tenure/app1?region=eu-west-1")
-//	s, err := store.Open(ctx, "dynamodb://tenure?endpoint=http://127.0.0.1:8000&region=us-east-1&create=true")
+//	s, err = store.Open(ctx, "dynamodb://tenure?endpoint=http://127.0.0.1:8000&region=us-east-1&create=true")
 //
 // # URL
 //

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -168,6 +169,13 @@ func newVersion() string {
 // Get implements driver.Store with a strongly consistent GetItem. The SDK
 // retries it as the client is configured.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	return s.GetLimited(ctx, key, math.MaxInt64)
+}
+
+// GetLimited checks the value's length before handing it on. DynamoDB
+// returns an item only whole, and an item is at most 400 KB, so that is
+// what a read costs at most.
+func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:                aws.String(s.table),
 		Key:                      s.itemKey(key),
@@ -190,6 +198,9 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 		return nil, "", driver.Errorf(driver.Permanent, "dynamostore: item has no string attribute %q: not written by tenure", AttrVersion)
 	}
 	data := v.Value
+	if int64(len(data)) > max {
+		return nil, "", driver.TooLargeError(int64(len(data)), max)
+	}
 	if data == nil {
 		data = []byte{}
 	}

@@ -4,7 +4,7 @@
 //	import _ "github.com/tenure-io/tenure/store/etcdstore"
 //
 //	s, err := store.Open(ctx, "etcd://127.0.0.1:2379/tenure")
-//	s, err := store.Open(ctx, "etcd://etcd-1:2379,etcd-2:2379,etcd-3:2379/tenure/prod?ca=/etc/tenure/etcd-ca.pem")
+//	s, err = store.Open(ctx, "etcd://etcd-1:2379,etcd-2:2379,etcd-3:2379/tenure/prod?ca=/etc/tenure/etcd-ca.pem")
 //
 // The driver also implements driver.Watcher, so that leaders and followers
 // are told of changes instead of polling:

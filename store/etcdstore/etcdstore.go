@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"io"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -96,6 +97,13 @@ func requireLeader(ctx context.Context) context.Context { return clientv3.WithRe
 // Get implements driver.Store with a linearizable range read of one key;
 // the version is the key's mod revision.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	return s.GetLimited(ctx, key, math.MaxInt64)
+}
+
+// GetLimited checks the value's length before handing it on. etcd returns
+// a value only whole, bounded by the server's request size limit (1.5 MiB
+// by default).
+func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -112,6 +120,9 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 	}
 	kv := resp.Kvs[0]
 	data := kv.Value
+	if int64(len(data)) > max {
+		return nil, "", driver.TooLargeError(int64(len(data)), max)
+	}
 	if data == nil {
 		data = []byte{}
 	}

@@ -69,6 +69,7 @@ const (
 	Permanent
 	InvalidArgument
 	Canceled
+	TooLarge
 	Unknown
 
 	numResults = iota
@@ -76,7 +77,7 @@ const (
 
 var resultNames = [numResults]string{
 	"ok", "not_found", "precondition_failed", "conflict", "throttled",
-	"transient", "permanent", "invalid_argument", "canceled", "unknown",
+	"transient", "permanent", "invalid_argument", "canceled", "too_large", "unknown",
 }
 
 // String returns the result's name in snake case, as it appears in metrics.
@@ -106,6 +107,8 @@ func ResultOf(kind driver.Kind) Result {
 		return InvalidArgument
 	case driver.Canceled:
 		return Canceled
+	case driver.TooLarge:
+		return TooLarge
 	}
 	return Unknown
 }

@@ -413,6 +413,23 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 
 // Put counts and passes the call to the inner store, unless a fault says
 // otherwise; with IgnoreConditions it drops cond.
+// GetLimited is Get with a limit, passed on to the inner store; it meets
+// the faults of a Get.
+func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
+	var (
+		data    []byte
+		version string
+	)
+	err := s.do(ctx, OpGet, key, func(ctx context.Context, _ bool) (err error) {
+		data, version, err = s.inner.GetLimited(ctx, key, max)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return data, version, nil
+}
+
 func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
 	op := OpPutCAS
 	if cond.Kind == driver.IfAbsent {

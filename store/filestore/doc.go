@@ -5,7 +5,7 @@
 //	import _ "github.com/tenure-io/tenure/store/filestore"
 //
 //	s, err := store.Open(ctx, "file:///var/lib/tenure")  // absolute path
-//	s, err := store.Open(ctx, "file://./data")           // relative to the working directory
+//	s, err = store.Open(ctx, "file://./data")           // relative to the working directory
 //
 // The directory is created if missing. Open fails with a clear error if the
 // path is a regular file or the directory cannot be written.
@@ -46,7 +46,9 @@
 // system's path limit (4096 bytes on Linux, 1024 elsewhere, including the
 // directory's own path) as store.ErrInvalidArgument before anything is
 // written. Permission errors and read-only file systems are permanent; a
-// full disk is transient.
+// full disk is transient. An error after the rename, link or unlink made a
+// change visible (the directory fsync) is transient whatever its errno: the
+// change may have landed, and store.PutResolved settles it by reading back.
 //
 // # What it does not guarantee
 //

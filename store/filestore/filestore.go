@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -253,14 +254,33 @@ func errClosed() error { return driver.Errorf(driver.Permanent, "filestore: %w",
 // Get reads the file without a lock: files are only ever replaced whole by
 // rename or link, so a reader sees one complete value.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	return s.GetLimited(ctx, key, math.MaxInt64)
+}
+
+// GetLimited reads the file only if its size is within max, and never
+// more than max+1 bytes of it (a file may grow between the stat and the
+// read only if something other than a driver wrote it in place).
+func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, "", err
 	}
-	data, err := os.ReadFile(s.path(key))
+	f, err := os.Open(s.path(key))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "", driver.Errorf(driver.NotFound, "filestore: no such key")
 	}
 	if err != nil {
+		return nil, "", ioErr("read", err)
+	}
+	defer f.Close()
+	size := int64(-1)
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		size = fi.Size()
+	}
+	data, err := driver.ReadLimited(f, size, max)
+	if err != nil {
+		if driver.Classify(nil, err) == driver.TooLarge {
+			return nil, "", err
+		}
 		return nil, "", ioErr("read", err)
 	}
 	return data, Version(data), nil
@@ -310,8 +330,8 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 	// Syncing the directory after releasing the lock is enough: we return
 	// only once the new name is durable, and a later writer that saw it
 	// syncs the same directory before it returns.
-	if err := syncDir(dir); err != nil {
-		return "", ioErr("sync directory", err)
+	if err := syncCommitted(dir); err != nil {
+		return "", committedErr("sync directory", err)
 	}
 	return Version(data), nil
 }
@@ -366,8 +386,8 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 	if err != nil || !removed {
 		return err
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return ioErr("sync directory", err)
+	if err := syncCommitted(filepath.Dir(path)); err != nil {
+		return committedErr("sync directory", err)
 	}
 	return nil
 }
@@ -545,6 +565,18 @@ func ioErr(op string, err error) error {
 		k = driver.Permanent
 	}
 	return driver.Errorf(k, "filestore: %s: %w", op, err)
+}
+
+// syncCommitted syncs a directory after a write or delete became visible;
+// tests replace it to fail there.
+var syncCommitted = syncDir
+
+// committedErr wraps a failure after the commit point: the rename, link or
+// unlink has already made the change visible to every reader, so whatever
+// the errno says the outcome is not a definite failure. It is Transient
+// (ambiguous), for store.PutResolved to settle by reading back.
+func committedErr(op string, err error) error {
+	return driver.Errorf(driver.Transient, "filestore: %s after the change became visible (it may be lost in a crash): %w", op, err)
 }
 
 // commitErr wraps a failed link or rename. A missing source means our temp

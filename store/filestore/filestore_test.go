@@ -542,3 +542,36 @@ func TestUseAfterClose(t *testing.T) {
 		t.Fatalf("driver Put after Close = %v; want ErrClosed", err)
 	}
 }
+
+// TestFailureAfterCommitIsAmbiguous fails the directory sync that follows
+// the rename or link, with an errno that alone would read as permanent: the
+// write is already visible, so the error must be ambiguous and
+// store.PutResolved must find that it landed. The same holds for Delete.
+func TestFailureAfterCommitIsAmbiguous(t *testing.T) {
+	s := openTemp(t)
+	ctx := t.Context()
+	restore := SetSyncCommitted(func(string) error { return &fs.PathError{Op: "sync", Path: "dir", Err: syscall.EACCES} })
+	defer restore()
+
+	_, err := s.Put(ctx, "k", []byte("created"), store.IfAbsent())
+	if err == nil || !store.IsAmbiguous(err) || errors.Is(err, store.ErrPermanent) {
+		t.Fatalf("a create whose directory sync failed returned %v; want an ambiguous error", err)
+	}
+	data, v1, gerr := s.Get(ctx, "k")
+	if gerr != nil || string(data) != "created" {
+		t.Fatalf("the create is not visible: %q, %v", data, gerr)
+	}
+	v2, err := store.PutResolved(ctx, s, "k", []byte("swapped"), store.IfMatch(v1), store.ResolveOptions{Attempts: 2, Backoff: func(int) time.Duration { return 0 }})
+	if err != nil {
+		t.Fatalf("PutResolved of a swap that landed (only its directory sync failed): %v", err)
+	}
+	if data, v, _ := s.Get(ctx, "k"); string(data) != "swapped" || v != v2 {
+		t.Fatalf("after the swap the key holds %q at %q; want \"swapped\" at %q", data, v, v2)
+	}
+	if err := s.Delete(ctx, "k", store.IfMatch(v2)); err == nil || !store.IsAmbiguous(err) || errors.Is(err, store.ErrPermanent) {
+		t.Fatalf("a delete whose directory sync failed returned %v; want an ambiguous error", err)
+	}
+	if _, _, err := s.Get(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the delete is not visible: %v", err)
+	}
+}

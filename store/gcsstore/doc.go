@@ -6,7 +6,7 @@
 //	import _ "github.com/tenure-io/tenure/store/gcsstore"
 //
 //	s, err := store.Open(ctx, "gs://my-bucket/tenure")
-//	s, err := store.Open(ctx, "gs://tenure/dev?endpoint=http://127.0.0.1:4443")
+//	s, err = store.Open(ctx, "gs://tenure/dev?endpoint=http://127.0.0.1:4443")
 //
 // # URL
 //

@@ -1,11 +1,11 @@
 package gcsstore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"strconv"
 	"strings"
 
@@ -144,6 +144,12 @@ func version(gen int64) string { return strconv.FormatInt(gen, 10) }
 // object's generation, from the same response as the bytes. The library
 // retries it as the client is configured.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	return s.GetLimited(ctx, key, math.MaxInt64)
+}
+
+// GetLimited checks the object's size from its attributes before reading
+// its body, and reads at most max+1 bytes of it.
+func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
 	r, err := s.bucket.Object(s.prefix + key).NewReader(ctx)
 	if err != nil {
 		return nil, "", err
@@ -153,18 +159,18 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 	if gen <= 0 {
 		return nil, "", driver.Errorf(driver.Permanent, "gcsstore: the server returned no object generation: it cannot be used for conditional writes")
 	}
-	var buf bytes.Buffer
-	if n := r.Attrs.Size; n > 0 && n < 1<<30 {
-		buf.Grow(int(n))
-	}
 	// The reader checks the CRC32C of a whole object as it reaches the end.
-	if _, err := buf.ReadFrom(r); err != nil {
+	data, err := driver.ReadLimited(r, r.Attrs.Size, max)
+	if err != nil {
+		if driver.Classify(nil, err) == driver.TooLarge {
+			return nil, "", err
+		}
 		if ctx.Err() != nil {
 			return nil, "", fmt.Errorf("read object: %w", errors.Join(ctx.Err(), err))
 		}
 		return nil, "", driver.Errorf(driver.Transient, "read object: %w", err)
 	}
-	return buf.Bytes(), version(gen), nil
+	return data, version(gen), nil
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

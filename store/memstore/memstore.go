@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
 	"net/url"
 	"sort"
 	"strings"
@@ -72,6 +73,10 @@ func Version(data []byte) string {
 }
 
 func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	return s.GetLimited(ctx, key, math.MaxInt64)
+}
+
+func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -80,6 +85,9 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 	o, ok := s.m.data[key]
 	if !ok {
 		return nil, "", driver.Errorf(driver.NotFound, "no such key")
+	}
+	if int64(len(o.data)) > max {
+		return nil, "", driver.TooLargeError(int64(len(o.data)), max)
 	}
 	return append([]byte{}, o.data...), o.version, nil
 }

@@ -313,6 +313,12 @@ func txtSet(name string, r record) *types.ResourceRecordSet {
 // key's name. It may return an older version than the latest write: see
 // the package documentation.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	return s.GetLimited(ctx, key, math.MaxInt64)
+}
+
+// GetLimited checks the decoded value's length before handing it on. A TXT
+// record set is small and returned whole (MaxValueSize bounds it).
+func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
 	name := recordName(key, s.root)
 	r, err := s.read(ctx, name)
 	if err != nil {
@@ -321,6 +327,9 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 	data, err := decodeValue(r.value)
 	if err != nil {
 		return nil, "", driver.Errorf(driver.Permanent, "route53store: TXT record %s: %w", name, err)
+	}
+	if int64(len(data)) > max {
+		return nil, "", driver.TooLargeError(int64(len(data)), max)
 	}
 	v := versionOf(r.ttl, r.value)
 	s.versions.put(v, r)

@@ -5,7 +5,7 @@
 //	import _ "github.com/tenure-io/tenure/store/s3store"
 //
 //	s, err := store.Open(ctx, "s3://my-bucket/tenure?region=eu-west-1")
-//	s, err := store.Open(ctx, "s3://tenure/dev?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true")
+//	s, err = store.Open(ctx, "s3://tenure/dev?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true")
 //
 // # URL
 //
@@ -18,16 +18,20 @@
 //   - region: the signing region. Default: from the AWS configuration
 //     (AWS_REGION, the profile); Open fails if there is none.
 //   - path_style: true to address the bucket as endpoint/BUCKET rather than
-//     BUCKET.endpoint, as MinIO and most local servers need. Default false.
+//     BUCKET.endpoint. The SDK already does so when the endpoint is an IP
+//     address (http://127.0.0.1:9000); set it for a server named by a host
+//     name without wildcard DNS for its buckets. Default false.
 //   - profile: the shared-configuration profile to take credentials and
 //     settings from. Default: AWS_PROFILE, else "default".
 //
 // Unknown or repeated parameters are an error. Credentials never go in the
 // URL: they come from the AWS default chain (environment variables, shared
 // files, web identity, container and instance roles). Open makes one
-// HeadBucket request and returns an error matching store.ErrPermanent that
-// names the problem if the bucket does not exist, the credentials are
-// refused or missing, or the URL is malformed.
+// HeadBucket request (and, only if it fails with a 4xx, one ListObjectsV2
+// whose error code names the cause, as a HEAD response carries none) and
+// returns an error matching store.ErrPermanent that names the problem if
+// the bucket does not exist, the credentials are refused or missing, or the
+// URL is malformed.
 //
 // New takes an S3 client of your own (anything with the methods of API),
 // for custom HTTP clients, credentials or middleware.
@@ -35,7 +39,7 @@
 // # Permissions
 //
 // s3:GetObject, s3:PutObject and s3:DeleteObject on BUCKET/PREFIX*, and
-// s3:ListBucket on BUCKET (List, and the HeadBucket check at Open). AWS
+// s3:ListBucket on BUCKET (List, and the bucket check at Open). AWS
 // requires s3:GetObject for a delete with If-Match as well.
 //
 // # Requests and errors
@@ -67,7 +71,9 @@
 // tenure's probe but answers a conditional delete of a missing key with
 // success. MinIO supports conditional PutObject but, as of the release
 // tenure tests against, ignores If-Match on DeleteObject: a delete on a
-// stale version succeeds, so store.Probe reports the store as unsafe. Run
+// stale version succeeds; store.Probe reports that (deleteIfMatchEnforced
+// false) and still passes the store, as no tenure component relies on a
+// conditional delete. Run
 // `tenure store probe URL` before trusting any other server.
 //
 // Keys are stored verbatim. AWS S3 accepts any UTF-8 key of up to 1,024 bytes

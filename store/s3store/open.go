@@ -42,7 +42,7 @@ var awsDriver = awsutil.Driver{
 // "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true".
 // Credentials come from the AWS default chain (environment, shared files,
 // web identity, container and instance roles), from the named profile with
-// ?profile=. It makes one HeadBucket request and fails with a Permanent
+// ?profile=. It checks the bucket (CheckBucket) and fails with a Permanent
 // error naming the problem if the bucket does not exist or the credentials
 // are refused.
 func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -107,6 +108,13 @@ func noRetry(o *s3.Options) { o.Retryer = aws.NopRetryer{} }
 // Get implements driver.Store with GetObject; the version is the ETag. The
 // SDK retries it as the client is configured.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	return s.GetLimited(ctx, key, math.MaxInt64)
+}
+
+// GetLimited checks the object's Content-Length before reading its body,
+// and reads at most max+1 bytes of it; closing the body early drops the
+// connection rather than draining the rest.
+func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
 		Bucket: aws.String(s.bucket),
 		Key:    aws.String(s.prefix + key),
@@ -115,11 +123,15 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 		return nil, "", err
 	}
 	defer out.Body.Close()
-	var buf bytes.Buffer
-	if n := aws.ToInt64(out.ContentLength); n > 0 && n < 1<<30 {
-		buf.Grow(int(n))
+	size := int64(-1)
+	if out.ContentLength != nil {
+		size = *out.ContentLength
 	}
-	if _, err := buf.ReadFrom(out.Body); err != nil {
+	data, err := driver.ReadLimited(out.Body, size, max)
+	if err != nil {
+		if driver.Classify(nil, err) == driver.TooLarge {
+			return nil, "", err
+		}
 		if ctx.Err() != nil {
 			return nil, "", fmt.Errorf("read object: %w", errors.Join(ctx.Err(), err))
 		}
@@ -129,7 +141,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 	if etag == "" {
 		return nil, "", driver.Errorf(driver.Permanent, "the server returned no ETag: it cannot be used for conditional writes")
 	}
-	return buf.Bytes(), etag, nil
+	return data, etag, nil
 }
 
 // Put implements driver.Store with PutObject and If-None-Match: * or

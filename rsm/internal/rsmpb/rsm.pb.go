@@ -41,6 +41,9 @@ const (
 	Status_ERROR                          Status = 10
 	Status_TOO_LARGE                      Status = 11
 	Status_UNKNOWN_MACHINE                Status = 12
+	// The command's session expired (evicted) or never existed: the command
+	// is not applied; the node registers a new session.
+	Status_SESSION_EXPIRED Status = 20
 )
 
 // Enum value maps for Status.
@@ -59,6 +62,7 @@ var (
 		10: "ERROR",
 		11: "TOO_LARGE",
 		12: "UNKNOWN_MACHINE",
+		20: "SESSION_EXPIRED",
 	}
 	Status_value = map[string]int32{
 		"OK":                             0,
@@ -74,6 +78,7 @@ var (
 		"ERROR":                          10,
 		"TOO_LARGE":                      11,
 		"UNKNOWN_MACHINE":                12,
+		"SESSION_EXPIRED":                20,
 	}
 )
 
@@ -152,11 +157,17 @@ func (RequestType) EnumDescriptor() ([]byte, []int) {
 
 // Command is one state-machine command with its exactly-once identity.
 type Command struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Client        string                 `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"`   // the submitting node's client identity
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`        // per-client sequence number, starting at 1
-	Machine       string                 `protobuf:"bytes,3,opt,name=machine,proto3" json:"machine,omitempty"` // registered state machine name
-	Data          []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Client  string                 `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"`   // the submitting node's client identity
+	Seq     uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`        // per-client sequence number, starting at 1
+	Machine string                 `protobuf:"bytes,3,opt,name=machine,proto3" json:"machine,omitempty"` // registered state machine name
+	Data    []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// Client sessions (field numbers from 20 on). A command of a session
+	// carries session and seq and no client; a register command opens a
+	// session and carries only client, a label unique to that registration.
+	// A command with client and seq but no session is the previous version's.
+	Session       uint64 `protobuf:"varint,20,opt,name=session,proto3" json:"session,omitempty"`
+	Register      bool   `protobuf:"varint,21,opt,name=register,proto3" json:"register,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -219,15 +230,32 @@ func (x *Command) GetData() []byte {
 	return nil
 }
 
+func (x *Command) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *Command) GetRegister() bool {
+	if x != nil {
+		return x.Register
+	}
+	return false
+}
+
 // Entry is one log object: a batch of commands written by a leader of term.
 type Entry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
-	Writer        string                 `protobuf:"bytes,3,opt,name=writer,proto3" json:"writer,omitempty"`
-	Nonce         []byte                 `protobuf:"bytes,4,opt,name=nonce,proto3" json:"nonce,omitempty"`
-	Noop          bool                   `protobuf:"varint,5,opt,name=noop,proto3" json:"noop,omitempty"` // a seal: written by a new leader before it serves
-	Commands      []*Command             `protobuf:"bytes,6,rep,name=commands,proto3" json:"commands,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Index    uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Term     uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	Writer   string                 `protobuf:"bytes,3,opt,name=writer,proto3" json:"writer,omitempty"`
+	Nonce    []byte                 `protobuf:"bytes,4,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	Noop     bool                   `protobuf:"varint,5,opt,name=noop,proto3" json:"noop,omitempty"` // a seal: written by a new leader before it serves
+	Commands []*Command             `protobuf:"bytes,6,rep,name=commands,proto3" json:"commands,omitempty"`
+	// On a seal only: the settings of a group that has none recorded yet,
+	// from its writer's options. The first valid one is adopted.
+	Settings      *Settings `protobuf:"bytes,20,opt,name=settings,proto3" json:"settings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -300,6 +328,13 @@ func (x *Entry) GetNoop() bool {
 func (x *Entry) GetCommands() []*Command {
 	if x != nil {
 		return x.Commands
+	}
+	return nil
+}
+
+func (x *Entry) GetSettings() *Settings {
+	if x != nil {
+		return x.Settings
 	}
 	return nil
 }
@@ -444,6 +479,9 @@ type Snapshot struct {
 	Writer        string                 `protobuf:"bytes,6,opt,name=writer,proto3" json:"writer,omitempty"`
 	WriterTerm    uint64                 `protobuf:"varint,7,opt,name=writer_term,json=writerTerm,proto3" json:"writer_term,omitempty"`
 	Nonce         []byte                 `protobuf:"bytes,8,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	Settings      *Settings              `protobuf:"bytes,20,opt,name=settings,proto3" json:"settings,omitempty"`                           // absent in a group of the previous version
+	Sessions      []*SessionRecord       `protobuf:"bytes,21,rep,name=sessions,proto3" json:"sessions,omitempty"`                           // sorted by session
+	LastSession   uint64                 `protobuf:"varint,22,opt,name=last_session,json=lastSession,proto3" json:"last_session,omitempty"` // the last session number given out
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -534,6 +572,166 @@ func (x *Snapshot) GetNonce() []byte {
 	return nil
 }
 
+func (x *Snapshot) GetSettings() *Settings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+func (x *Snapshot) GetSessions() []*SessionRecord {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *Snapshot) GetLastSession() uint64 {
+	if x != nil {
+		return x.LastSession
+	}
+	return 0
+}
+
+// Settings are the group's options that change what apply does. They are
+// recorded in the log and in every snapshot, never taken from a node.
+type Settings struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MaxSessions   uint64                 `protobuf:"varint,1,opt,name=max_sessions,json=maxSessions,proto3" json:"max_sessions,omitempty"` // bound on the session table (LRU by log index)
+	Machines      []string               `protobuf:"bytes,2,rep,name=machines,proto3" json:"machines,omitempty"`                           // the state machines' names, sorted
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Settings) Reset() {
+	*x = Settings{}
+	mi := &file_rsm_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Settings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Settings) ProtoMessage() {}
+
+func (x *Settings) ProtoReflect() protoreflect.Message {
+	mi := &file_rsm_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Settings.ProtoReflect.Descriptor instead.
+func (*Settings) Descriptor() ([]byte, []int) {
+	return file_rsm_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Settings) GetMaxSessions() uint64 {
+	if x != nil {
+		return x.MaxSessions
+	}
+	return 0
+}
+
+func (x *Settings) GetMachines() []string {
+	if x != nil {
+		return x.Machines
+	}
+	return nil
+}
+
+// SessionRecord is one client session of the exactly-once table.
+type SessionRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"` // the n-th registration in the group's log
+	Label         string                 `protobuf:"bytes,2,opt,name=label,proto3" json:"label,omitempty"`      // the registration's label: its retries find the session
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`         // last sequence number applied
+	Result        []byte                 `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	HasResult     bool                   `protobuf:"varint,5,opt,name=has_result,json=hasResult,proto3" json:"has_result,omitempty"`
+	LastUsed      uint64                 `protobuf:"varint,6,opt,name=last_used,json=lastUsed,proto3" json:"last_used,omitempty"` // log index of the last use, for LRU eviction
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRecord) Reset() {
+	*x = SessionRecord{}
+	mi := &file_rsm_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRecord) ProtoMessage() {}
+
+func (x *SessionRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_rsm_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRecord.ProtoReflect.Descriptor instead.
+func (*SessionRecord) Descriptor() ([]byte, []int) {
+	return file_rsm_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SessionRecord) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *SessionRecord) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *SessionRecord) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SessionRecord) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SessionRecord) GetHasResult() bool {
+	if x != nil {
+		return x.HasResult
+	}
+	return false
+}
+
+func (x *SessionRecord) GetLastUsed() uint64 {
+	if x != nil {
+		return x.LastUsed
+	}
+	return 0
+}
+
 type HandshakeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
@@ -546,7 +744,7 @@ type HandshakeRequest struct {
 
 func (x *HandshakeRequest) Reset() {
 	*x = HandshakeRequest{}
-	mi := &file_rsm_proto_msgTypes[5]
+	mi := &file_rsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +756,7 @@ func (x *HandshakeRequest) String() string {
 func (*HandshakeRequest) ProtoMessage() {}
 
 func (x *HandshakeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[5]
+	mi := &file_rsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +769,7 @@ func (x *HandshakeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandshakeRequest.ProtoReflect.Descriptor instead.
 func (*HandshakeRequest) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{5}
+	return file_rsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HandshakeRequest) GetGroup() string {
@@ -614,7 +812,7 @@ type HandshakeResponse struct {
 
 func (x *HandshakeResponse) Reset() {
 	*x = HandshakeResponse{}
-	mi := &file_rsm_proto_msgTypes[6]
+	mi := &file_rsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +824,7 @@ func (x *HandshakeResponse) String() string {
 func (*HandshakeResponse) ProtoMessage() {}
 
 func (x *HandshakeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[6]
+	mi := &file_rsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +837,7 @@ func (x *HandshakeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandshakeResponse.ProtoReflect.Descriptor instead.
 func (*HandshakeResponse) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{6}
+	return file_rsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HandshakeResponse) GetStatus() Status {
@@ -681,7 +879,7 @@ type FollowerInfo struct {
 
 func (x *FollowerInfo) Reset() {
 	*x = FollowerInfo{}
-	mi := &file_rsm_proto_msgTypes[7]
+	mi := &file_rsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +891,7 @@ func (x *FollowerInfo) String() string {
 func (*FollowerInfo) ProtoMessage() {}
 
 func (x *FollowerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[7]
+	mi := &file_rsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +904,7 @@ func (x *FollowerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowerInfo.ProtoReflect.Descriptor instead.
 func (*FollowerInfo) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{7}
+	return file_rsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FollowerInfo) GetId() string {
@@ -743,7 +941,7 @@ type FollowRequest struct {
 
 func (x *FollowRequest) Reset() {
 	*x = FollowRequest{}
-	mi := &file_rsm_proto_msgTypes[8]
+	mi := &file_rsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +953,7 @@ func (x *FollowRequest) String() string {
 func (*FollowRequest) ProtoMessage() {}
 
 func (x *FollowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[8]
+	mi := &file_rsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +966,7 @@ func (x *FollowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowRequest.ProtoReflect.Descriptor instead.
 func (*FollowRequest) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{8}
+	return file_rsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FollowRequest) GetGroup() string {
@@ -820,7 +1018,7 @@ type FollowResponse struct {
 
 func (x *FollowResponse) Reset() {
 	*x = FollowResponse{}
-	mi := &file_rsm_proto_msgTypes[9]
+	mi := &file_rsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +1030,7 @@ func (x *FollowResponse) String() string {
 func (*FollowResponse) ProtoMessage() {}
 
 func (x *FollowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[9]
+	mi := &file_rsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +1043,7 @@ func (x *FollowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResponse.ProtoReflect.Descriptor instead.
 func (*FollowResponse) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{9}
+	return file_rsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FollowResponse) GetStatus() Status {
@@ -910,7 +1108,7 @@ type SynchronizeRequest struct {
 
 func (x *SynchronizeRequest) Reset() {
 	*x = SynchronizeRequest{}
-	mi := &file_rsm_proto_msgTypes[10]
+	mi := &file_rsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1120,7 @@ func (x *SynchronizeRequest) String() string {
 func (*SynchronizeRequest) ProtoMessage() {}
 
 func (x *SynchronizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[10]
+	mi := &file_rsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +1133,7 @@ func (x *SynchronizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynchronizeRequest.ProtoReflect.Descriptor instead.
 func (*SynchronizeRequest) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{10}
+	return file_rsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SynchronizeRequest) GetGroup() string {
@@ -1006,7 +1204,7 @@ type SynchronizeResponse struct {
 
 func (x *SynchronizeResponse) Reset() {
 	*x = SynchronizeResponse{}
-	mi := &file_rsm_proto_msgTypes[11]
+	mi := &file_rsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1216,7 @@ func (x *SynchronizeResponse) String() string {
 func (*SynchronizeResponse) ProtoMessage() {}
 
 func (x *SynchronizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[11]
+	mi := &file_rsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1229,7 @@ func (x *SynchronizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynchronizeResponse.ProtoReflect.Descriptor instead.
 func (*SynchronizeResponse) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{11}
+	return file_rsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SynchronizeResponse) GetStatus() Status {
@@ -1069,15 +1267,17 @@ type StateRequest struct {
 	Type          RequestType            `protobuf:"varint,3,opt,name=type,proto3,enum=tenure.rsm.v1.RequestType" json:"type,omitempty"`
 	Machine       string                 `protobuf:"bytes,4,opt,name=machine,proto3" json:"machine,omitempty"`
 	Data          []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
-	Client        string                 `protobuf:"bytes,6,opt,name=client,proto3" json:"client,omitempty"`
+	Client        string                 `protobuf:"bytes,6,opt,name=client,proto3" json:"client,omitempty"` // a register request's label
 	Seq           uint64                 `protobuf:"varint,7,opt,name=seq,proto3" json:"seq,omitempty"`
+	Session       uint64                 `protobuf:"varint,20,opt,name=session,proto3" json:"session,omitempty"`
+	Register      bool                   `protobuf:"varint,21,opt,name=register,proto3" json:"register,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_rsm_proto_msgTypes[12]
+	mi := &file_rsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1289,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[12]
+	mi := &file_rsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1302,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{12}
+	return file_rsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StateRequest) GetGroup() string {
@@ -1154,6 +1354,20 @@ func (x *StateRequest) GetSeq() uint64 {
 	return 0
 }
 
+func (x *StateRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *StateRequest) GetRegister() bool {
+	if x != nil {
+		return x.Register
+	}
+	return false
+}
+
 type StateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1170,7 +1384,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_rsm_proto_msgTypes[13]
+	mi := &file_rsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1396,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[13]
+	mi := &file_rsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1409,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{13}
+	return file_rsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StateResponse) GetId() uint64 {
@@ -1258,19 +1472,22 @@ var File_rsm_proto protoreflect.FileDescriptor
 
 const file_rsm_proto_rawDesc = "" +
 	"\n" +
-	"\trsm.proto\x12\rtenure.rsm.v1\"a\n" +
+	"\trsm.proto\x12\rtenure.rsm.v1\"\x97\x01\n" +
 	"\aCommand\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\tR\x06client\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x18\n" +
 	"\amachine\x18\x03 \x01(\tR\amachine\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"\xa7\x01\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x18\n" +
+	"\asession\x18\x14 \x01(\x04R\asession\x12\x1a\n" +
+	"\bregister\x18\x15 \x01(\bR\bregister\"\xdc\x01\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x16\n" +
 	"\x06writer\x18\x03 \x01(\tR\x06writer\x12\x14\n" +
 	"\x05nonce\x18\x04 \x01(\fR\x05nonce\x12\x12\n" +
 	"\x04noop\x18\x05 \x01(\bR\x04noop\x122\n" +
-	"\bcommands\x18\x06 \x03(\v2\x16.tenure.rsm.v1.CommandR\bcommands\"\x8c\x01\n" +
+	"\bcommands\x18\x06 \x03(\v2\x16.tenure.rsm.v1.CommandR\bcommands\x123\n" +
+	"\bsettings\x18\x14 \x01(\v2\x17.tenure.rsm.v1.SettingsR\bsettings\"\x8c\x01\n" +
 	"\fClientRecord\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\tR\x06client\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x16\n" +
@@ -1280,7 +1497,7 @@ const file_rsm_proto_rawDesc = "" +
 	"\tlast_used\x18\x05 \x01(\x04R\blastUsed\"6\n" +
 	"\fMachineState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xa2\x02\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xb4\x03\n" +
 	"\bSnapshot\x12\x1f\n" +
 	"\vstart_index\x18\x01 \x01(\x04R\n" +
 	"startIndex\x12\x1b\n" +
@@ -1291,7 +1508,21 @@ const file_rsm_proto_rawDesc = "" +
 	"\x06writer\x18\x06 \x01(\tR\x06writer\x12\x1f\n" +
 	"\vwriter_term\x18\a \x01(\x04R\n" +
 	"writerTerm\x12\x14\n" +
-	"\x05nonce\x18\b \x01(\fR\x05nonce\"q\n" +
+	"\x05nonce\x18\b \x01(\fR\x05nonce\x123\n" +
+	"\bsettings\x18\x14 \x01(\v2\x17.tenure.rsm.v1.SettingsR\bsettings\x128\n" +
+	"\bsessions\x18\x15 \x03(\v2\x1c.tenure.rsm.v1.SessionRecordR\bsessions\x12!\n" +
+	"\flast_session\x18\x16 \x01(\x04R\vlastSession\"I\n" +
+	"\bSettings\x12!\n" +
+	"\fmax_sessions\x18\x01 \x01(\x04R\vmaxSessions\x12\x1a\n" +
+	"\bmachines\x18\x02 \x03(\tR\bmachines\"\xa5\x01\n" +
+	"\rSessionRecord\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12\x14\n" +
+	"\x05label\x18\x02 \x01(\tR\x05label\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06result\x18\x04 \x01(\fR\x06result\x12\x1d\n" +
+	"\n" +
+	"has_result\x18\x05 \x01(\bR\thasResult\x12\x1b\n" +
+	"\tlast_used\x18\x06 \x01(\x04R\blastUsed\"q\n" +
 	"\x10HandshakeRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
@@ -1336,7 +1567,7 @@ const file_rsm_proto_rawDesc = "" +
 	"\vapply_index\x18\x02 \x01(\x04R\n" +
 	"applyIndex\x12%\n" +
 	"\x0eenqueued_index\x18\x03 \x01(\x04R\renqueuedIndex\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xbc\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xf2\x01\n" +
 	"\fStateRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12.\n" +
@@ -1344,7 +1575,9 @@ const file_rsm_proto_rawDesc = "" +
 	"\amachine\x18\x04 \x01(\tR\amachine\x12\x12\n" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12\x16\n" +
 	"\x06client\x18\x06 \x01(\tR\x06client\x12\x10\n" +
-	"\x03seq\x18\a \x01(\x04R\x03seq\"\xe8\x01\n" +
+	"\x03seq\x18\a \x01(\x04R\x03seq\x12\x18\n" +
+	"\asession\x18\x14 \x01(\x04R\asession\x12\x1a\n" +
+	"\bregister\x18\x15 \x01(\bR\bregister\"\xe8\x01\n" +
 	"\rStateResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12-\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x15.tenure.rsm.v1.StatusR\x06status\x12\x16\n" +
@@ -1354,7 +1587,7 @@ const file_rsm_proto_rawDesc = "" +
 	"\vleader_addr\x18\x06 \x01(\tR\n" +
 	"leaderAddr\x12\x12\n" +
 	"\x04term\x18\a \x01(\x04R\x04term\x12\x14\n" +
-	"\x05index\x18\b \x01(\x04R\x05index*\xf9\x01\n" +
+	"\x05index\x18\b \x01(\x04R\x05index*\x8e\x02\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1371,7 +1604,8 @@ const file_rsm_proto_rawDesc = "" +
 	"\x05ERROR\x10\n" +
 	"\x12\r\n" +
 	"\tTOO_LARGE\x10\v\x12\x13\n" +
-	"\x0fUNKNOWN_MACHINE\x10\f*$\n" +
+	"\x0fUNKNOWN_MACHINE\x10\f\x12\x13\n" +
+	"\x0fSESSION_EXPIRED\x10\x14*$\n" +
 	"\vRequestType\x12\v\n" +
 	"\aCOMMAND\x10\x00\x12\b\n" +
 	"\x04READ\x10\x012\xbf\x02\n" +
@@ -1394,7 +1628,7 @@ func file_rsm_proto_rawDescGZIP() []byte {
 }
 
 var file_rsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_rsm_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_rsm_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_rsm_proto_goTypes = []any{
 	(Status)(0),                 // 0: tenure.rsm.v1.Status
 	(RequestType)(0),            // 1: tenure.rsm.v1.RequestType
@@ -1403,40 +1637,45 @@ var file_rsm_proto_goTypes = []any{
 	(*ClientRecord)(nil),        // 4: tenure.rsm.v1.ClientRecord
 	(*MachineState)(nil),        // 5: tenure.rsm.v1.MachineState
 	(*Snapshot)(nil),            // 6: tenure.rsm.v1.Snapshot
-	(*HandshakeRequest)(nil),    // 7: tenure.rsm.v1.HandshakeRequest
-	(*HandshakeResponse)(nil),   // 8: tenure.rsm.v1.HandshakeResponse
-	(*FollowerInfo)(nil),        // 9: tenure.rsm.v1.FollowerInfo
-	(*FollowRequest)(nil),       // 10: tenure.rsm.v1.FollowRequest
-	(*FollowResponse)(nil),      // 11: tenure.rsm.v1.FollowResponse
-	(*SynchronizeRequest)(nil),  // 12: tenure.rsm.v1.SynchronizeRequest
-	(*SynchronizeResponse)(nil), // 13: tenure.rsm.v1.SynchronizeResponse
-	(*StateRequest)(nil),        // 14: tenure.rsm.v1.StateRequest
-	(*StateResponse)(nil),       // 15: tenure.rsm.v1.StateResponse
+	(*Settings)(nil),            // 7: tenure.rsm.v1.Settings
+	(*SessionRecord)(nil),       // 8: tenure.rsm.v1.SessionRecord
+	(*HandshakeRequest)(nil),    // 9: tenure.rsm.v1.HandshakeRequest
+	(*HandshakeResponse)(nil),   // 10: tenure.rsm.v1.HandshakeResponse
+	(*FollowerInfo)(nil),        // 11: tenure.rsm.v1.FollowerInfo
+	(*FollowRequest)(nil),       // 12: tenure.rsm.v1.FollowRequest
+	(*FollowResponse)(nil),      // 13: tenure.rsm.v1.FollowResponse
+	(*SynchronizeRequest)(nil),  // 14: tenure.rsm.v1.SynchronizeRequest
+	(*SynchronizeResponse)(nil), // 15: tenure.rsm.v1.SynchronizeResponse
+	(*StateRequest)(nil),        // 16: tenure.rsm.v1.StateRequest
+	(*StateResponse)(nil),       // 17: tenure.rsm.v1.StateResponse
 }
 var file_rsm_proto_depIdxs = []int32{
 	2,  // 0: tenure.rsm.v1.Entry.commands:type_name -> tenure.rsm.v1.Command
-	5,  // 1: tenure.rsm.v1.Snapshot.machines:type_name -> tenure.rsm.v1.MachineState
-	4,  // 2: tenure.rsm.v1.Snapshot.clients:type_name -> tenure.rsm.v1.ClientRecord
-	0,  // 3: tenure.rsm.v1.HandshakeResponse.status:type_name -> tenure.rsm.v1.Status
-	0,  // 4: tenure.rsm.v1.FollowResponse.status:type_name -> tenure.rsm.v1.Status
-	3,  // 5: tenure.rsm.v1.SynchronizeRequest.entries:type_name -> tenure.rsm.v1.Entry
-	9,  // 6: tenure.rsm.v1.SynchronizeRequest.followers:type_name -> tenure.rsm.v1.FollowerInfo
-	0,  // 7: tenure.rsm.v1.SynchronizeResponse.status:type_name -> tenure.rsm.v1.Status
-	1,  // 8: tenure.rsm.v1.StateRequest.type:type_name -> tenure.rsm.v1.RequestType
-	0,  // 9: tenure.rsm.v1.StateResponse.status:type_name -> tenure.rsm.v1.Status
-	7,  // 10: tenure.rsm.v1.Replica.Handshake:input_type -> tenure.rsm.v1.HandshakeRequest
-	10, // 11: tenure.rsm.v1.Replica.Follow:input_type -> tenure.rsm.v1.FollowRequest
-	12, // 12: tenure.rsm.v1.Replica.Synchronize:input_type -> tenure.rsm.v1.SynchronizeRequest
-	14, // 13: tenure.rsm.v1.Replica.Submit:input_type -> tenure.rsm.v1.StateRequest
-	8,  // 14: tenure.rsm.v1.Replica.Handshake:output_type -> tenure.rsm.v1.HandshakeResponse
-	11, // 15: tenure.rsm.v1.Replica.Follow:output_type -> tenure.rsm.v1.FollowResponse
-	13, // 16: tenure.rsm.v1.Replica.Synchronize:output_type -> tenure.rsm.v1.SynchronizeResponse
-	15, // 17: tenure.rsm.v1.Replica.Submit:output_type -> tenure.rsm.v1.StateResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	7,  // 1: tenure.rsm.v1.Entry.settings:type_name -> tenure.rsm.v1.Settings
+	5,  // 2: tenure.rsm.v1.Snapshot.machines:type_name -> tenure.rsm.v1.MachineState
+	4,  // 3: tenure.rsm.v1.Snapshot.clients:type_name -> tenure.rsm.v1.ClientRecord
+	7,  // 4: tenure.rsm.v1.Snapshot.settings:type_name -> tenure.rsm.v1.Settings
+	8,  // 5: tenure.rsm.v1.Snapshot.sessions:type_name -> tenure.rsm.v1.SessionRecord
+	0,  // 6: tenure.rsm.v1.HandshakeResponse.status:type_name -> tenure.rsm.v1.Status
+	0,  // 7: tenure.rsm.v1.FollowResponse.status:type_name -> tenure.rsm.v1.Status
+	3,  // 8: tenure.rsm.v1.SynchronizeRequest.entries:type_name -> tenure.rsm.v1.Entry
+	11, // 9: tenure.rsm.v1.SynchronizeRequest.followers:type_name -> tenure.rsm.v1.FollowerInfo
+	0,  // 10: tenure.rsm.v1.SynchronizeResponse.status:type_name -> tenure.rsm.v1.Status
+	1,  // 11: tenure.rsm.v1.StateRequest.type:type_name -> tenure.rsm.v1.RequestType
+	0,  // 12: tenure.rsm.v1.StateResponse.status:type_name -> tenure.rsm.v1.Status
+	9,  // 13: tenure.rsm.v1.Replica.Handshake:input_type -> tenure.rsm.v1.HandshakeRequest
+	12, // 14: tenure.rsm.v1.Replica.Follow:input_type -> tenure.rsm.v1.FollowRequest
+	14, // 15: tenure.rsm.v1.Replica.Synchronize:input_type -> tenure.rsm.v1.SynchronizeRequest
+	16, // 16: tenure.rsm.v1.Replica.Submit:input_type -> tenure.rsm.v1.StateRequest
+	10, // 17: tenure.rsm.v1.Replica.Handshake:output_type -> tenure.rsm.v1.HandshakeResponse
+	13, // 18: tenure.rsm.v1.Replica.Follow:output_type -> tenure.rsm.v1.FollowResponse
+	15, // 19: tenure.rsm.v1.Replica.Synchronize:output_type -> tenure.rsm.v1.SynchronizeResponse
+	17, // 20: tenure.rsm.v1.Replica.Submit:output_type -> tenure.rsm.v1.StateResponse
+	17, // [17:21] is the sub-list for method output_type
+	13, // [13:17] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_rsm_proto_init() }
@@ -1450,7 +1689,7 @@ func file_rsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rsm_proto_rawDesc), len(file_rsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
