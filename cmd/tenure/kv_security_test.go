@@ -379,3 +379,26 @@ func randomSuffix() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// A corrupt object in the store keeps the node out of service, and
+// /readyz says so.
+func TestKVServeCorruptNotReady(t *testing.T) {
+	url := "mem://kvcorrupt" + randomSuffix()
+	st, err := store.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Put(t.Context(), "kv/leader_state.json", []byte("not a leader state"), store.IfAbsent()); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := startKVServe(t, "--store", url)
+	var code int
+	var body string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if code, body, err = kvGet(addr+"/readyz", nil); err == nil && code == 503 && strings.Contains(body, "corrupt object") {
+			return
+		}
+	}
+	t.Fatalf("/readyz: %d %s (%v); want 503 naming a corrupt object", code, body, err)
+}
