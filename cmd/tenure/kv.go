@@ -368,7 +368,7 @@ func kvRetryable(err error) bool {
 		return false
 	}
 	return !errors.Is(err, store.ErrPermanent) && !errors.Is(err, store.ErrInvalidArgument) &&
-		!errors.Is(err, store.ErrConditionsIgnored) && !errors.Is(err, store.ErrClosed)
+		!errors.Is(err, store.ErrConditionsIgnored) && !errors.Is(err, store.ErrClosed) && !errors.Is(err, store.ErrTooLarge)
 }
 
 // kvServer is kv serve's HTTP handler: the probes, then authentication,
@@ -533,7 +533,7 @@ func (h *storeHealth) observe(c store.Call) {
 	switch store.KindOf(c.Err) {
 	case driver.Canceled:
 		// Our own cancellation says nothing of the store.
-	case driver.NotFound, driver.PreconditionFailed, driver.Conflict, driver.InvalidArgument:
+	case driver.NotFound, driver.PreconditionFailed, driver.Conflict, driver.InvalidArgument, driver.TooLarge:
 		h.fails, h.last = 0, nil // an answer
 	default:
 		h.fails++

@@ -288,9 +288,14 @@ func TestStoreHealth(t *testing.T) {
 	if err := h.err(); err == nil {
 		t.Fatalf("reachable after %d failures in a row", storeFailuresUnready)
 	}
-	h.observe(store.Call{Op: "get", Err: &store.Error{Op: "get", Kind: driver.NotFound, Err: errors.New("404")}})
-	if err := h.err(); err != nil {
-		t.Fatalf("unreachable after an answer: %v", err)
+	for _, k := range []driver.Kind{driver.NotFound, driver.TooLarge} {
+		for range storeFailuresUnready {
+			h.observe(fail)
+		}
+		h.observe(store.Call{Op: "get", Err: &store.Error{Op: "get", Kind: k, Err: errors.New("an answer")}})
+		if err := h.err(); err != nil {
+			t.Fatalf("unreachable after a %v answer: %v", k, err)
+		}
 	}
 }
 
