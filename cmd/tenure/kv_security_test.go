@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -406,4 +407,59 @@ func TestKVServeCorruptNotReady(t *testing.T) {
 		}
 	}
 	t.Fatalf("/readyz: %d %s (%v); want 503 naming a corrupt object", code, body, err)
+}
+
+// With --log-format json, the HTTP server's own errors (a plain request to
+// the HTTPS port) are JSON lines too, and nothing goes to stdout.
+func TestKVServeJSONErrorLog(t *testing.T) {
+	ca, err := tlsutil.NewCA("kv json test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := ca.WriteFiles(t.TempDir(), "api", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var out, errb lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, &env{stdout: &out, stderr: &errb}, []string{"kv", "serve", "--store", "mem://kvjson" + randomSuffix(),
+			"--listen", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--log-format", "json",
+			"--http-tls-cert", files.Cert, "--http-tls-key", files.Key})
+	}()
+	var api string
+	for deadline := time.Now().Add(30 * time.Second); api == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, l := range parseJSONLines(t, errb.String()) {
+			if l["msg"] == "serving" {
+				api, _ = l["api"].(string)
+			}
+		}
+	}
+	if api == "" {
+		cancel()
+		<-done
+		t.Fatalf("no \"serving\" line:\n%s", errb.String())
+	}
+	plain := "http://" + strings.TrimPrefix(api, "https://")
+	if code, _, err := kvGet(plain+"/livez", nil); err == nil && code == 200 {
+		t.Errorf("plain HTTP to the HTTPS port answered 200")
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d:\n%s", code, errb.String())
+	}
+	if out.String() != "" {
+		t.Errorf("stdout with --log-format json: %q; want nothing", out.String())
+	}
+	found := false
+	for _, l := range parseJSONLines(t, errb.String()) {
+		if l["level"] == "WARN" && strings.Contains(fmt.Sprint(l["msg"]), "TLS handshake error") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the HTTP server's handshake error is not a JSON line:\n%s", errb.String())
+	}
 }
