@@ -81,6 +81,9 @@ func run(ctx context.Context, e *env, args []string) int {
 		case errors.Is(err, errUsage):
 			return 2
 		}
+		if errors.As(err, new(loggedError)) {
+			return 1 // the command logged it, in its log format
+		}
 		var ee exitError
 		if errors.As(err, &ee) {
 			fmt.Fprintf(e.stderr, "tenure %s: %v\n", c.name, err)

@@ -16,9 +16,11 @@
 //
 // Keys are non-empty UTF-8 strings of at most MaxKeySize (4096) bytes;
 // values are any bytes (bounded by the group's MaxMessageSize, and by
-// HandlerOptions.MaxValueSize over HTTP). As in etcd, one revision counter
-// counts the machine's successful mutations: every put, delete of an
-// existing key and successful compare-and-swap increments it, and each key
+// HandlerOptions.MaxValueSize over HTTP; MessageSize(n) is the
+// MaxMessageSize that carries values of n bytes, up to MaxValueSizeLimit).
+// As in etcd, one revision counter counts the machine's successful
+// mutations: every put, delete of an existing key and successful
+// compare-and-swap increments it, and each key
 // records the revision that created it (CreateRevision) and the one that
 // last changed it (ModRevision). CAS compares the key's ModRevision; 0
 // means the key must not exist. A failed CAS changes nothing.
