@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -104,11 +103,7 @@ func (n *Node) Status() Status {
 	l := n.leader
 	n.mu.Unlock()
 	if l != nil {
-		l.mu.Lock()
-		for _, f := range l.ls.Followers {
-			s.Followers = append(s.Followers, FollowerStatus{ID: f.ID, Addr: f.Addr, ApplyIndex: l.followerIdx[f.ID]})
-		}
-		l.mu.Unlock()
+		s.Followers = l.followerStatus()
 	}
 	n.repMu.Lock()
 	s.ApplyIndex = n.rep.applied
@@ -387,9 +382,7 @@ func (n *Node) lead(prev leaderState, version string) error {
 }
 
 // catchUp brings the replica up to the end of the store's log, stopping at
-// the first hole. Entries are read before the snapshot: if the snapshot
-// has reached an index we read, a truncation may have raced us, so what we
-// read is discarded and the snapshot loaded instead. It returns the
+// the first hole, reading it under rule 8 (readLog). It returns the newest
 // snapshot's end index and version.
 func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string, err error) {
 	start := time.Now()
@@ -406,43 +399,21 @@ func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string,
 		n.repMu.Lock()
 		applied := n.rep.applied
 		n.repMu.Unlock()
-		idx, err := n.gs.listLog(ctx, applied, chunk)
+		c, err := n.readLog(ctx, applied+1, 0, chunk)
 		if err != nil {
 			return 0, "", err
 		}
-		var entries []*rsmpb.Entry
-		for i, index := range idx {
-			if index != applied+1+uint64(i) {
-				break // a hole: wait for it to be filled
-			}
-			e, err := n.gs.readEntry(ctx, index)
-			if errors.Is(err, store.ErrNotFound) {
-				break // truncated under us; the snapshot read below tells
-			}
-			if err != nil {
-				return 0, "", err
-			}
-			n.m.logReads.WithLabelValues(n.group).Inc()
-			entries = append(entries, e)
+		if c.snap != nil && (snap == nil || c.snap.EndIndex > snap.EndIndex) {
+			snap, version = c.snap, c.version
 		}
-		// The snapshot after the entries: one read per chunk.
-		snap2, version2, err := n.gs.readSnapshot(ctx)
-		if err != nil {
-			return 0, "", err
-		}
-		if snap2 != nil && (snap == nil || snap2.EndIndex > snap.EndIndex) {
-			snap, version = snap2, version2
-		}
-		if snap != nil && snap.EndIndex > applied {
-			// Loaded a newer snapshot: anything we read at or below its
-			// end may be a stale writer's late create on a deleted slot.
-			if err := n.loadSnapshot(snap); err != nil {
+		if c.superseded {
+			if err := n.loadSnapshot(c.snap); err != nil {
 				return 0, "", err
 			}
 			continue
 		}
 		n.repMu.Lock()
-		for _, e := range entries {
+		for _, e := range c.entries {
 			if e.Index != n.rep.applied+1 {
 				break
 			}
@@ -450,7 +421,7 @@ func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string,
 		}
 		n.m.applyIndex.WithLabelValues(n.group).Set(float64(n.rep.applied))
 		n.repMu.Unlock()
-		if len(entries) < chunk {
+		if len(c.entries) < chunk {
 			end := uint64(0)
 			if snap != nil {
 				end = snap.EndIndex
@@ -458,6 +429,18 @@ func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string,
 			return end, version, nil
 		}
 	}
+}
+
+// readLog reads the log under rule 8 (groupStore.readLog), counting the
+// reads and reporting a corrupt object.
+func (n *Node) readLog(ctx context.Context, from, to uint64, limit int) (logChunk, error) {
+	c, err := n.gs.readLog(ctx, from, to, limit)
+	if err != nil {
+		n.noteCorrupt(err)
+		return c, err
+	}
+	n.m.logReads.WithLabelValues(n.group).Add(float64(c.read))
+	return c, nil
 }
 
 // loadSnapshot restores snap if it is ahead of the replica.
@@ -533,13 +516,12 @@ func (n *Node) handleFollow(ctx context.Context, req *rsmpb.FollowRequest) *rsmp
 		resp.Status = rsmpb.Status_NOT_LEADER
 		return resp
 	}
-	if err := l.addFollower(ctx, followerInfo{ID: req.NodeId, Addr: req.Addr, ApplyIndex: req.ApplyIndex}); err != nil {
+	confirmed, err := l.addFollower(ctx, followerInfo{ID: req.NodeId, Addr: req.Addr, ApplyIndex: req.ApplyIndex})
+	if err != nil {
 		resp.Status, resp.Message = rsmpb.Status_NOT_LEADER, err.Error()
 		return resp
 	}
-	l.mu.Lock()
-	resp.CommitIndex = l.confirmed
-	l.mu.Unlock()
+	resp.CommitIndex = confirmed
 	resp.Status = rsmpb.Status_OK
 	return resp
 }
@@ -647,9 +629,7 @@ func (n *Node) Leave(ctx context.Context) error {
 	if l != nil {
 		// Let the followers take over without waiting for missed
 		// heartbeats. Best effort: they fall back to the heartbeat timeout.
-		l.mu.Lock()
-		followers := slices.Clone(l.ls.Followers)
-		l.mu.Unlock()
+		followers := l.followerStatus()
 		var wg sync.WaitGroup
 		for _, f := range followers {
 			wg.Add(1)
