@@ -68,6 +68,8 @@ type leaderRun struct {
 	confirmed atomic.Uint64
 
 	concurrent prometheus.Gauge
+	handled    map[[2]int32]prometheus.Counter // by request type and status; the loop's
+	handleTime map[int32]prometheus.Observer   // by request type; the loop's
 }
 
 func newLeaderRun(n *Node, term uint64, ls leaderState, version string) *leaderRun {
@@ -82,6 +84,8 @@ func newLeaderRun(n *Node, term uint64, ls leaderState, version string) *leaderR
 		ls:         ls,
 		lsVersion:  version,
 		concurrent: n.m.concurrent.WithLabelValues(n.group),
+		handled:    map[[2]int32]prometheus.Counter{},
+		handleTime: map[int32]prometheus.Observer{},
 	}
 	for _, f := range ls.Followers {
 		l.view = append(l.view, FollowerStatus(f))
@@ -249,9 +253,20 @@ func (l *leaderRun) finish(p *pending, r *rsmpb.StateResponse) {
 	}
 	p.finished = true
 	n := l.n
-	typ := p.req.Type.String()
-	n.m.handle.WithLabelValues(n.group, typ).Observe(time.Since(p.start).Seconds())
-	n.m.handled.WithLabelValues(n.group, typ, r.Status.String()).Inc()
+	typ := int32(p.req.Type)
+	h := l.handleTime[typ]
+	if h == nil {
+		h = n.m.handle.WithLabelValues(n.group, p.req.Type.String())
+		l.handleTime[typ] = h
+	}
+	h.Observe(time.Since(p.start).Seconds())
+	key := [2]int32{typ, int32(r.Status)}
+	c := l.handled[key]
+	if c == nil {
+		c = n.m.handled.WithLabelValues(n.group, p.req.Type.String(), r.Status.String())
+		l.handled[key] = c
+	}
+	c.Inc()
 	l.concurrent.Dec()
 	r.Term = l.term
 	p.reply(r)
@@ -310,6 +325,25 @@ func (l *leaderRun) loop() {
 	defer func() { stop(cmdTimer); stop(readTimer); stop(syncTimer) }()
 	idle := time.NewTicker(time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval)
 	defer idle.Stop()
+	take := func(p *pending) {
+		read, started, full := w.take(p)
+		switch {
+		case read && full:
+			stop(readTimer)
+			readC = nil
+			l.answerReads(w.cutReads())
+		case read && started:
+			readTimer = time.NewTimer(o.FlushInterval)
+			readC = readTimer.C
+		case full:
+			stop(cmdTimer)
+			cmdC = nil
+			w.cutCommands()
+		case started:
+			cmdTimer = time.NewTimer(o.FlushInterval)
+			cmdC = cmdTimer.C
+		}
+	}
 	for {
 		if l.ctx.Err() != nil {
 			l.end()
@@ -319,23 +353,7 @@ func (l *leaderRun) loop() {
 		case <-l.ctx.Done():
 			continue
 		case p := <-l.reqs:
-			read, started, full := w.take(p)
-			switch {
-			case read && full:
-				stop(readTimer)
-				readC = nil
-				l.answerReads(w.cutReads())
-			case read && started:
-				readTimer = time.NewTimer(o.FlushInterval)
-				readC = readTimer.C
-			case full:
-				stop(cmdTimer)
-				cmdC = nil
-				w.cutCommands()
-			case started:
-				cmdTimer = time.NewTimer(o.FlushInterval)
-				cmdC = cmdTimer.C
-			}
+			take(p)
 		case <-cmdC:
 			cmdC = nil
 			w.cutCommands()
@@ -350,6 +368,18 @@ func (l *leaderRun) loop() {
 			l.members = append(l.members, fr)
 		case ev := <-l.events:
 			l.handle(ev)
+		}
+		// Take what else is ready before deciding, so that a round or a
+		// write covers all of it.
+		for more := true; more && l.ctx.Err() == nil; {
+			select {
+			case ev := <-l.events:
+				l.handle(ev)
+			case p := <-l.reqs:
+				take(p)
+			default:
+				more = false
+			}
 		}
 		if l.ctx.Err() != nil {
 			continue
