@@ -29,7 +29,10 @@
 // deadline passed while its fate was open). ErrApplicationResultUnavailable:
 // it was applied, once, but its result was replaced by a later command of
 // the same node. *NotLeaderError, ErrBusy, ErrTooLarge, ErrUnknownMachine,
-// ErrClosed and *CorruptError (matching ErrCorrupt) are as named.
+// ErrClosed and *CorruptError (matching ErrCorrupt) are as named. A node
+// that meets a corrupt object, or finds missing one the group depends on,
+// neither leads nor serves: Status().Problem names the object, and its
+// requests fail at once with that *CorruptError until the object is back.
 //
 // # What it does not guarantee
 //

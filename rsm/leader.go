@@ -137,7 +137,10 @@ func (l *leaderRun) takeover() error {
 		}
 		snapEnd, snapVersion, err := n.catchUp(l.ctx)
 		if err != nil {
-			n.noteCorrupt(err)
+			// A corrupt or missing object is refused: no seal over it,
+			// requests fail with it, and the attempt is retried in case
+			// the object is repaired.
+			n.refuse(err)
 			n.log.Warn("takeover: catch-up failed", "term", l.term, "err", err)
 			continue
 		}
@@ -189,7 +192,9 @@ func (l *leaderRun) takeover() error {
 func (l *leaderRun) seal(from uint64) (uint64, error) {
 	n := l.n
 	for index := from; ; index++ {
-		seal := &rsmpb.Entry{Index: index, Term: l.term, Writer: n.host.cfg.ID, Nonce: newNonce(), Noop: true}
+		// Everything before the seal is committed: every later leader
+		// applies it (rule 3).
+		seal := &rsmpb.Entry{Index: index, Term: l.term, Writer: n.host.cfg.ID, Nonce: newNonce(), Noop: true, Commit: index - 1}
 		found, err := n.gs.createEntry(l.ctx, seal)
 		if err != nil {
 			return index, err // unknown: read the log again from the top

@@ -124,7 +124,7 @@ func (w *window) nextWrite() *write {
 	}
 	b := w.ready[0]
 	w.ready = w.ready[1:]
-	e := &rsmpb.Entry{Index: w.next, Term: w.term}
+	e := &rsmpb.Entry{Index: w.next, Term: w.term, Commit: w.confirmed}
 	w.next++
 	for _, p := range b {
 		e.Commands = append(e.Commands, &rsmpb.Command{Client: p.req.Client, Seq: p.req.Seq, Machine: p.req.Machine, Data: p.req.Data})

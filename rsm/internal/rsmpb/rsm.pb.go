@@ -221,13 +221,17 @@ func (x *Command) GetData() []byte {
 
 // Entry is one log object: a batch of commands written by a leader of term.
 type Entry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
-	Writer        string                 `protobuf:"bytes,3,opt,name=writer,proto3" json:"writer,omitempty"`
-	Nonce         []byte                 `protobuf:"bytes,4,opt,name=nonce,proto3" json:"nonce,omitempty"`
-	Noop          bool                   `protobuf:"varint,5,opt,name=noop,proto3" json:"noop,omitempty"` // a seal: written by a new leader before it serves
-	Commands      []*Command             `protobuf:"bytes,6,rep,name=commands,proto3" json:"commands,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Index    uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Term     uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	Writer   string                 `protobuf:"bytes,3,opt,name=writer,proto3" json:"writer,omitempty"`
+	Nonce    []byte                 `protobuf:"bytes,4,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	Noop     bool                   `protobuf:"varint,5,opt,name=noop,proto3" json:"noop,omitempty"` // a seal: written by a new leader before it serves
+	Commands []*Command             `protobuf:"bytes,6,rep,name=commands,proto3" json:"commands,omitempty"`
+	// The writer's commit index when it wrote the entry: every index up to it
+	// was committed. A reader that finds a hole at or below it knows an
+	// object was deleted, not that a write failed.
+	Commit        uint64 `protobuf:"varint,7,opt,name=commit,proto3" json:"commit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -302,6 +306,13 @@ func (x *Entry) GetCommands() []*Command {
 		return x.Commands
 	}
 	return nil
+}
+
+func (x *Entry) GetCommit() uint64 {
+	if x != nil {
+		return x.Commit
+	}
+	return 0
 }
 
 // ClientRecord is one row of the dedup table.
@@ -1263,14 +1274,15 @@ const file_rsm_proto_rawDesc = "" +
 	"\x06client\x18\x01 \x01(\tR\x06client\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x18\n" +
 	"\amachine\x18\x03 \x01(\tR\amachine\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"\xa7\x01\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"\xbf\x01\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x16\n" +
 	"\x06writer\x18\x03 \x01(\tR\x06writer\x12\x14\n" +
 	"\x05nonce\x18\x04 \x01(\fR\x05nonce\x12\x12\n" +
 	"\x04noop\x18\x05 \x01(\bR\x04noop\x122\n" +
-	"\bcommands\x18\x06 \x03(\v2\x16.tenure.rsm.v1.CommandR\bcommands\"\x8c\x01\n" +
+	"\bcommands\x18\x06 \x03(\v2\x16.tenure.rsm.v1.CommandR\bcommands\x12\x16\n" +
+	"\x06commit\x18\a \x01(\x04R\x06commit\"\x8c\x01\n" +
 	"\fClientRecord\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\tR\x06client\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x16\n" +
