@@ -194,7 +194,7 @@ func (l *leaderRun) seal(from uint64) (uint64, error) {
 	for index := from; ; index++ {
 		// Everything before the seal is committed: every later leader
 		// applies it (rule 3).
-		seal := &rsmpb.Entry{Index: index, Term: l.term, Writer: n.host.cfg.ID, Nonce: newNonce(), Noop: true, Commit: index - 1}
+		seal := &rsmpb.Entry{Index: index, Term: l.term, Writer: n.host.cfg.ID, Nonce: newNonce(), Noop: true, Commit: index - 1, Group: n.group}
 		found, err := n.gs.createEntry(l.ctx, seal)
 		if err != nil {
 			return index, err // unknown: read the log again from the top
@@ -543,7 +543,7 @@ func (l *leaderRun) end() {
 func (l *leaderRun) progress() {
 	n, w := l.n, l.w
 	for wr := w.nextWrite(); wr != nil; wr = w.nextWrite() {
-		wr.entry.Writer, wr.entry.Nonce = n.host.cfg.ID, newNonce()
+		wr.entry.Writer, wr.entry.Nonce, wr.entry.Group = n.host.cfg.ID, newNonce(), n.group
 		e := wr.entry
 		l.goWork(func() {
 			start := time.Now()
@@ -661,7 +661,7 @@ func (l *leaderRun) writeSnapshot(snap *rsmpb.Snapshot, end uint64, version stri
 		if end > 0 {
 			snap.StartIndex = end + 1
 		}
-		snap.Writer, snap.WriterTerm, snap.Nonce = n.host.cfg.ID, l.term, newNonce()
+		snap.Writer, snap.WriterTerm, snap.Nonce, snap.Group = n.host.cfg.ID, l.term, newNonce(), n.group
 		var err error
 		v, err = n.gs.writeSnapshot(l.ctx, snap, version)
 		if err == nil {

@@ -212,3 +212,56 @@ func TestCommitIndexNeverDecreases(t *testing.T) {
 	}
 	mustCommand(t, b, 6)
 }
+
+// Objects copied from another group are refused, not applied.
+func TestObjectOfAnotherGroupIsRefused(t *testing.T) {
+	t.Run("log entry", func(t *testing.T) {
+		mem := memstore.New()
+		a := newTestNode(t, mem, "a", testOptions())
+		a.leadInBackground(t)
+		mustCommand(t, a, 1)
+		mustCommand(t, a, 2) // seal 1, commands 2, 3
+		a.Node.cancel()
+		a.wg.Wait()
+		e := cmdEntry(4, 1, "other", 1, 1000)
+		e.Group = "other"
+		writeEntryT(t, mem, e)
+
+		b := newTestNode(t, mem, "b", testOptions())
+		b.attempt(t)
+		key := logKey(testGroup, 4)
+		assertRefused(t, b, key, "log")
+		if got := b.count(t); got == 1002 {
+			t.Fatal("the other group's entry was applied")
+		}
+	})
+	t.Run("snapshot", func(t *testing.T) {
+		mem := memstore.New()
+		a := newTestNode(t, mem, "a", testOptions())
+		a.leadInBackground(t)
+		mustCommand(t, a, 1)
+		a.Node.cancel()
+		a.wg.Wait()
+		r, err := newReplica(map[string]StateMachine{"c": &protoCounter{}}, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.apply(cmdEntry(1, 1, "other", 1, 1000))
+		snap, err := r.snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap.Nonce, snap.Group = newNonce(), "other"
+		data, err := encodeSnapshot(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := testGroup + "/" + snapshotKey
+		if _, err := mem.Put(t.Context(), key, data, driver.Cond{Kind: driver.IfAbsent}); err != nil {
+			t.Fatal(err)
+		}
+		b := newTestNode(t, mem, "b", testOptions())
+		b.attempt(t)
+		assertRefused(t, b, key, "snapshot")
+	})
+}

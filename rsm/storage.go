@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
@@ -103,6 +104,9 @@ func (g *groupStore) readEntry(ctx context.Context, index uint64) (*rsmpb.Entry,
 		return nil, err
 	}
 	e, err := decodeEntry(data, index)
+	if err == nil && e.Group != "" && e.Group != g.group {
+		err = fmt.Errorf("it belongs to group %q", e.Group)
+	}
 	if err != nil {
 		return nil, &CorruptError{Key: key, Err: err}
 	}
@@ -203,6 +207,9 @@ func (g *groupStore) readSnapshot(ctx context.Context) (*rsmpb.Snapshot, string,
 		return nil, "", err
 	}
 	s, err := decodeSnapshot(data)
+	if err == nil && s.Group != "" && s.Group != g.group {
+		err = fmt.Errorf("it belongs to group %q", s.Group)
+	}
 	if err != nil {
 		return nil, "", &CorruptError{Key: g.key(snapshotKey), Err: err}
 	}

@@ -232,6 +232,7 @@ type Entry struct {
 	// was committed. A reader that finds a hole at or below it knows an
 	// object was deleted, not that a write failed.
 	Commit        uint64 `protobuf:"varint,7,opt,name=commit,proto3" json:"commit,omitempty"`
+	Group         string `protobuf:"bytes,8,opt,name=group,proto3" json:"group,omitempty"` // the group it belongs to: an object copied from another group is refused
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -313,6 +314,13 @@ func (x *Entry) GetCommit() uint64 {
 		return x.Commit
 	}
 	return 0
+}
+
+func (x *Entry) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 // ClientRecord is one row of the dedup table.
@@ -455,6 +463,7 @@ type Snapshot struct {
 	Writer        string                 `protobuf:"bytes,6,opt,name=writer,proto3" json:"writer,omitempty"`
 	WriterTerm    uint64                 `protobuf:"varint,7,opt,name=writer_term,json=writerTerm,proto3" json:"writer_term,omitempty"`
 	Nonce         []byte                 `protobuf:"bytes,8,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	Group         string                 `protobuf:"bytes,9,opt,name=group,proto3" json:"group,omitempty"` // the group it belongs to: an object copied from another group is refused
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -543,6 +552,13 @@ func (x *Snapshot) GetNonce() []byte {
 		return x.Nonce
 	}
 	return nil
+}
+
+func (x *Snapshot) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 type HandshakeRequest struct {
@@ -1274,7 +1290,7 @@ const file_rsm_proto_rawDesc = "" +
 	"\x06client\x18\x01 \x01(\tR\x06client\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x18\n" +
 	"\amachine\x18\x03 \x01(\tR\amachine\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"\xbf\x01\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"\xd5\x01\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x16\n" +
@@ -1282,7 +1298,8 @@ const file_rsm_proto_rawDesc = "" +
 	"\x05nonce\x18\x04 \x01(\fR\x05nonce\x12\x12\n" +
 	"\x04noop\x18\x05 \x01(\bR\x04noop\x122\n" +
 	"\bcommands\x18\x06 \x03(\v2\x16.tenure.rsm.v1.CommandR\bcommands\x12\x16\n" +
-	"\x06commit\x18\a \x01(\x04R\x06commit\"\x8c\x01\n" +
+	"\x06commit\x18\a \x01(\x04R\x06commit\x12\x14\n" +
+	"\x05group\x18\b \x01(\tR\x05group\"\x8c\x01\n" +
 	"\fClientRecord\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\tR\x06client\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x16\n" +
@@ -1292,7 +1309,7 @@ const file_rsm_proto_rawDesc = "" +
 	"\tlast_used\x18\x05 \x01(\x04R\blastUsed\"6\n" +
 	"\fMachineState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xa2\x02\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xb8\x02\n" +
 	"\bSnapshot\x12\x1f\n" +
 	"\vstart_index\x18\x01 \x01(\x04R\n" +
 	"startIndex\x12\x1b\n" +
@@ -1303,7 +1320,8 @@ const file_rsm_proto_rawDesc = "" +
 	"\x06writer\x18\x06 \x01(\tR\x06writer\x12\x1f\n" +
 	"\vwriter_term\x18\a \x01(\x04R\n" +
 	"writerTerm\x12\x14\n" +
-	"\x05nonce\x18\b \x01(\fR\x05nonce\"q\n" +
+	"\x05nonce\x18\b \x01(\fR\x05nonce\x12\x14\n" +
+	"\x05group\x18\t \x01(\tR\x05group\"q\n" +
 	"\x10HandshakeRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
