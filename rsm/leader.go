@@ -426,12 +426,12 @@ func (l *leaderRun) handle(ev any) {
 			l.maybeSnapshot()
 		}
 	case snapshotResult:
+		// On error too: a newer snapshot found is not written over again.
+		w.snapshotWritten(ev.end, ev.version)
 		if ev.err != nil {
 			n.log.Warn("snapshot not written", "err", ev.err)
 			w.snapBusy = false
-			return
 		}
-		w.snapshotWritten(ev.end, ev.version)
 	case truncated:
 		w.snapBusy = false
 	case syncResult:
@@ -637,8 +637,8 @@ func (l *leaderRun) maybeSnapshot() {
 // snapshot writes snap over the stored snapshot (end, version), then
 // truncates the log it covers. A worker.
 func (l *leaderRun) snapshot(snap *rsmpb.Snapshot, end uint64, version string) {
-	v, err := l.writeSnapshot(snap, end, version)
-	l.report(snapshotResult{end: snap.EndIndex, version: v, err: err})
+	end, v, err := l.writeSnapshot(snap, end, version)
+	l.report(snapshotResult{end: end, version: v, err: err})
 	if err != nil {
 		return
 	}
@@ -646,7 +646,9 @@ func (l *leaderRun) snapshot(snap *rsmpb.Snapshot, end uint64, version string) {
 	l.report(truncated{})
 }
 
-func (l *leaderRun) writeSnapshot(snap *rsmpb.Snapshot, end uint64, version string) (string, error) {
+// writeSnapshot returns the end and version of the snapshot now stored:
+// snap's, or on error a newer one another writer stored (end 0 if unknown).
+func (l *leaderRun) writeSnapshot(snap *rsmpb.Snapshot, end uint64, version string) (uint64, string, error) {
 	n := l.n
 	start := time.Now()
 	defer func() { n.m.snapshotUpload.WithLabelValues(n.group).Observe(time.Since(start).Seconds()) }()
@@ -656,7 +658,7 @@ func (l *leaderRun) writeSnapshot(snap *rsmpb.Snapshot, end uint64, version stri
 	var v string
 	for attempt := 0; ; attempt++ {
 		if end >= snap.EndIndex {
-			return "", fmt.Errorf("the stored snapshot already ends at %d", end)
+			return end, version, fmt.Errorf("the stored snapshot already ends at %d", end)
 		}
 		if end > 0 {
 			snap.StartIndex = end + 1
@@ -668,11 +670,11 @@ func (l *leaderRun) writeSnapshot(snap *rsmpb.Snapshot, end uint64, version stri
 			break
 		}
 		if !errors.Is(err, store.ErrPreconditionFailed) || store.IsAmbiguous(err) || attempt > 0 {
-			return "", err
+			return 0, "", err
 		}
 		cur, cv, rerr := n.gs.readSnapshot(l.ctx)
 		if rerr != nil {
-			return "", rerr
+			return 0, "", rerr
 		}
 		end, version = 0, cv
 		if cur != nil {
@@ -681,7 +683,7 @@ func (l *leaderRun) writeSnapshot(snap *rsmpb.Snapshot, end uint64, version stri
 	}
 	n.setSnapshotIndex(snap.EndIndex)
 	n.log.Debug("snapshot written", "start", snap.StartIndex, "end", snap.EndIndex)
-	return v, nil
+	return snap.EndIndex, v, nil
 }
 
 // truncate deletes the log entries a snapshot covers. An interrupted

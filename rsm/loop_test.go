@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -261,5 +262,68 @@ func TestTakeoverRetryResetsTheReplica(t *testing.T) {
 	}
 	if got, _ := fresh(t, mem); got != 1003 {
 		t.Fatalf("a fresh replica counts %d, want 1003", got)
+	}
+}
+
+// A snapshot another writer stored, ending past the leader's, is taken as
+// the snapshot to beat: the leader does not try to write over it on every
+// round.
+func TestNewerSnapshotIsNotWrittenOverAgain(t *testing.T) {
+	mem := memstore.New()
+	opts := testOptions()
+	opts.SnapshotThreshold = 4
+	a := newTestNode(t, mem, "a", opts)
+	a.leadInBackground(t)
+	r, err := newReplica(map[string]StateMachine{"c": &protoCounter{}}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := r.snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap.EndIndex, snap.Nonce = 1000, newNonce()
+	data, err := encodeSnapshot(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := testGroup + "/" + snapshotKey
+	if _, err := mem.Put(t.Context(), key, data, driver.Cond{Kind: driver.IfAbsent}); err != nil {
+		t.Fatal(err)
+	}
+	var attempts atomic.Int64
+	a.hooks.set(func(_ context.Context, k string) {
+		if k == key {
+			attempts.Add(1)
+		}
+	}, nil)
+	for i := uint64(1); i <= 12; i++ {
+		mustCommand(t, a, i)
+	}
+	if n := attempts.Load(); n > 1 {
+		t.Fatalf("%d writes of the snapshot tried over a newer one, want at most 1", n)
+	}
+}
+
+// A Follow waiting on a membership write when leadership ends is answered
+// at once, not at its deadline.
+func TestFollowAnsweredWhenLeadershipEnds(t *testing.T) {
+	mem := memstore.New()
+	a := newTestNode(t, mem, "a", testOptions())
+	a.leadInBackground(t)
+	l := leaderOf(t, a)
+	reached, release := blockPut(a, testGroup+"/"+leaderStateKey)
+	defer close(release)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := l.addFollower(ctx, followerInfo{ID: "f", Addr: "127.0.0.1:2"})
+		done <- err
+	}()
+	<-reached
+	l.depose(errors.New("deposed by the test"))
+	if err := <-done; err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Follow during the end of leadership: %v, want the leadership's end", err)
 	}
 }

@@ -57,6 +57,8 @@ func (l *leaderRun) addFollower(ctx context.Context, f followerInfo) (uint64, er
 	select {
 	case r := <-fr.reply:
 		return r.confirmed, r.err
+	case <-l.ctx.Done():
+		return 0, context.Cause(l.ctx)
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
