@@ -140,7 +140,7 @@ func (l *leaderRun) takeover() error {
 			// A corrupt or missing object is refused: no seal over it,
 			// requests fail with it, and the attempt is retried in case
 			// the object is repaired.
-			n.refuse(err)
+			n.recordProblem(err)
 			n.log.Warn("takeover: catch-up failed", "term", l.term, "err", err)
 			continue
 		}

@@ -188,11 +188,11 @@ func (n *Node) noteCorrupt(err error) {
 	}
 }
 
-// refuse reports err and, if it is a corrupt or missing object, records it
+// recordProblem reports err and, if it is a corrupt or missing object, records it
 // as the reason the node neither leads nor serves: Status shows it, the
 // refused gauge counts it and requests fail at once with it, until the
 // node joins again.
-func (n *Node) refuse(err error) {
+func (n *Node) recordProblem(err error) {
 	n.noteCorrupt(err)
 	var c *CorruptError
 	if !errors.As(err, &c) {
@@ -283,7 +283,7 @@ func (n *Node) run() {
 		}
 		if err != nil {
 			attempt++
-			n.refuse(err)
+			n.recordProblem(err)
 			n.log.Info("join attempt failed", "err", err)
 			if sleepCtx(n.ctx, n.gs.backoff(min(attempt, 5))) != nil {
 				return
