@@ -172,6 +172,10 @@ type kvBenchConfig struct {
 	progress    func(format string, args ...any)
 }
 
+// kvMaxWriters keeps the writers below the node's bound on requests in
+// flight, past which it would refuse them as busy.
+const kvMaxWriters = rsm.DefaultMaxConcurrentRequests - 4
+
 const kvBenchSynopsis = "bench kv [--store URL] [--sizes 1000,10000,100000] [--1m] [--value-size 1024] [--seq-puts N] [--writers 8] [--duration D] [--etcd=false] [--json]"
 
 func runBenchKV(ctx context.Context, e *env, args []string) error {
@@ -223,10 +227,10 @@ func runBenchKV(ctx context.Context, e *env, args []string) error {
 		return usage("--value-size must be between 1 and %d bytes (the HTTP API's default limit is %d), got %d", 200<<10, 256<<10, *valueSize)
 	case *seqPuts < 1:
 		return usage("--seq-puts must be at least 1, got %d", *seqPuts)
-	case *writers < 1 || *writers > 1000:
-		return usage("--writers must be between 1 and 1000, got %d", *writers)
-	case *fillWriters < 1 || *fillWriters > rsm.DefaultMaxConcurrentRequests/2:
-		return usage("--fill-writers must be between 1 and %d (half the node's MaxConcurrentRequests), got %d", rsm.DefaultMaxConcurrentRequests/2, *fillWriters)
+	case *writers < 1 || *writers > kvMaxWriters:
+		return usage("--writers must be between 1 and %d (below the node's MaxConcurrentRequests), got %d", kvMaxWriters, *writers)
+	case *fillWriters < 1 || *fillWriters > kvMaxWriters:
+		return usage("--fill-writers must be between 1 and %d (below the node's MaxConcurrentRequests), got %d", kvMaxWriters, *fillWriters)
 	case *duration <= 0:
 		return usage("--duration must be positive")
 	}
