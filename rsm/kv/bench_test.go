@@ -135,10 +135,11 @@ func BenchmarkSnapshotWrite(b *testing.B) {
 	}
 }
 
-// BenchmarkSnapshotWhileApplying serializes a captured view while
-// overwrites land on the machine, one per 1 KiB written, and reports the
-// heap grown at the peak beyond the values those overwrites add: what the
-// view keeps alive that the machine no longer holds.
+// BenchmarkSnapshotWhileApplying writes a captured view while the
+// machine overwrites one random key per KiB written (about as many
+// overwrites as keys, the heavy case), and reports the heap grown at the
+// peak: the new values, the old ones the view still holds, and the tree
+// nodes copied on write.
 func BenchmarkSnapshotWhileApplying(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
@@ -149,26 +150,16 @@ func BenchmarkSnapshotWhileApplying(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				v := m.Capture()
-				var wg sync.WaitGroup
-				stop := make(chan struct{})
-				wg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
+				peak = peakHeapWith(func(w io.Writer) {
+					var err error
+					if size, err = v.WriteTo(w); err != nil {
+						b.Fatal(err)
+					}
+				}, func(written int) {
+					for range written >> 10 {
 						m.Apply(command{op: tagPut, key: benchKey(2 * r.IntN(n)), value: value}.encode())
 					}
 				})
-				peak = peakHeap(func(w io.Writer) {
-					var err error
-					if size, err = v.WriteTo(w); err != nil {
-						b.Error(err)
-					}
-				})
-				close(stop)
-				wg.Wait()
 			}
 			b.ReportMetric(float64(peak), "peak-heap-B")
 			b.ReportMetric(float64(peak)/float64(size), "peak-heap/data")
@@ -213,14 +204,18 @@ func BenchmarkRestore(b *testing.B) {
 	}
 }
 
-// peakHeap runs f with a writer that samples the heap every MiB written
+// peakHeap runs f with a writer that samples the heap every 256 KiB written
 // to it, and returns the largest growth of HeapInuse seen over its value
 // before f (after a collection).
-func peakHeap(f func(w io.Writer)) int64 {
+func peakHeap(f func(w io.Writer)) int64 { return peakHeapWith(f, nil) }
+
+// peakHeapWith is peakHeap with a hook called after every write with the
+// number of bytes written.
+func peakHeapWith(f func(w io.Writer), onWrite func(int)) int64 {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	s := &heapSampler{base: int64(ms.HeapInuse)}
+	s := &heapSampler{base: int64(ms.HeapInuse), onWrite: onWrite}
 	f(s)
 	s.sample()
 	return s.peak
@@ -229,11 +224,15 @@ func peakHeap(f func(w io.Writer)) int64 {
 type heapSampler struct {
 	base, peak int64
 	since      int
+	onWrite    func(int)
 }
 
 func (s *heapSampler) Write(p []byte) (int, error) {
+	if s.onWrite != nil {
+		s.onWrite(len(p))
+	}
 	s.since += len(p)
-	if s.since >= 1<<20 {
+	if s.since >= 256<<10 {
 		s.since = 0
 		s.sample()
 	}

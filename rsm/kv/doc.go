@@ -63,8 +63,9 @@
 // in constant time and returns a view of that moment, whose WriteTo
 // writes the snapshot while the machine goes on applying commands. The
 // view shares the tree with the machine; each node the machine changes
-// afterwards is copied once, so a view costs at most a copy of the tree's
-// nodes (about 60 bytes a key), never of the values.
+// afterwards is copied once. A view so keeps alive at most the tree's
+// nodes (about 110 bytes a key) and the keys and values replaced or
+// deleted since its capture; dropping it frees them.
 //
 // # Errors
 //
