@@ -5,8 +5,10 @@ import "io"
 // Capturer is an optional interface of a StateMachine whose state can be
 // captured in constant time and serialized later, so that a snapshot does
 // not hold up commands for as long as it takes to write the whole state.
-// The node finds it by type assertion; a machine without it is snapshotted
-// by Snapshot, under the apply path, as before.
+// A snapshotter looks for it by type assertion: it calls Capture where it
+// would have called Snapshot, then writes the view elsewhere; a machine
+// without it is snapshotted by Snapshot, which holds up the apply path
+// for the whole write.
 //
 // Capture is called the way Apply is: from the goroutine that applies
 // commands, never concurrently with Apply, Query, Snapshot, Restore or
