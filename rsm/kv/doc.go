@@ -81,7 +81,8 @@
 // The whole state lives in memory and every snapshot writes all of it: it
 // is meant for configuration, locks and metadata (thousands to about a
 // million keys), not bulk data. Puts, deletes and gets cost O(log n); a
-// list costs O(log n) plus the keys it returns. There are no watches, leases (TTLs),
-// transactions over several keys or reads at past revisions. Exactly-once
-// writes are the rsm node's guarantee and carry its limits (see rsm).
+// list costs O(log n) plus the keys it returns. There are no watches,
+// leases (TTLs), transactions over several keys or reads at past
+// revisions. Exactly-once writes are the rsm node's guarantee and carry
+// its limits (see rsm).
 package kv
