@@ -18,7 +18,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -1417,7 +1416,10 @@ func TestElectionProcessRun(t *testing.T) {
 		t.Skip("runs tenure run processes for about a minute")
 	}
 	exe := filepath.Join(t.TempDir(), "tenure")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("building tenure needs the go command: %v", err)
+	}
 	if out, err := exec.Command(gobin, "build", "-o", exe, "github.com/tenure-io/tenure/cmd/tenure").CombinedOutput(); err != nil {
 		t.Fatalf("building tenure: %v\n%s", err, out)
 	}
