@@ -45,6 +45,12 @@ type Config struct {
 
 	// LockfilePath is the key of the lock record. Default "leader.json".
 	LockfilePath string
+	// LockURL names the store and the lock's key in one URL, as the tenure
+	// CLI's --lock does, e.g. "s3://bucket/prefix/leader.json" or
+	// "file:///var/lib/tenure//jobs/leader.json" (the key after "//" may
+	// hold "/"); see store.SplitKeyURL. Set it instead of StoreURL and
+	// LockfilePath, not with them or with Store.
+	LockURL string
 	// ServerID identifies this member. Default: the host name.
 	ServerID string
 	// ServerAddr is this member's host:port for peers; required in PeerMode.
@@ -133,6 +139,10 @@ func (e *ValidationError) Error() string {
 
 // withDefaults returns a copy with zero values replaced by defaults.
 func (c Config) withDefaults() Config {
+	if c.LockURL != "" && c.Store == nil && c.StoreURL == "" && c.LockfilePath == "" {
+		// Validate reports a LockURL that does not split.
+		c.StoreURL, c.LockfilePath, _ = store.SplitKeyURL(c.LockURL)
+	}
 	if c.LockfilePath == "" {
 		c.LockfilePath = DefaultLockfilePath
 	}
@@ -180,12 +190,22 @@ func (c Config) withDefaults() Config {
 // Validate checks the configuration after defaults are applied and names
 // every field it refuses.
 func (c Config) Validate() error {
-	c = c.withDefaults()
 	var p []string
 	bad := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	if c.LockURL != "" {
+		if c.Store != nil || c.StoreURL != "" || c.LockfilePath != "" {
+			bad("LockURL: names the store and the lock's key; set it instead of Store, StoreURL and LockfilePath, not with them")
+		} else if _, _, err := store.SplitKeyURL(c.LockURL); err != nil {
+			bad("LockURL: %v", err)
+		}
+		if len(p) > 0 {
+			return &ValidationError{Problems: p}
+		}
+	}
+	c = c.withDefaults()
 
 	if c.Store == nil && c.StoreURL == "" {
-		bad("Store or StoreURL: one is required (e.g. StoreURL \"s3://bucket/prefix\" or \"file:///var/lib/tenure\")")
+		bad("Store or StoreURL: one is required, or LockURL (e.g. StoreURL \"s3://bucket/prefix\" or \"file:///var/lib/tenure\")")
 	}
 	if c.LockfilePath == "" || len(c.LockfilePath) > store.MaxKeyLen || !utf8.ValidString(c.LockfilePath) {
 		bad("LockfilePath %q: must be a valid store key", c.LockfilePath)
