@@ -229,10 +229,11 @@ func (c *core) next(now time.Time) decision {
 	if c.stable() && c.peerMode && c.obs.rec.LeaderAddr != "" {
 		return decision{op: opPeer}
 	}
-	at := c.pollAt
-	if !c.stable() {
-		at = minTime(at, c.obs.since.Add(c.lease()))
-	}
+	// Read again at the next poll, or at the moment the version held would
+	// expire, whichever comes first: a leader that stops renewing (crashed,
+	// paused) is then replaced within the lease and one poll of its last
+	// renewal, however stable it looked.
+	at := minTime(c.pollAt, c.obs.since.Add(c.lease()))
 	if now.Before(at) {
 		return decision{op: opWait, until: at}
 	}
@@ -311,11 +312,7 @@ func (c *core) observe(now time.Time, found bool, rec Record, derr error, versio
 		// The leader is renewing: worth asking it again in peer mode.
 		c.peerFailed = false
 	}
-	if c.stable() {
-		c.pollAt = now.Add(c.t.spread(c.t.infrequent))
-	} else {
-		c.pollAt = now.Add(c.t.spread(c.t.frequent))
-	}
+	c.pollAt = now.Add(c.t.spread(c.pollEvery()))
 	if found && !corrupt && rec.Term > c.maxTerm {
 		c.maxTerm = rec.Term
 	}
@@ -369,12 +366,31 @@ func (c *core) wrote(op opKind, start, now time.Time, rec Record, version string
 	c.observe(now, true, rec, nil, version)
 }
 
-// renewInterval is the pause between renewals: FrequentInterval with half
-// the usual jitter, so the leader's cost stays at one write per interval on
-// average and the worst phase leaves as much of the deadline as possible
-// for riding out a store outage.
+// readsPerLease is how often a polling follower reads the store per
+// holder's lease, at least: the failover after a crash is at most the lease
+// and one such poll after the holder's last renewal, and a release is seen
+// within one poll.
+const readsPerLease = 4
+
+// pollEvery is the pause between a polling follower's reads: the frequent
+// interval during transitions, the infrequent one while the leader is seen
+// renewing, and never more than a quarter of the holder's lease.
+func (c *core) pollEvery() time.Duration {
+	d := c.t.frequent
+	if c.stable() {
+		d = c.t.infrequent
+	}
+	return min(d, c.lease()/readsPerLease)
+}
+
+// renewInterval is the pause between the starts of two renewals: just
+// below FrequentInterval (by 1-10 % with the default jitter, 5 % on
+// average), never above it. The jitter is one-sided so that the longest
+// gap between renewals, which sets the outage a leader rides out wherever
+// the outage starts (RenewDeadline - FrequentInterval), does not grow with
+// the jitter.
 func (c *core) renewInterval() time.Duration {
-	return c.t.frequent/2 + c.t.spread(c.t.frequent/2)
+	return c.t.frequent - c.t.spread(c.t.frequent/20)
 }
 
 func (c *core) becomeLeader(start time.Time, term uint64, version string) {

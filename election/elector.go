@@ -396,7 +396,13 @@ func (e *Elector) read(ctx context.Context) {
 	)
 	for i, pause := range e.cfg.RetrySchedule {
 		if i > 0 || pause > 0 {
-			e.wait(ctx, store.Jitter(pause, e.cfg.RetryJitter))
+			p := store.Jitter(pause, e.cfg.RetryJitter)
+			if e.core.leading {
+				// A leader reads to settle a write; near its deadline it
+				// retries sooner, as its writes do.
+				p = min(p, e.core.deadline().Sub(e.clk.Now())/4)
+			}
+			e.wait(ctx, p)
 		}
 		rctx, cancel := context.WithTimeout(ctx, e.callTimeout())
 		data, version, err = e.st.GetLimited(rctx, e.cfg.LockfilePath, MaxRecordSize)
@@ -478,6 +484,11 @@ func (e *Elector) callTimeout() time.Duration {
 	return e.cfg.RenewDeadline / 2
 }
 
+// attemptTimeout bounds one attempt of a write (and its read-back).
+func (e *Elector) attemptTimeout() time.Duration {
+	return e.cfg.RenewDeadline / 8
+}
+
 func (e *Elector) write(ctx context.Context, d decision) {
 	start := e.clk.Now()
 	d.record.LastUpdated = e.clk.Wall()
@@ -490,8 +501,14 @@ func (e *Elector) write(ctx context.Context, d decision) {
 	version, err := store.PutResolved(wctx, e.st, e.cfg.LockfilePath, data, d.cond, store.ResolveOptions{
 		Attempts: len(e.cfg.RetrySchedule),
 		MaxSize:  MaxRecordSize,
+		// A call that hangs (a dead connection) is abandoned in time for
+		// another attempt before the deadline.
+		AttemptTimeout: e.attemptTimeout(),
 		Backoff: func(n int) time.Duration {
-			return store.Jitter(e.cfg.RetrySchedule[min(n, len(e.cfg.RetrySchedule)-1)], e.cfg.RetryJitter)
+			p := store.Jitter(e.cfg.RetrySchedule[min(n, len(e.cfg.RetrySchedule)-1)], e.cfg.RetryJitter)
+			// Near the deadline, retry sooner: an outage that ends just
+			// before it is then ridden out.
+			return min(p, limit.Sub(e.clk.Now())/4)
 		},
 	})
 	cancel()
