@@ -142,10 +142,10 @@ func TestFailoverAndHandoverFigures(t *testing.T) {
 		}
 		for round := range 100 {
 			time.Sleep(time.Minute + time.Duration(round%7)*1300*time.Millisecond)
-			l := c.waitLeader(time.Minute)
+			c.waitLeader(time.Minute)
 			// Let the faulty store seeds and timers drift the phase.
 			time.Sleep(time.Duration(round%5) * 977 * time.Millisecond)
-			l = c.waitLeader(time.Minute)
+			l := c.waitLeader(time.Minute)
 			now := time.Now()
 			crash := round%2 == 0
 			if crash {

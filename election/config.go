@@ -78,6 +78,14 @@ type Config struct {
 	// RetryJitter is the fraction of random spread on every timer. Default 0.2.
 	RetryJitter float64
 
+	// Priority makes this member preferred as leader: a live member whose
+	// priority is higher than the leader's asks it to hand over (a field
+	// in the lock record, which the leader finds at its next renewal); the
+	// leader's work is cancelled and, once it has returned, the leader
+	// releases the lock to that member. Equal priorities never hand over.
+	// Default 0.
+	Priority int
+
 	// PeerMode: followers ask the leader over HTTPS instead of reading the
 	// store while leadership is stable. Default false.
 	PeerMode bool

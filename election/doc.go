@@ -75,6 +75,24 @@
 // leader answers only with the record it last wrote successfully, and only
 // within its deadline; otherwise 503.
 //
+// # Preferred leader
+//
+// A member may carry a Priority. A live follower whose priority is higher
+// than the leader's (and than that of any member that has already asked)
+// asks the leader to hand over by writing a copy of the leader's record
+// with HandoverTo set: this costs nothing while nobody asks. The leader's
+// next renewal fails on it; the leader reads the record, ends its term
+// (the leadership context is cancelled) and, once OnStartedLeading has
+// returned, releases the lock naming the asking member, which reads every
+// FrequentInterval/10 while it waits and takes it at once; the others
+// wait a FrequentInterval before taking a lock handed to another member.
+// The handover thus completes within about FrequentInterval of the
+// request. Equal priorities never hand over, so leadership does not flap.
+// A leader whose work does not return never releases: the lock lapses
+// after the lease, as after a crash. The request does not extend the
+// leader's lease for the asking member, so a dead leader is replaced as
+// fast as without it.
+//
 // # Terms, and records that cannot be taken over
 //
 // The term handed to the application never decreases for one lock,
