@@ -57,10 +57,14 @@ type Config struct {
 	ServerAddr string
 
 	// FrequentInterval is the polling interval during transitions, and the
-	// leader's renewal interval. Default 5 s.
+	// leader's renewal interval: it renews 90-100 % of it after the start
+	// of its last renewal. Default 5 s.
 	FrequentInterval time.Duration
-	// InfrequentInterval is the polling interval while leadership is
-	// stable. Default 30 s.
+	// InfrequentInterval is the longest pause between a follower's reads
+	// while leadership is stable; a polling follower also reads at least
+	// four times per holder's lease (every 3.75 s at the defaults), so that
+	// a crashed leader is replaced within the lease and one poll. It also
+	// bounds a peer long-poll. Default 30 s.
 	InfrequentInterval time.Duration
 	// LeaderTimeout is this member's lease: it is written in the records
 	// it writes (leaseMillis), and a follower takes the lock when the
@@ -79,6 +83,14 @@ type Config struct {
 	RetrySchedule []time.Duration
 	// RetryJitter is the fraction of random spread on every timer. Default 0.2.
 	RetryJitter float64
+
+	// Priority makes this member preferred as leader: a live member whose
+	// priority is higher than the leader's asks it to hand over (a field
+	// in the lock record, which the leader finds at its next renewal); the
+	// leader's work is cancelled and, once it has returned, the leader
+	// releases the lock to that member. Equal priorities never hand over.
+	// Default 0.
+	Priority int
 
 	// PeerMode: followers ask the leader over HTTPS instead of reading the
 	// store while leadership is stable. Default false.
