@@ -34,6 +34,11 @@ const (
 	DefaultMaxPendingPerClient   = 1000
 )
 
+// MaxMessageSizeLimit is the largest MaxMessageSize: the RPC transport's
+// limit on one message, less room for the fields around the entries or the
+// command it carries.
+const MaxMessageSizeLimit = maxServerMessage - 1<<20
+
 // RetryOptions are S2C's retry options for store calls and RPCs: exponential
 // backoff from BaseDelay up to MaxDelay with jitter; throttling adds
 // ThrottleDelay; MaxAttempts bounds the attempts of one call.
@@ -52,7 +57,7 @@ type RetryOptions struct {
 // invalid values and never corrects them.
 type Options struct {
 	// MaxMessageSize bounds one encoded RPC message and one command or
-	// result, in bytes. Default 500 KiB.
+	// result, in bytes. Default 500 KiB; at most MaxMessageSizeLimit.
 	MaxMessageSize int
 	// SnapshotThreshold: the leader snapshots after this many log entries
 	// since the last snapshot, then truncates the log. Default 100.
@@ -195,6 +200,9 @@ func (o Options) Validate() error {
 	if len(errs) == 0 {
 		if d.MaxMessageSize < 4<<10 {
 			errs = append(errs, fmt.Sprintf("MaxMessageSize must be at least 4 KiB (got %d)", d.MaxMessageSize))
+		}
+		if d.MaxMessageSize > MaxMessageSizeLimit {
+			errs = append(errs, fmt.Sprintf("MaxMessageSize must be at most %d, what the RPC transport carries (got %d)", MaxMessageSizeLimit, d.MaxMessageSize))
 		}
 		if d.Retry.MaxDelay < d.Retry.BaseDelay {
 			errs = append(errs, fmt.Sprintf("Retry.MaxDelay (%v) must not be below Retry.BaseDelay (%v)", d.Retry.MaxDelay, d.Retry.BaseDelay))

@@ -22,23 +22,15 @@ import (
 type electMetrics struct {
 	reg         *prometheus.Registry
 	transitions *prometheus.CounterVec
-	requests    *prometheus.CounterVec
-	latency     *prometheus.HistogramVec
+	store       *storeMetrics
 	renew       prometheus.Histogram
 }
 
 func newElectMetrics(e func() *election.Elector) *electMetrics {
-	m := &electMetrics{reg: prometheus.NewRegistry()}
+	m := &electMetrics{reg: prometheus.NewRegistry(), store: newStoreMetrics()}
 	m.transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenure_election_transitions_total", Help: "Leadership transitions of this member, by kind (started, stopped).",
 	}, []string{"kind"})
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tenure_store_requests_total", Help: "Store requests by operation, condition and result.",
-	}, []string{"op", "cond", "result"})
-	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "tenure_store_request_duration_seconds", Help: "Store request latency by operation.",
-		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-	}, []string{"op"})
 	m.renew = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "tenure_election_renew_duration_seconds", Help: "Latency of successful compare-and-swap writes of the lock (renewals and acquisitions).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
@@ -67,7 +59,8 @@ func newElectMetrics(e func() *election.Elector) *electMetrics {
 		}
 		return 0
 	})
-	m.reg.MustRegister(m.transitions, m.requests, m.latency, m.renew, isLeader, term, problem,
+	m.reg.MustRegister(m.store.collectors()...)
+	m.reg.MustRegister(m.transitions, m.renew, isLeader, term, problem,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -75,12 +68,7 @@ func newElectMetrics(e func() *election.Elector) *electMetrics {
 // observe is the store observer feeding the request metrics.
 func (m *electMetrics) observe(lockKey string) func(store.Call) {
 	return func(c store.Call) {
-		result := "ok"
-		if c.Err != nil {
-			result = store.KindOf(c.Err).String()
-		}
-		m.requests.WithLabelValues(c.Op, c.Cond.String(), result).Inc()
-		m.latency.WithLabelValues(c.Op).Observe(c.Duration.Seconds())
+		m.store.observe(c)
 		if c.Op == "put" && c.Cond == driver.IfMatch && c.Key == lockKey && c.Err == nil {
 			m.renew.Observe(c.Duration.Seconds())
 		}
@@ -100,7 +88,7 @@ func runElect(ctx context.Context, e *env, args []string) error {
 		return errUsage
 	}
 	var el *election.Elector
-	_, lockKey, err := splitLockURL(*ef.lock)
+	_, lockKey, err := store.SplitKeyURL(*ef.lock)
 	if err != nil && *ef.lock != "" {
 		return err
 	}

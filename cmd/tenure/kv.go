@@ -3,30 +3,38 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/grpclog"
 
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
 	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/driver"
 )
 
 const kvUsage = `Usage:
@@ -39,8 +47,9 @@ const kvUsage = `Usage:
   tenure kv list [PREFIX]          list keys with their revisions
   tenure kv status                 show the node's view of its group
 
-The client commands take --addr (default $TENURE_KV_ADDR or http://127.0.0.1:7480)
-and --json. Run 'tenure kv COMMAND --help' for a command's flags.`
+The client commands take --addr (default $TENURE_KV_ADDR or http://127.0.0.1:7480),
+--json, --token-file (default: the token in $TENURE_KV_TOKEN), and for an https://
+address --ca and --cert/--key. Run 'tenure kv COMMAND --help' for a command's flags.`
 
 func runKV(ctx context.Context, e *env, args []string) error {
 	sub := map[string]func(context.Context, *env, []string) error{
@@ -68,14 +77,26 @@ func runKV(ctx context.Context, e *env, args []string) error {
 
 // ---- serve ----
 
+const kvServeHelp = "kv serve --store URL --peer HOST:PORT [--group NAME] [--listen ADDR] [--id ID] [flags]\n\n" +
+	"Runs one node of a replicated kv group whose log and snapshots live in the store, and serves\n" +
+	"the HTTP API (GET/PUT/DELETE /v1/kv/KEY, POST /v1/cas, GET /v1/list, GET /v1/status) on --listen,\n" +
+	"with /metrics (Prometheus) and the probes /livez (200 while the process runs) and /readyz\n" +
+	"(200 while the node leads or follows a known leader; else 503 and the reason as JSON).\n" +
+	"A store that cannot be reached at start is retried (the node reports not ready meanwhile);\n" +
+	"a permanent store error (missing bucket, refused credentials, bad URL) exits.\n\n" +
+	"Security: plain HTTP is served on a loopback --listen only, unless --insecure-http. Serve HTTPS\n" +
+	"with --http-tls-cert/--http-tls-key; --http-client-ca requires client certificates and\n" +
+	"--token-file a bearer token on every request except /livez and /readyz (so /metrics needs them\n" +
+	"too; --metrics serves it on a second address without them). The peer RPCs have their own TLS\n" +
+	"flags (--tls-dir or --tls-cert/--tls-key/--tls-ca).\n\n" +
+	"Give every node of a group the same --max-value-size: the group's RPC message limit follows it.\n" +
+	"SIGINT or SIGTERM leaves the group (a leader steps down) and exits."
+
 func runKVServe(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "kv serve", "kv serve --store URL --peer HOST:PORT [--group NAME] [--listen ADDR] [--id ID] [flags]\n\n"+
-		"Runs one node of a replicated kv group whose log and snapshots live in the store, and serves\n"+
-		"the HTTP API (GET/PUT/DELETE /v1/kv/KEY, POST /v1/cas, GET /v1/list, GET /v1/status).\n"+
-		"SIGINT or SIGTERM leaves the group (a leader steps down) and exits.")
+	fs := newFlags(e, "kv serve", kvServeHelp)
 	storeURL := fs.String("store", "", "store URL, e.g. file:///var/lib/tenure or s3://bucket/prefix (required)")
 	group := fs.String("group", "kv", "the group's name: its objects live under this prefix in the store")
-	listen := fs.String("listen", "127.0.0.1:7480", "address of the HTTP API (plain HTTP: keep it on a trusted network)")
+	listen := fs.String("listen", "127.0.0.1:7480", "address of the HTTP API and the probes (plain HTTP only on loopback, unless --insecure-http)")
 	peer := fs.String("peer", "", "host:port the node's gRPC server listens on for the group's other nodes (required)")
 	advertise := fs.String("advertise", "", "host:port the other nodes dial (default --peer, with the port chosen if --peer's is 0)")
 	id := fs.String("id", "", "node ID, unique in the group and stable across restarts (default HOSTNAME-ADVERTISE)")
@@ -87,14 +108,19 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	heartbeat := fs.Duration("heartbeat", rsm.DefaultHeartbeatInterval, "HeartbeatInterval: the leader synchronizes followers at least this often")
 	missed := fs.Int("max-missed-heartbeats", rsm.DefaultMaxMissedHeartbeats, "MaxMissedHeartbeats: a follower checks the store after this many silent intervals")
 	leadDelay := fs.Duration("leadership-delay", rsm.DefaultLeadershipDelay, "LeadershipDelay: pause per rank before a follower attempts leadership")
-	maxValue := fs.Int("max-value-size", kv.DefaultMaxValueSize, "largest value accepted over HTTP, in bytes")
+	maxValue := fs.Int("max-value-size", kv.DefaultMaxValueSize, fmt.Sprintf("largest value accepted over HTTP, in bytes, at most %d; the group's MaxMessageSize (the RPC limit) is set to carry it", kv.MaxValueSizeLimit))
 	tlsDir := fs.String("tls-dir", "", "directory holding ca.pem, node.pem and node-key.pem for the peer RPCs (mutual TLS)")
 	tlsCert := fs.String("tls-cert", "", "certificate for the peer RPCs, as server and as client (PEM; with --tls-key and --tls-ca)")
 	tlsKey := fs.String("tls-key", "", "key of --tls-cert (PEM)")
 	tlsCA := fs.String("tls-ca", "", "CA that signs every node's certificate (PEM)")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address")
+	httpCert := fs.String("http-tls-cert", "", "serve the HTTP API over HTTPS with this certificate (PEM; with --http-tls-key)")
+	httpKey := fs.String("http-tls-key", "", "key of --http-tls-cert (PEM)")
+	httpClientCA := fs.String("http-client-ca", "", "require API clients to present a certificate signed by these CAs (PEM; needs --http-tls-cert; the probes do not)")
+	tokenFile := fs.String("token-file", "", "require 'Authorization: Bearer TOKEN' on every request but the probes; the file holds TOKEN, at least 16 bytes")
+	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP on a --listen address that is not loopback: the API's traffic, and any token, cross the network in clear")
+	metricsAddr := fs.String("metrics", "", "also serve Prometheus /metrics on this address, plain HTTP and without token or client certificate")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logFormat := fs.String("log-format", "text", "log format: text or json (json: every line on stdout and stderr is JSON, gRPC's included)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -108,31 +134,67 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	kvGRPCLogger.Store(log)
+	// In JSON, a fatal error is a log line too, not main's plain one.
+	fail := func(err error) error {
+		if *logFormat == "json" && err != nil {
+			log.Error("tenure kv serve: exiting", "err", err)
+			return loggedError{err}
+		}
+		return err
+	}
+	if u, err := url.Parse(*storeURL); err != nil || !slices.Contains(store.Schemes(), u.Scheme) {
+		// Open refuses the URL before any I/O, with the message.
+		if _, err := store.Open(ctx, *storeURL); err != nil {
+			return fail(err)
+		}
+	}
+	if *maxValue <= 0 {
+		return fail(fmt.Errorf("--max-value-size must be positive (got %d)", *maxValue))
+	}
+	if *maxValue > kv.MaxValueSizeLimit {
+		return fail(fmt.Errorf("--max-value-size %d is more than the RPC layer carries: a value travels in one message of at most %d bytes (rsm.MaxMessageSizeLimit), which leaves at most %d bytes (kv.MaxValueSizeLimit) for the value",
+			*maxValue, rsm.MaxMessageSizeLimit, kv.MaxValueSizeLimit))
+	}
 	opts := rsm.Options{
-		FlushInterval: *flush, BatchMinCount: *batchMin, PipelineDepth: *pipeline,
+		MaxMessageSize: kv.MessageSize(*maxValue),
+		FlushInterval:  *flush, BatchMinCount: *batchMin, PipelineDepth: *pipeline,
 		SnapshotThreshold: *snapThreshold, RequestTimeout: *reqTimeout,
 		HeartbeatInterval: *heartbeat, MaxMissedHeartbeats: *missed, LeadershipDelay: *leadDelay,
 	}
 	if err := opts.Validate(); err != nil {
-		return err
-	}
-	if *maxValue <= 0 {
-		return fmt.Errorf("--max-value-size must be positive (got %d)", *maxValue)
+		return fail(err)
 	}
 	serverTLS, clientTLS, err := kvTLS(*tlsDir, *tlsCert, *tlsKey, *tlsCA)
 	if err != nil {
-		return err
+		return fail(err)
+	}
+	apiTLS, err := kvAPITLS(*httpCert, *httpKey, *httpClientCA)
+	if err != nil {
+		return fail(err)
+	}
+	if apiTLS == nil && !*insecureHTTP && !loopback(*listen) {
+		return fail(fmt.Errorf("--listen %s is not a loopback address: serve HTTPS there with --http-tls-cert and --http-tls-key, or pass --insecure-http to serve plain HTTP anyway", *listen))
+	}
+	var token *[sha256.Size]byte
+	if *tokenFile != "" {
+		tok, err := readKVToken(*tokenFile, "--token-file", 16)
+		if err != nil {
+			return fail(err)
+		}
+		sum := sha256.Sum256([]byte(tok))
+		token = &sum
 	}
 
 	// Listen before touching the store, so a busy port costs nothing.
 	peerLn, err := net.Listen("tcp", *peer)
 	if err != nil {
-		return fmt.Errorf("--peer %s: %w", *peer, err)
+		return fail(fmt.Errorf("--peer %s: %w", *peer, err))
 	}
 	defer peerLn.Close() // the host closes it too; a second close is harmless
 	addr, err := advertiseAddr(*advertise, *peer, peerLn.Addr())
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	if *id == "" {
 		host, _ := os.Hostname()
@@ -141,57 +203,93 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	if serverTLS == nil && !loopback(addr) {
 		log.Warn("peer RPCs are plaintext: pass --tls-dir or --tls-cert/--tls-key/--tls-ca outside loopback")
 	}
-	reg := prometheus.NewRegistry()
+	if apiTLS == nil && !loopback(*listen) {
+		log.Warn("the HTTP API is plain HTTP on a non-loopback address (--insecure-http): its traffic and any token cross the network in clear")
+	}
+	// The rsm metrics have their own registry: readiness reads the
+	// corrupt-object count from it.
+	reg, rsmReg, sm := prometheus.NewRegistry(), prometheus.NewRegistry(), newStoreMetrics()
+	reg.MustRegister(sm.collectors()...)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	hcfg := rsm.HostConfig{ID: *id, Addr: addr, Listener: peerLn, ServerTLS: serverTLS, ClientTLS: clientTLS, Logger: log, Registerer: reg}
+	metrics := promhttp.HandlerFor(prometheus.Gatherers{reg, rsmReg}, promhttp.HandlerOpts{})
+	hcfg := rsm.HostConfig{ID: *id, Addr: addr, Listener: peerLn, ServerTLS: serverTLS, ClientTLS: clientTLS, Logger: log, Registerer: rsmReg}
 	if err := hcfg.Validate(); err != nil {
-		return err
+		return fail(err)
 	}
 	httpLn, err := net.Listen("tcp", *listen)
 	if err != nil {
-		return fmt.Errorf("--listen %s: %w", *listen, err)
+		return fail(fmt.Errorf("--listen %s: %w", *listen, err))
 	}
 	defer httpLn.Close()
 	var metricsLn net.Listener
 	if *metricsAddr != "" {
 		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
-			return fmt.Errorf("--metrics %s: %w", *metricsAddr, err)
+			return fail(fmt.Errorf("--metrics %s: %w", *metricsAddr, err))
 		}
 		defer metricsLn.Close()
 	}
 
-	st, err := store.Open(ctx, *storeURL)
-	if err != nil {
-		return err
+	health := &storeHealth{}
+	ks := &kvServer{token: token, clientCerts: *httpClientCA != "", metrics: metrics, health: health, rsmReg: rsmReg}
+	ks.starting.Store(ptr("connecting to the store"))
+	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	srv := &http.Server{Handler: ks, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+	apiLn, scheme := httpLn, "http"
+	if apiTLS != nil {
+		apiLn, scheme = tls.NewListener(httpLn, apiTLS), "https"
 	}
-	defer st.Close()
-	host, err := rsm.NewHost(ctx, st, hcfg)
-	if err != nil {
-		return err
-	}
-	defer host.Close()
-	node, err := host.Join(ctx, *group, map[string]rsm.StateMachine{kv.MachineName: kv.New()}, opts)
-	if err != nil {
-		return err
-	}
-	h, err := kv.NewHandler(kv.NewClient(node), kv.HandlerOptions{MaxValueSize: *maxValue, Status: node.Status})
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- srv.Serve(httpLn) }()
+	go func() { serveErr <- srv.Serve(apiLn) }()
 	var msrv *http.Server
 	if metricsLn != nil {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		mux.Handle("/metrics", metrics)
+		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 		go func() { serveErr <- msrv.Serve(metricsLn) }()
-	}
-	fmt.Fprintf(e.stdout, "tenure kv: node %s of group %q: HTTP API on http://%s, peers dial %s\n", *id, *group, httpLn.Addr(), addr)
-	if metricsLn != nil {
 		log.Info("serving /metrics", "addr", metricsLn.Addr().String())
 	}
+	apiURL := scheme + "://" + httpLn.Addr().String()
+	if *logFormat == "json" {
+		log.Info("serving", "node", *id, "group", *group, "api", apiURL, "peers", addr)
+	} else {
+		fmt.Fprintf(e.stdout, "tenure kv: node %s of group %q: HTTP API on %s, peers dial %s\n", *id, *group, apiURL, addr)
+	}
+	stopHTTP := func() {
+		ks.stopping.Store(true)
+		// Let requests in flight finish (each is bounded by RequestTimeout).
+		sctx, cancel := context.WithTimeout(context.Background(), *reqTimeout+time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			_ = srv.Close()
+		}
+		if msrv != nil {
+			_ = msrv.Close()
+		}
+	}
+
+	st, host, err := kvConnect(ctx, log, ks, *storeURL, hcfg, func(c store.Call) { sm.observe(c); health.observe(c) })
+	if err != nil || ctx.Err() != nil {
+		stopHTTP()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fail(err)
+	}
+	defer st.Close()
+	defer host.Close()
+	node, err := host.Join(ctx, *group, map[string]rsm.StateMachine{kv.MachineName: kv.New()}, opts)
+	if err != nil {
+		stopHTTP()
+		return fail(err)
+	}
+	h, err := kv.NewHandler(kv.NewClient(node), kv.HandlerOptions{MaxValueSize: *maxValue, Status: node.Status})
+	if err != nil {
+		stopHTTP()
+		return fail(err)
+	}
+	ks.status.Store(ptr(node.Status))
+	ks.api.Store(&h)
+	ks.starting.Store(nil)
 
 	var runErr error
 	select {
@@ -203,27 +301,343 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		// disagree with the group's settings, which the error names).
 		runErr = fmt.Errorf("group %q: %w", *group, node.Err())
 	}
-	// Let requests in flight finish (each is bounded by RequestTimeout),
-	// then leave: a leader steps down so another node takes over at once.
-	sctx, cancel := context.WithTimeout(context.Background(), *reqTimeout+time.Second)
+	stopHTTP()
+	// Leave: a leader steps down so another node takes over at once.
+	lctx, cancel := context.WithTimeout(context.Background(), *reqTimeout+time.Second)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-	}
-	if msrv != nil {
-		_ = msrv.Close()
-	}
-	if err := node.Leave(sctx); err != nil {
+	if err := node.Leave(lctx); err != nil {
 		log.Warn("leaving the group", "err", err)
 	}
 	if err := host.Close(); err != nil {
 		log.Warn("closing the host", "err", err)
 	}
-	if runErr == nil {
+	if runErr != nil {
+		return fail(runErr)
+	}
+	if *logFormat == "json" {
+		log.Info("left the group", "node", *id, "group", *group)
+	} else {
 		fmt.Fprintf(e.stdout, "tenure kv: node %s left group %q\n", *id, *group)
 	}
-	return runErr
+	return nil
 }
+
+// loggedError is an error the command has already logged: main exits 1
+// without printing it again.
+type loggedError struct{ err error }
+
+func (e loggedError) Error() string { return e.err.Error() }
+func (e loggedError) Unwrap() error { return e.err }
+
+// kvConnect opens the store and starts the host, retrying while the store
+// does not answer (ks reports why meanwhile). An error the store
+// classifies as permanent, or one that is not the store's (a bad URL, a
+// store that ignores conditional writes), is returned at once; so is
+// ctx's end, as a nil store.
+func kvConnect(ctx context.Context, log *slog.Logger, ks *kvServer, storeURL string, hcfg rsm.HostConfig, observe func(store.Call)) (*store.Store, *rsm.Host, error) {
+	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
+		st, err := store.Open(ctx, storeURL, store.WithObserver(observe))
+		if err == nil {
+			var host *rsm.Host
+			if host, err = rsm.NewHost(ctx, st, hcfg); err == nil {
+				return st, host, nil
+			}
+			st.Close()
+		}
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		if !kvRetryable(err) {
+			return nil, nil, err
+		}
+		ks.starting.Store(ptr("store unreachable: " + err.Error()))
+		log.Warn("the store is unreachable; retrying", "err", err, "retryIn", wait)
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// kvRetryable: the store did not answer, or answered that it is busy.
+// Anything else needs the operator.
+func kvRetryable(err error) bool {
+	var se *store.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	return !errors.Is(err, store.ErrPermanent) && !errors.Is(err, store.ErrInvalidArgument) &&
+		!errors.Is(err, store.ErrConditionsIgnored) && !errors.Is(err, store.ErrClosed) && !errors.Is(err, store.ErrTooLarge)
+}
+
+// kvServer is kv serve's HTTP handler: the probes, then authentication,
+// then /metrics and the API. It is safe for concurrent use.
+type kvServer struct {
+	token       *[sha256.Size]byte // of the bearer token; nil: none required
+	clientCerts bool               // require a verified client certificate
+	metrics     http.Handler
+	health      *storeHealth
+	rsmReg      prometheus.Gatherer
+
+	starting atomic.Pointer[string]            // why there is no node yet; nil once there is
+	stopping atomic.Bool                       // shutting down
+	status   atomic.Pointer[func() rsm.Status] // the node's, once joined
+	api      atomic.Pointer[http.Handler]
+}
+
+func (s *kvServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/livez", "/readyz":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			kvWriteJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": "method not allowed; allowed: GET, HEAD", "code": "method_not_allowed"})
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		if r.URL.Path == "/livez" {
+			kvWriteJSON(w, http.StatusOK, map[string]any{"alive": true})
+			return
+		}
+		h := s.healthNow()
+		if ok, reason := kvReadiness(h); !ok {
+			kvWriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason})
+			return
+		}
+		kvWriteJSON(w, http.StatusOK, map[string]any{"ready": true, "role": h.status.Role, "leader": h.status.LeaderID, "term": h.status.Term})
+		return
+	}
+	if s.clientCerts && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+		kvWriteJSON(w, http.StatusUnauthorized, map[string]any{"error": "this server requires a client certificate (tenure kv: --cert and --key)", "code": "client_certificate_required"})
+		return
+	}
+	if !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tenure kv"`)
+		kvWriteJSON(w, http.StatusUnauthorized, map[string]any{"error": "missing or wrong bearer token: send Authorization: Bearer TOKEN (tenure kv: --token-file or $TENURE_KV_TOKEN)", "code": "unauthorized"})
+		return
+	}
+	if r.URL.Path == "/metrics" {
+		s.metrics.ServeHTTP(w, r)
+		return
+	}
+	api := s.api.Load()
+	if api == nil {
+		reason := "starting"
+		if p := s.starting.Load(); p != nil {
+			reason = *p
+		}
+		w.Header().Set("Retry-After", "1")
+		kvWriteJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "not ready: " + reason, "code": "not_ready", "outcome": "not_applied"})
+		return
+	}
+	(*api).ServeHTTP(w, r)
+}
+
+// authorized compares the bearer token in constant time (of hashes, so the
+// length does not show either).
+func (s *kvServer) authorized(r *http.Request) bool {
+	if s.token == nil {
+		return true
+	}
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
+}
+
+func (s *kvServer) healthNow() kvHealth {
+	h := kvHealth{stopping: s.stopping.Load(), storeErr: s.health.err(), corrupt: gatheredSum(s.rsmReg, "tenure_rsm_corrupt_objects_total")}
+	if p := s.starting.Load(); p != nil {
+		h.starting = *p
+	}
+	if f := s.status.Load(); f != nil {
+		h.status = (*f)()
+	} else if h.starting == "" {
+		h.starting = "starting"
+	}
+	return h
+}
+
+// kvHealth is what readiness is decided on.
+type kvHealth struct {
+	stopping bool
+	starting string // why there is no node yet
+	status   rsm.Status
+	storeErr error   // the store's calls have been failing
+	corrupt  float64 // corrupt objects seen
+}
+
+// kvReadiness: ready while the node leads, or follows a leader it knows,
+// on a store that answers and holds nothing corrupt.
+func kvReadiness(h kvHealth) (ready bool, reason string) {
+	switch {
+	case h.stopping:
+		return false, "shutting down"
+	case h.starting != "":
+		return false, h.starting
+	case h.corrupt > 0:
+		// A corrupt object stays until an operator repairs it.
+		return false, fmt.Sprintf("%g corrupt object(s) seen in the store (tenure_rsm_corrupt_objects_total); see the logs", h.corrupt)
+	case h.storeErr != nil:
+		return false, "store unreachable: " + h.storeErr.Error()
+	case h.status.State != rsm.Joined.String():
+		return false, "joining the group"
+	case h.status.Role == rsm.Leader.String():
+		return true, ""
+	case h.status.Role == rsm.Follower.String() && h.status.LeaderID != "":
+		return true, ""
+	case h.status.Role == rsm.Follower.String():
+		return false, "no leader known"
+	}
+	return false, "no role in the group (" + h.status.Role + ")"
+}
+
+// gatheredSum sums the samples of one counter or gauge family.
+func gatheredSum(g prometheus.Gatherer, name string) float64 {
+	mfs, err := g.Gather()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
+// storeFailuresUnready is how many store calls in a row must fail before
+// readiness says the store is unreachable: one failure is retried.
+const storeFailuresUnready = 3
+
+// storeHealth follows the outcome of the node's store calls.
+type storeHealth struct {
+	mu    sync.Mutex
+	fails int
+	last  error
+}
+
+func (h *storeHealth) observe(c store.Call) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c.Err == nil {
+		h.fails, h.last = 0, nil
+		return
+	}
+	switch store.KindOf(c.Err) {
+	case driver.Canceled:
+		// Our own cancellation says nothing of the store.
+	case driver.NotFound, driver.PreconditionFailed, driver.Conflict, driver.InvalidArgument, driver.TooLarge:
+		h.fails, h.last = 0, nil // an answer
+	default:
+		h.fails++
+		h.last = c.Err
+	}
+}
+
+func (h *storeHealth) err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.fails >= storeFailuresUnready {
+		return h.last
+	}
+	return nil
+}
+
+func kvWriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v) // the status is sent; a failed write has no one to tell
+}
+
+// kvAPITLS loads the HTTP API's TLS. With a client CA, a client
+// certificate is verified if given and kvServer requires one everywhere
+// but the probes, which kubelets and load balancers call without one.
+func kvAPITLS(cert, key, clientCA string) (*tls.Config, error) {
+	switch {
+	case cert == "" && key == "" && clientCA == "":
+		return nil, nil
+	case cert == "" || key == "":
+		return nil, errors.New("--http-tls-cert and --http-tls-key go together (--http-client-ca needs them)")
+	}
+	cfg, err := tlsutil.LoadServer(cert, key, clientCA)
+	if err != nil {
+		return nil, err
+	}
+	if clientCA != "" {
+		cfg.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	return cfg, nil
+}
+
+// readKVToken reads a bearer token from file: one word, surrounding
+// whitespace trimmed.
+func readKVToken(file, flagName string, minLen int) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flagName, err)
+	}
+	tok := strings.TrimSpace(string(b))
+	switch {
+	case tok == "":
+		return "", fmt.Errorf("%s %s is empty", flagName, file)
+	case strings.ContainsAny(tok, " \t\r\n"):
+		return "", fmt.Errorf("%s %s holds whitespace inside the token; want one word", flagName, file)
+	case len(tok) < minLen:
+		return "", fmt.Errorf("%s %s: the token is %d bytes; want at least %d (e.g. openssl rand -hex 32)", flagName, file, len(tok), minLen)
+	}
+	return tok, nil
+}
+
+// kvGRPCLogger receives gRPC's own logs: kv serve's logger once it runs.
+var kvGRPCLogger atomic.Pointer[slog.Logger]
+
+// gRPC's default logger prints plain lines; route them through slog. Set
+// in init, as grpclog asks, before any gRPC call.
+func init() { grpclog.SetLoggerV2(grpcSlog{}) }
+
+// grpcSlog is a grpclog.LoggerV2 on slog. gRPC's info is debug here and its
+// warnings info (it hides both by default: they include every failed
+// reconnection to a node that left); without kv serve's logger only
+// errors print, as with gRPC's default.
+type grpcSlog struct{}
+
+func (grpcSlog) log(level slog.Level, msg string) {
+	l := kvGRPCLogger.Load()
+	if l == nil {
+		if level < slog.LevelError {
+			return
+		}
+		l = slog.Default()
+	}
+	l.Log(context.Background(), level, strings.TrimSuffix(msg, "\n"), "component", "grpc")
+}
+
+func (g grpcSlog) Info(args ...any)   { g.log(slog.LevelDebug, fmt.Sprint(args...)) }
+func (g grpcSlog) Infoln(args ...any) { g.log(slog.LevelDebug, fmt.Sprintln(args...)) }
+func (g grpcSlog) Infof(format string, args ...any) {
+	g.log(slog.LevelDebug, fmt.Sprintf(format, args...))
+}
+func (g grpcSlog) Warning(args ...any)   { g.log(slog.LevelInfo, fmt.Sprint(args...)) }
+func (g grpcSlog) Warningln(args ...any) { g.log(slog.LevelInfo, fmt.Sprintln(args...)) }
+func (g grpcSlog) Warningf(format string, args ...any) {
+	g.log(slog.LevelInfo, fmt.Sprintf(format, args...))
+}
+func (g grpcSlog) Error(args ...any)   { g.log(slog.LevelError, fmt.Sprint(args...)) }
+func (g grpcSlog) Errorln(args ...any) { g.log(slog.LevelError, fmt.Sprintln(args...)) }
+func (g grpcSlog) Errorf(format string, args ...any) {
+	g.log(slog.LevelError, fmt.Sprintf(format, args...))
+}
+func (g grpcSlog) Fatal(args ...any)                 { g.Error(args...); os.Exit(1) }
+func (g grpcSlog) Fatalln(args ...any)               { g.Errorln(args...); os.Exit(1) }
+func (g grpcSlog) Fatalf(format string, args ...any) { g.Errorf(format, args...); os.Exit(1) }
+func (grpcSlog) V(l int) bool                        { return l <= 0 }
 
 // kvTLS loads the peer RPCs' TLS: from a directory, or from three files.
 // No flags: plaintext.
@@ -284,9 +698,11 @@ func loopback(addr string) bool {
 // ---- client commands ----
 
 type kvClientFlags struct {
-	addr    *string
-	asJSON  *bool
-	timeout *time.Duration
+	addr              *string
+	asJSON            *bool
+	timeout           *time.Duration
+	tokenFile         *string
+	caFile, cert, key *string
 }
 
 func addKVClientFlags(fs *flag.FlagSet) *kvClientFlags {
@@ -295,9 +711,13 @@ func addKVClientFlags(fs *flag.FlagSet) *kvClientFlags {
 		def = "http://127.0.0.1:7480"
 	}
 	return &kvClientFlags{
-		addr:    fs.String("addr", def, "the kv server's HTTP address (default: $TENURE_KV_ADDR or http://127.0.0.1:7480)"),
-		asJSON:  fs.Bool("json", false, "print the server's JSON response"),
-		timeout: fs.Duration("timeout", 30*time.Second, "give up after this long"),
+		addr:      fs.String("addr", def, "the kv server's address, http:// or https:// (default: $TENURE_KV_ADDR or http://127.0.0.1:7480)"),
+		asJSON:    fs.Bool("json", false, "print the server's JSON response"),
+		timeout:   fs.Duration("timeout", 30*time.Second, "give up after this long"),
+		tokenFile: fs.String("token-file", "", "send the bearer token this file holds (default: the token in $TENURE_KV_TOKEN, if set)"),
+		caFile:    fs.String("ca", "", "CA certificates that sign an https:// server's certificate (PEM; default: the system's roots)"),
+		cert:      fs.String("cert", "", "client certificate, for a server that requires one (PEM; with --key)"),
+		key:       fs.String("key", "", "key of --cert (PEM)"),
 	}
 }
 
@@ -307,6 +727,7 @@ type kvHTTP struct {
 	hc     *http.Client
 	e      *env
 	asJSON bool
+	token  string
 }
 
 func (f *kvClientFlags) client(e *env) (*kvHTTP, error) {
@@ -316,9 +737,31 @@ func (f *kvClientFlags) client(e *env) (*kvHTTP, error) {
 	}
 	u, err := url.Parse(addr)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--addr %q: want http://HOST:PORT", *f.addr)
+		return nil, fmt.Errorf("--addr %q: want http://HOST:PORT or https://HOST:PORT", *f.addr)
 	}
-	return &kvHTTP{base: strings.TrimSuffix(u.String(), "/"), hc: &http.Client{Timeout: *f.timeout}, e: e, asJSON: *f.asJSON}, nil
+	c := &kvHTTP{base: strings.TrimSuffix(u.String(), "/"), hc: &http.Client{Timeout: *f.timeout}, e: e, asJSON: *f.asJSON}
+	if (*f.cert == "") != (*f.key == "") {
+		return nil, errors.New("--cert and --key go together")
+	}
+	if u.Scheme == "https" {
+		cfg, err := tlsutil.LoadClient(*f.caFile, *f.cert, *f.key)
+		if err != nil {
+			return nil, err
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = cfg
+		c.hc.Transport = tr
+	} else if *f.caFile != "" || *f.cert != "" {
+		return nil, fmt.Errorf("--ca and --cert need an https:// --addr (got %s)", c.base)
+	}
+	if *f.tokenFile != "" {
+		if c.token, err = readKVToken(*f.tokenFile, "--token-file", 1); err != nil {
+			return nil, err
+		}
+	} else {
+		c.token = strings.TrimSpace(os.Getenv("TENURE_KV_TOKEN"))
+	}
+	return c, nil
 }
 
 // kvResponse is a response of the HTTP API; body is its JSON.
@@ -355,11 +798,15 @@ func (c *kvHTTP) do(ctx context.Context, method, path string, body []byte) (kvRe
 		if err != nil {
 			return kvResponse{}, err
 		}
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
 		resp, err := c.hc.Do(req)
 		if err != nil {
 			return kvResponse{}, fmt.Errorf("cannot reach the kv server at %s (set --addr or TENURE_KV_ADDR): %w", c.base, err)
 		}
-		data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+		// Room for the largest value, base64 in JSON.
+		data, err := io.ReadAll(io.LimitReader(resp.Body, 2*rsm.MaxMessageSizeLimit))
 		resp.Body.Close()
 		if err != nil {
 			return kvResponse{}, fmt.Errorf("reading the response from %s: %w", c.base, err)

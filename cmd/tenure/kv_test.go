@@ -222,7 +222,7 @@ func startKVServe(t *testing.T, args ...string) (addr string, stop func() (code 
 		done <- run(ctx, &env{stdout: &out, stderr: &errb}, append([]string{"kv", "serve",
 			"--listen", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--flush-interval", "5ms", "--log-level", "warn"}, args...))
 	}()
-	re := regexp.MustCompile(`HTTP API on (http://\S+),`)
+	re := regexp.MustCompile(`HTTP API on (https?://\S+),`)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if m := re.FindStringSubmatch(out.String()); m != nil {

@@ -35,7 +35,7 @@ var errUsage = errors.New("usage")
 
 func commands() []command {
 	return []command{
-		{"bench", "measure failover, handover and store cost: tenure bench election|shards", runBench},
+		{"bench", "measure failover, handover and store cost: tenure bench election|shards|rsm|kv", runBench},
 		{"demo", "three members elect a leader on a local directory: failover and handover, measured", runDemo},
 		{"elect", "take part in an election: peer endpoint, /metrics, /healthz; SIGTERM releases", runElect},
 		{"lock", "repair a lock whose term cannot be read: tenure lock repair --term-floor N LOCK_URL", runLock},
@@ -80,6 +80,9 @@ func run(ctx context.Context, e *env, args []string) int {
 			return 0
 		case errors.Is(err, errUsage):
 			return 2
+		}
+		if errors.As(err, new(loggedError)) {
+			return 1 // the command logged it, in its log format
 		}
 		var ee exitError
 		if errors.As(err, &ee) {

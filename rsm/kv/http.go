@@ -20,11 +20,30 @@ import (
 // HandlerOptions say otherwise.
 const DefaultMaxValueSize = 256 << 10
 
+// messageOverhead is what a command, a result or a log entry adds to its
+// value: a key of up to MaxKeySize, the encodings, and the headroom the rsm
+// node keeps in MaxMessageSize (1 KiB for a request, 4 KiB for a
+// synchronization).
+const messageOverhead = MaxKeySize + 16<<10
+
+// MaxValueSizeLimit is the largest value a group can carry: one value
+// travels in one RPC message of at most rsm.MaxMessageSizeLimit bytes.
+const MaxValueSizeLimit = rsm.MaxMessageSizeLimit - messageOverhead
+
+// MessageSize returns the rsm.Options.MaxMessageSize a group needs to carry
+// values of maxValueSize bytes under any key: never below
+// rsm.DefaultMaxMessageSize, and above rsm.MaxMessageSizeLimit (which
+// Options.Validate refuses) when maxValueSize exceeds MaxValueSizeLimit.
+func MessageSize(maxValueSize int) int {
+	return max(rsm.DefaultMaxMessageSize, maxValueSize+messageOverhead)
+}
+
 // HandlerOptions configure the HTTP API. Zero values mean the defaults.
 type HandlerOptions struct {
 	// MaxValueSize bounds a value written through the API, in bytes;
-	// larger ones get 413. It must leave room in the group's
-	// MaxMessageSize for the key. Default 256 KiB.
+	// larger ones get 413. The group's MaxMessageSize must be at least
+	// MessageSize(MaxValueSize), or values near the bound fail with
+	// rsm.ErrTooLarge. Default 256 KiB; at most MaxValueSizeLimit.
 	MaxValueSize int
 	// Status, if set, answers GET /v1/status (rsm.Node.Status is one).
 	Status func() rsm.Status
@@ -32,8 +51,8 @@ type HandlerOptions struct {
 
 // Validate reports an invalid option, naming the field.
 func (o HandlerOptions) Validate() error {
-	if o.MaxValueSize < 0 {
-		return fmt.Errorf("kv: invalid handler options: MaxValueSize must not be negative (got %d)", o.MaxValueSize)
+	if o.MaxValueSize < 0 || o.MaxValueSize > MaxValueSizeLimit {
+		return fmt.Errorf("kv: invalid handler options: MaxValueSize must be 0 to MaxValueSizeLimit (%d) (got %d)", MaxValueSizeLimit, o.MaxValueSize)
 	}
 	return nil
 }

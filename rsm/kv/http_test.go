@@ -6,13 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/memstore"
 )
 
 func newServer(t *testing.T, d *direct, opts kv.HandlerOptions) *httptest.Server {
@@ -227,6 +232,9 @@ func TestHandlerOptions(t *testing.T) {
 	if _, err := kv.NewHandler(kv.NewClient(newDirect()), kv.HandlerOptions{MaxValueSize: -1}); err == nil || !strings.Contains(err.Error(), "MaxValueSize") {
 		t.Errorf("NewHandler with a negative MaxValueSize: %v; want an error naming the field", err)
 	}
+	if _, err := kv.NewHandler(kv.NewClient(newDirect()), kv.HandlerOptions{MaxValueSize: kv.MaxValueSizeLimit + 1}); err == nil || !strings.Contains(err.Error(), "MaxValueSizeLimit") {
+		t.Errorf("NewHandler with MaxValueSize above what a group carries: %v; want an error naming the limit", err)
+	}
 	if _, err := kv.NewHandler(nil, kv.HandlerOptions{}); err == nil {
 		t.Error("NewHandler without a client succeeded")
 	}
@@ -238,5 +246,77 @@ func TestHandlerOptions(t *testing.T) {
 	}
 	if status, _, _ := call(t, srv, "PUT", "/v1/kv/k", strings.Repeat("v", kv.DefaultMaxValueSize+1)); status != 413 {
 		t.Errorf("PUT of DefaultMaxValueSize+1 bytes: %d; want 413", status)
+	}
+}
+
+// A group whose MaxMessageSize is MessageSize(n) carries a value of n bytes
+// under the longest key through a follower to the leader and back, and to
+// the follower's own replica; the defaults agree with each other.
+func TestMessageSize(t *testing.T) {
+	if got := kv.MessageSize(kv.DefaultMaxValueSize); got != rsm.DefaultMaxMessageSize {
+		t.Errorf("MessageSize(DefaultMaxValueSize) = %d; want rsm.DefaultMaxMessageSize (%d)", got, rsm.DefaultMaxMessageSize)
+	}
+	if err := (rsm.Options{MaxMessageSize: kv.MessageSize(kv.MaxValueSizeLimit)}).Validate(); err != nil {
+		t.Errorf("MessageSize(MaxValueSizeLimit) refused: %v", err)
+	}
+	if err := (rsm.Options{MaxMessageSize: kv.MessageSize(kv.MaxValueSizeLimit + 1)}).Validate(); err == nil {
+		t.Error("MessageSize(MaxValueSizeLimit+1) accepted; want it above rsm.MaxMessageSizeLimit")
+	}
+
+	const size = 1 << 20 // twice the default MaxMessageSize
+	opts := rsm.Options{MaxMessageSize: kv.MessageSize(size), FlushInterval: 5 * time.Millisecond,
+		HeartbeatInterval: 100 * time.Millisecond, LeadershipDelay: 10 * time.Millisecond}
+	st := store.New(memstore.New())
+	var nodes []*rsm.Node
+	for _, id := range []string{"a", "b"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := rsm.NewHost(t.Context(), st, rsm.HostConfig{ID: id, Addr: ln.Addr().String(), Listener: ln,
+			Logger: slog.New(slog.DiscardHandler), SkipProbe: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.Close() })
+		n, err := h.Join(t.Context(), "big", map[string]rsm.StateMachine{kv.MachineName: kv.New()}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Leave(context.Background()) })
+		nodes = append(nodes, n)
+		// Let a lead before b joins, so b follows.
+		waitStatus(t, n, func(s rsm.Status) bool { return s.State == "JOINED" })
+	}
+	follower := nodes[1]
+	if s := follower.Status(); s.Role != "FOLLOWER" {
+		t.Fatalf("second node is %s; want FOLLOWER", s.Role)
+	}
+	key := strings.Repeat("k", kv.MaxKeySize)
+	value := []byte(strings.Repeat("v", size))
+	c := kv.NewClient(follower)
+	rev, err := c.Put(t.Context(), key, value)
+	if err != nil {
+		t.Fatalf("put of %d bytes through the follower: %.300v", size, err)
+	}
+	if ok, _, err := c.CAS(t.Context(), key, rev, value); err != nil || !ok {
+		t.Fatalf("cas of %d bytes through the follower: swapped %v, %.300v", size, ok, err)
+	}
+	got, err := c.Get(t.Context(), key)
+	if err != nil || len(got.Value) != size {
+		t.Fatalf("get through the follower: %d bytes, %.300v", len(got.Value), err)
+	}
+	leaderApplied := nodes[0].Status().ApplyIndex
+	waitStatus(t, follower, func(s rsm.Status) bool { return s.ApplyIndex >= leaderApplied })
+}
+
+func waitStatus(t *testing.T, n *rsm.Node, ok func(rsm.Status) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !ok(n.Status()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("status %+v did not reach the state wanted", n.Status())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -1,0 +1,380 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/internal/testutil"
+)
+
+// TestKVServeProcess runs `tenure kv serve` as an OS process, as an
+// orchestrator would, and checks what it sees: the probes, the token, the
+// metrics, the logs, and the exit status.
+func TestKVServeProcess(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "tenure")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	// A node on a directory, logging JSON, with a token: ready once it
+	// leads; every line of its output is JSON; SIGTERM logs nothing above
+	// INFO and exits 0.
+	t.Run("probes token metrics and JSON logs", func(t *testing.T) {
+		dir := t.TempDir()
+		token := "s3cr3t-t0ken-0123456789"
+		tokenFile := filepath.Join(dir, "token")
+		if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := startKVProcess(t, bin, nil, "--store", "file://"+filepath.Join(dir, "data"), "--group", "p", "--id", "n1",
+			"--log-format", "json", "--token-file", tokenFile)
+		base := "http://" + p.listen
+		waitProbe(t, p, base+"/readyz", http.StatusOK, "")
+		if code, _ := httpGet(t, base+"/livez", ""); code != http.StatusOK {
+			t.Errorf("/livez: %d; want 200", code)
+		}
+		for _, c := range []struct {
+			name, token string
+			want        int
+		}{
+			{"no token", "", http.StatusUnauthorized},
+			{"wrong token", token + "x", http.StatusUnauthorized},
+			{"right token", token, http.StatusOK},
+		} {
+			if code, body := httpGet(t, base+"/v1/status", c.token); code != c.want {
+				t.Errorf("/v1/status with %s: %d %s; want %d", c.name, code, body, c.want)
+			}
+		}
+		if code, _ := httpGet(t, base+"/metrics", ""); code != http.StatusUnauthorized {
+			t.Errorf("/metrics without the token: %d; want 401", code)
+		}
+		t.Setenv("TENURE_KV_TOKEN", token)
+		code, out, errs := runCmd(t, "kv", "put", "k", "v", "--addr", base)
+		if code != 0 || out != "revision 1\n" {
+			t.Fatalf("put with TENURE_KV_TOKEN: exit %d, stdout %q, stderr %q", code, out, errs)
+		}
+		code, body := httpGet(t, base+"/metrics", token)
+		for _, want := range []string{`tenure_store_requests_total{cond="if-absent",op="put",result="ok"}`, "tenure_store_request_duration_seconds", "tenure_rsm_"} {
+			if code != http.StatusOK || !strings.Contains(body, want) {
+				t.Errorf("/metrics: %d, lacks %s", code, want)
+			}
+		}
+		if code := p.stop(t, syscall.SIGTERM); code != 0 {
+			t.Errorf("exit %d after SIGTERM; want 0\n%s", code, p.output())
+		}
+		lines := p.jsonLines(t)
+		var levels []string
+		left := false
+		for _, l := range lines {
+			levels = append(levels, l["level"].(string))
+			if l["level"] != "INFO" && l["level"] != "DEBUG" {
+				t.Errorf("a line above INFO: %v", l)
+			}
+			left = left || l["msg"] == "left the group"
+		}
+		if !left {
+			t.Errorf("no \"left the group\" line in %d lines (levels %v)", len(lines), levels)
+		}
+	})
+
+	// A store that refuses connections: the process stays up, alive and
+	// not ready, saying why; once the store answers it joins and is ready;
+	// when the store goes away again it stops being ready.
+	t.Run("store unreachable", func(t *testing.T) {
+		minio := testutil.MinIO(t)
+		proxy := newTCPProxy(t, strings.TrimPrefix(minio.Endpoint, "http://"))
+		s3 := minio
+		s3.Endpoint = "http://" + proxy.addr
+		p := startKVProcess(t, bin, awsEnv(t, minio), "--store", s3.URL("kvops-"+strings.ReplaceAll(t.Name(), "/", "-")+"-"+randomSuffix()),
+			"--id", "n1", "--request-timeout", "3s", "--heartbeat", "500ms")
+		base := "http://" + p.listen
+		waitProbe(t, p, base+"/readyz", http.StatusServiceUnavailable, "store unreachable")
+		if code, _ := httpGet(t, base+"/livez", ""); code != http.StatusOK {
+			t.Errorf("/livez while the store is unreachable: %d; want 200", code)
+		}
+		proxy.setUp(t, true)
+		waitProbe(t, p, base+"/readyz", http.StatusOK, "")
+		if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--addr", base); code != 0 || out != "revision 1\n" {
+			t.Fatalf("put: exit %d, stdout %q, stderr %q", code, out, errs)
+		}
+		proxy.setUp(t, false)
+		// A write makes the leader call the store.
+		_, _, _ = runCmd(t, "kv", "put", "k", "w", "--addr", base, "--timeout", "5s")
+		waitProbe(t, p, base+"/readyz", http.StatusServiceUnavailable, "")
+		if code, _ := httpGet(t, base+"/livez", ""); code != http.StatusOK {
+			t.Errorf("/livez after the store went away: %d; want 200", code)
+		}
+		if code := p.stop(t, syscall.SIGTERM); code != 0 {
+			t.Errorf("exit %d after SIGTERM; want 0\n%s", code, p.output())
+		}
+	})
+
+	// A permanent store error exits at once with its message, as JSON
+	// when the logs are.
+	t.Run("permanent store error exits", func(t *testing.T) {
+		minio := testutil.MinIO(t)
+		missing := minio
+		missing.Bucket = "no-such-bucket-" + randomSuffix()
+		cmd := exec.Command(bin, "kv", "serve", "--store", missing.URL("x"), "--peer", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--log-format", "json")
+		cmd.Env = append(os.Environ(), awsEnv(t, minio)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		done := make(chan error, 1)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Fatalf("exit: %v; want status 1", err)
+			}
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Fatalf("kv serve on a missing bucket did not exit:\n%s%s", stdout.String(), stderr.String())
+		}
+		found := false
+		for _, l := range parseJSONLines(t, stdout.String()+stderr.String()) {
+			if l["level"] == "ERROR" && strings.Contains(l["err"].(string), "does not exist") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no JSON ERROR line saying the bucket does not exist:\n%s%s", stdout.String(), stderr.String())
+		}
+	})
+}
+
+type kvProcess struct {
+	cmd            *exec.Cmd
+	listen         string
+	mu             sync.Mutex
+	stdout, stderr bytes.Buffer
+	done           chan struct{}
+	err            error
+}
+
+func (p *kvProcess) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stdout.String() + p.stderr.String()
+}
+
+// stop signals the process and returns its exit status.
+func (p *kvProcess) stop(t *testing.T, sig os.Signal) int {
+	t.Helper()
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Errorf("kv serve did not stop within 60s of %v:\n%s", sig, p.output())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// jsonLines parses every line of the stopped process's stdout and stderr.
+func (p *kvProcess) jsonLines(t *testing.T) []map[string]any {
+	t.Helper()
+	<-p.done
+	return parseJSONLines(t, p.output())
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// startKVProcess starts kv serve on a free HTTP port (peers on another) and
+// kills it at the end of the test if it still runs.
+func startKVProcess(t *testing.T, bin string, env []string, args ...string) *kvProcess {
+	t.Helper()
+	p := &kvProcess{listen: freeTCPAddr(t), done: make(chan struct{})}
+	p.cmd = exec.Command(bin, append([]string{"kv", "serve", "--listen", p.listen, "--peer", "127.0.0.1:0", "--flush-interval", "5ms"}, args...)...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{&p.mu, &p.stdout}, lockedWriter{&p.mu, &p.stderr}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+func freeTCPAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// waitProbe polls url until it answers want with a body containing
+// substr, and fails the test if the process exits or a minute passes.
+func waitProbe(t *testing.T, p *kvProcess, url string, want int, substr string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var code int
+	var body string
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			t.Fatalf("kv serve exited (%v) while waiting for %s to answer %d:\n%s", p.err, url, want, p.output())
+		default:
+		}
+		code, body = httpGetQuiet(url, "")
+		if code == want && strings.Contains(body, substr) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s answered %d %s; want %d with %q\n%s", url, code, body, want, substr, p.output())
+}
+
+func httpGet(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	code, body := httpGetQuiet(url, token)
+	if code == 0 {
+		t.Fatalf("GET %s: %s", url, body)
+	}
+	return code, body
+}
+
+// httpGetQuiet returns the status and body, or 0 and the error.
+func httpGetQuiet(url, token string) (int, string) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func awsEnv(t *testing.T, s testutil.S3Server) []string {
+	none := filepath.Join(t.TempDir(), "none")
+	return []string{"AWS_ACCESS_KEY_ID=" + s.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s.SecretKey, "AWS_SESSION_TOKEN=",
+		"AWS_PROFILE=", "AWS_CONFIG_FILE=" + none, "AWS_SHARED_CREDENTIALS_FILE=" + none}
+}
+
+// tcpProxy forwards connections to a target while up; while down it
+// refuses them and has closed those it had.
+type tcpProxy struct {
+	addr   string
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]bool
+	wg     sync.WaitGroup
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	p := &tcpProxy{addr: freeTCPAddr(t), target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() {
+		p.setUp(t, false)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *tcpProxy) setUp(t *testing.T, up bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !up {
+		if p.ln != nil {
+			_ = p.ln.Close()
+			p.ln = nil
+		}
+		for c := range p.conns {
+			_ = c.Close()
+		}
+		return
+	}
+	if p.ln != nil {
+		return
+	}
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatalf("proxy: %v", err)
+	}
+	p.ln = ln
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				p.forward(c)
+			}()
+		}
+	}()
+}
+
+func (p *tcpProxy) forward(c net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns[c], p.conns[up] = true, true
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	<-done
+	c.Close()
+	up.Close()
+	<-done
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, up)
+	p.mu.Unlock()
+}

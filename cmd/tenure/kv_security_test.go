@@ -1,0 +1,465 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/internal/tlsutil"
+	"github.com/tenure-io/tenure/rsm"
+	"github.com/tenure-io/tenure/rsm/kv"
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/driver"
+)
+
+// TestKVServeHTTPS serves the API over HTTPS with a test CA, then with
+// client certificates required, and uses it with the client commands.
+func TestKVServeHTTPS(t *testing.T) {
+	ca, err := tlsutil.NewCA("kv api test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	srvFiles, err := ca.WriteFiles(dir, "api", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliFiles, err := ca.WriteFiles(dir, "client", "client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := tlsutil.NewCA("another CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherFiles, err := other.WriteFiles(t.TempDir(), "client", "client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeURL := "file://" + t.TempDir()
+
+	t.Run("server TLS", func(t *testing.T) {
+		addr, stop := startKVServe(t, "--store", storeURL, "--group", "tls", "--http-tls-cert", srvFiles.Cert, "--http-tls-key", srvFiles.Key)
+		if !strings.HasPrefix(addr, "https://") {
+			t.Fatalf("address %s; want https://", addr)
+		}
+		if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr, "--ca", srvFiles.CA); code != 0 || out != "revision 1\n" {
+			t.Fatalf("put over HTTPS: exit %d, stdout %q, stderr %q", code, out, errs)
+		}
+		if code, _, errs := runCmd(t, "kv", "get", "k", "--addr", addr); code != 1 || !strings.Contains(errs, "certificate") {
+			t.Errorf("get without --ca (the test CA is not a system root): exit %d, stderr %q; want a certificate error", code, errs)
+		}
+		plain := "http://" + strings.TrimPrefix(addr, "https://")
+		if code, _, errs := runCmd(t, "kv", "get", "k", "--addr", plain); code != 1 {
+			t.Errorf("plain HTTP to the HTTPS port: exit %d, stderr %q; want 1", code, errs)
+		}
+		if code, _, errs := runCmd(t, "kv", "get", "k", "--addr", plain, "--ca", srvFiles.CA); code != 1 || !strings.Contains(errs, "need an https://") {
+			t.Errorf("--ca with an http:// address: exit %d, stderr %q", code, errs)
+		}
+		if code, logs := stop(); code != 0 {
+			t.Fatalf("exit %d:\n%s", code, logs)
+		}
+	})
+
+	t.Run("client certificates", func(t *testing.T) {
+		addr, stop := startKVServe(t, "--store", storeURL, "--group", "mtls",
+			"--http-tls-cert", srvFiles.Cert, "--http-tls-key", srvFiles.Key, "--http-client-ca", srvFiles.CA)
+		if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr, "--ca", srvFiles.CA); code != 1 || !strings.Contains(errs, "requires a client certificate") {
+			t.Errorf("put without a client certificate: exit %d, stderr %q; want it refused", code, errs)
+		}
+		if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr, "--ca", srvFiles.CA, "--cert", otherFiles.Cert, "--key", otherFiles.Key); code != 1 || !strings.Contains(errs, "requires a client certificate") && !strings.Contains(errs, "cannot reach") {
+			// Go's client withholds a certificate the server's CAs did not
+			// sign; another client would have its handshake refused.
+			t.Errorf("put with a certificate from another CA: exit %d, stderr %q; want it refused", code, errs)
+		}
+		if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr, "--ca", srvFiles.CA, "--cert", cliFiles.Cert, "--key", cliFiles.Key); code != 0 || out != "revision 1\n" {
+			t.Fatalf("put with a client certificate: exit %d, stdout %q, stderr %q", code, out, errs)
+		}
+		// A client that sends a certificate the CA did not sign anyway is
+		// refused in the handshake.
+		foreign, err := other.Issue("client", "client")
+		if err != nil {
+			t.Fatal(err)
+		}
+		forced, err := tlsutil.LoadClient(srvFiles.CA, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		forced.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &foreign, nil }
+		if code, body, err := kvGet(addr+"/v1/status", forced); err == nil {
+			t.Errorf("a certificate from another CA: %d %s; want the handshake refused", code, body)
+		}
+		// Probes answer without one: kubelets and load balancers have none.
+		hc, err := tlsutil.LoadClient(srvFiles.CA, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range []string{"/livez", "/readyz"} {
+			code, body := kvProbe(t, addr+path, hc)
+			if code != 200 {
+				t.Errorf("%s without a client certificate: %d %s; want 200", path, code, body)
+			}
+		}
+		if code, logs := stop(); code != 0 {
+			t.Fatalf("exit %d:\n%s", code, logs)
+		}
+	})
+}
+
+// TestKVServeToken: the client commands send the token from --token-file
+// or $TENURE_KV_TOKEN; the server refuses the rest.
+func TestKVServeToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("token", "  correct-horse-battery-staple\n")
+	wrong := write("wrong", "correct-horse-battery-stapl")
+	addr, _ := startKVServe(t, "--store", "mem://kvtoken"+randomSuffix(), "--token-file", good)
+	t.Setenv("TENURE_KV_TOKEN", "")
+	if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr); code != 1 || !strings.Contains(errs, "HTTP 401") {
+		t.Errorf("put without a token: exit %d, stderr %q; want 401", code, errs)
+	}
+	if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr, "--token-file", wrong); code != 1 || !strings.Contains(errs, "HTTP 401") {
+		t.Errorf("put with a wrong token: exit %d, stderr %q; want 401", code, errs)
+	}
+	if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr, "--token-file", good); code != 0 || out != "revision 1\n" {
+		t.Errorf("put with --token-file: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	t.Setenv("TENURE_KV_TOKEN", "correct-horse-battery-staple")
+	if code, out, errs := runCmd(t, "kv", "get", "k", "--addr", addr); code != 0 || out != "v" {
+		t.Errorf("get with TENURE_KV_TOKEN: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+// TestKVServeRefuses: flags that would leave the API open, or limits that
+// do not agree, stop kv serve at start with a message.
+func TestKVServeRefuses(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	short := filepath.Join(dir, "short")
+	_ = os.WriteFile(empty, []byte("\n"), 0o600)
+	_ = os.WriteFile(short, []byte("abc"), 0o600)
+	base := []string{"kv", "serve", "--store", "mem://", "--peer", "127.0.0.1:0"}
+	cases := []struct {
+		name     string
+		args     []string
+		mentions []string
+	}{
+		{"plain HTTP on every interface", []string{"--listen", "0.0.0.0:0"}, []string{"not a loopback address", "--insecure-http", "--http-tls-cert"}},
+		{"plain HTTP on a port alone", []string{"--listen", ":0"}, []string{"not a loopback address"}},
+		{"certificate without key", []string{"--http-tls-cert", "x.pem"}, []string{"--http-tls-cert and --http-tls-key go together"}},
+		{"client CA without certificate", []string{"--http-client-ca", "ca.pem"}, []string{"go together"}},
+		{"empty token", []string{"--token-file", empty}, []string{"is empty"}},
+		{"short token", []string{"--token-file", short}, []string{"at least 16"}},
+		{"missing token file", []string{"--token-file", filepath.Join(dir, "nope")}, []string{"--token-file", "no such file"}},
+		{"value larger than an RPC message", []string{"--max-value-size", "70000000"},
+			[]string{"--max-value-size 70000000", "rsm.MaxMessageSizeLimit", "kv.MaxValueSizeLimit"}},
+		{"unknown store scheme", []string{"--store", "nope://x"}, []string{"unknown URL scheme"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// Bounded: a kv serve that accepts the flags would serve on.
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			code, out, errs := runCmdCtx(t, ctx, append(append([]string{}, base...), c.args...)...)
+			if code != 1 {
+				t.Errorf("exit %d; want 1\nstdout: %s\nstderr: %s", code, out, errs)
+			}
+			for _, m := range c.mentions {
+				if !strings.Contains(errs, m) {
+					t.Errorf("stderr lacks %q: %s", m, errs)
+				}
+			}
+		})
+	}
+	// The limit itself is accepted.
+	addr, stop := startKVServe(t, "--store", "mem://kvlimit"+randomSuffix(), "--max-value-size", strconv.Itoa(kv.MaxValueSizeLimit), "--listen", "0.0.0.0:0", "--insecure-http")
+	if code, out, errs := runCmd(t, "kv", "status", "--addr", addr); code != 0 || !strings.Contains(out, "LEADER") {
+		t.Errorf("kv serve with --max-value-size at the limit, on 0.0.0.0 with --insecure-http: status exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if code, logs := stop(); code != 0 {
+		t.Errorf("exit %d:\n%s", code, logs)
+	}
+}
+
+// TestKVServeLargeValue: a value twice the default RPC message limit goes
+// through a follower to the leader and back, because --max-value-size sets
+// the group's MaxMessageSize.
+func TestKVServeLargeValue(t *testing.T) {
+	storeURL := "file://" + t.TempDir()
+	const size = 1 << 20
+	var addrs []string
+	for _, id := range []string{"a", "b"} {
+		addr, _ := startKVServe(t, "--store", storeURL, "--group", "large", "--id", id, "--max-value-size", "1048576")
+		addrs = append(addrs, addr)
+		waitRole(t, addr, map[string]bool{"a": true}[id])
+	}
+	value := strings.Repeat("x", size)
+	if code, out, errs := runWithStdin(t, value, "kv", "put", "big", "-", "--addr", addrs[1]); code != 0 || out != "revision 1\n" {
+		t.Fatalf("put of %d bytes through the follower: exit %d, stdout %q, stderr %q", size, code, out, errs)
+	}
+	for i, addr := range addrs {
+		code, out, errs := runCmd(t, "kv", "get", "big", "--addr", addr)
+		if code != 0 || out != value {
+			t.Errorf("get through node %d: exit %d, %d bytes, stderr %q", i, code, len(out), errs)
+		}
+	}
+	if code, _, errs := runWithStdin(t, value+"x", "kv", "put", "big", "-", "--addr", addrs[1]); code != 1 || !strings.Contains(errs, "HTTP 413") {
+		t.Errorf("put of %d bytes: exit %d, stderr %q; want 413", size+1, code, errs)
+	}
+}
+
+// waitRole waits until the node at addr leads (or follows a leader).
+func waitRole(t *testing.T, addr string, leader bool) {
+	t.Helper()
+	want := "FOLLOWER"
+	if leader {
+		want = "LEADER"
+	}
+	var last string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		_, out, _ := runCmd(t, "kv", "status", "--addr", addr)
+		if strings.Contains(out, want) {
+			return
+		}
+		last = out
+	}
+	t.Fatalf("node at %s never became %s:\n%s", addr, want, last)
+}
+
+func TestKVReadiness(t *testing.T) {
+	leader := rsm.Status{State: "JOINED", Role: "LEADER", LeaderID: "a", Term: 3}
+	follower := rsm.Status{State: "JOINED", Role: "FOLLOWER", LeaderID: "a", Term: 3}
+	cases := []struct {
+		name   string
+		h      kvHealth
+		ready  bool
+		reason string
+	}{
+		{"leader", kvHealth{status: leader}, true, ""},
+		{"follower of a known leader", kvHealth{status: follower}, true, ""},
+		{"follower without a leader", kvHealth{status: rsm.Status{State: "JOINED", Role: "FOLLOWER"}}, false, "no leader known"},
+		{"joining", kvHealth{status: rsm.Status{State: "JOINING", Role: "NONE"}}, false, "joining"},
+		{"store unreachable at start", kvHealth{starting: "store unreachable: refused"}, false, "store unreachable: refused"},
+		{"store failing", kvHealth{status: leader, storeErr: errors.New("timeout")}, false, "store unreachable: timeout"},
+		{"corrupt object", kvHealth{status: leader, corrupt: 1}, false, "corrupt object"},
+		{"stopping", kvHealth{status: leader, stopping: true}, false, "shutting down"},
+	}
+	for _, c := range cases {
+		ready, reason := kvReadiness(c.h)
+		if ready != c.ready || !strings.Contains(reason, c.reason) {
+			t.Errorf("%s: ready %v, %q; want %v, %q", c.name, ready, reason, c.ready, c.reason)
+		}
+	}
+}
+
+// The store counts as unreachable after a few failures in a row; any
+// answer, even "not found", resets that; our own cancellations say
+// nothing.
+func TestStoreHealth(t *testing.T) {
+	var h storeHealth
+	fail := store.Call{Op: "get", Err: &store.Error{Op: "get", Kind: driver.Transient, Err: errors.New("refused")}}
+	for range storeFailuresUnready - 1 {
+		h.observe(fail)
+	}
+	h.observe(store.Call{Op: "get", Err: &store.Error{Op: "get", Kind: driver.Canceled, Err: context.Canceled}})
+	if err := h.err(); err != nil {
+		t.Fatalf("unreachable after %d failures: %v", storeFailuresUnready-1, err)
+	}
+	h.observe(fail)
+	if err := h.err(); err == nil {
+		t.Fatalf("reachable after %d failures in a row", storeFailuresUnready)
+	}
+	for _, k := range []driver.Kind{driver.NotFound, driver.TooLarge} {
+		for range storeFailuresUnready {
+			h.observe(fail)
+		}
+		h.observe(store.Call{Op: "get", Err: &store.Error{Op: "get", Kind: k, Err: errors.New("an answer")}})
+		if err := h.err(); err != nil {
+			t.Fatalf("unreachable after a %v answer: %v", k, err)
+		}
+	}
+}
+
+func TestKVRetryable(t *testing.T) {
+	se := func(k driver.Kind) error {
+		return &store.Error{Op: "open", Kind: k, Err: errors.New("x")}
+	}
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"transient", se(driver.Transient), true},
+		{"throttled, wrapped by the probe", errors.Join(errors.New("rsm: store probe"), se(driver.Throttled)), true},
+		{"permanent (missing bucket, refused credentials)", se(driver.Permanent), false},
+		{"invalid argument", se(driver.InvalidArgument), false},
+		{"not the store's (a bad URL)", store.ErrUnknownScheme, false},
+	}
+	for _, c := range cases {
+		if got := kvRetryable(c.err); got != c.want {
+			t.Errorf("%s: retryable %v; want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// gRPC's logs go through kv serve's logger, as JSON when it is.
+func TestGRPCLogsThroughSlog(t *testing.T) {
+	var buf lockedBuffer
+	prev := kvGRPCLogger.Load()
+	defer kvGRPCLogger.Store(prev)
+	code := run(t.Context(), &env{stdout: &bytes.Buffer{}, stderr: &buf}, []string{"kv", "serve", "--store", "nope://", "--peer", "127.0.0.1:0", "--log-format", "json"})
+	if code != 1 || kvGRPCLogger.Load() == nil {
+		t.Fatalf("exit %d, logger set %v", code, kvGRPCLogger.Load() != nil)
+	}
+	grpcSlog{}.Errorf("transport: %s", "boom")
+	lines := parseJSONLines(t, buf.String())
+	if len(lines) == 0 || lines[len(lines)-1]["msg"] != "transport: boom" || lines[len(lines)-1]["component"] != "grpc" || lines[len(lines)-1]["level"] != "ERROR" {
+		t.Errorf("gRPC's error is not a JSON line of kv serve's logger:\n%s", buf.String())
+	}
+}
+
+func kvProbe(t *testing.T, url string, cfg *tls.Config) (int, string) {
+	t.Helper()
+	code, body, err := kvGet(url, cfg)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return code, body
+}
+
+func kvGet(url string, cfg *tls.Config) (int, string, error) {
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+func parseJSONLines(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var l map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Errorf("a line that is not JSON: %q", sc.Text())
+			continue
+		}
+		if _, ok := l["level"].(string); !ok {
+			t.Errorf("a line without a level: %q", sc.Text())
+			continue
+		}
+		lines = append(lines, l)
+	}
+	return lines
+}
+
+// randomSuffix names a store, prefix or bucket of one test run.
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// A corrupt object in the store keeps the node out of service, and
+// /readyz says so.
+func TestKVServeCorruptNotReady(t *testing.T) {
+	url := "mem://kvcorrupt" + randomSuffix()
+	st, err := store.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Put(t.Context(), "kv/leader_state.json", []byte("not a leader state"), store.IfAbsent()); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := startKVServe(t, "--store", url)
+	var code int
+	var body string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if code, body, err = kvGet(addr+"/readyz", nil); err == nil && code == 503 && strings.Contains(body, "corrupt object") {
+			return
+		}
+	}
+	t.Fatalf("/readyz: %d %s (%v); want 503 naming a corrupt object", code, body, err)
+}
+
+// With --log-format json, the HTTP server's own errors (a plain request to
+// the HTTPS port) are JSON lines too, and nothing goes to stdout.
+func TestKVServeJSONErrorLog(t *testing.T) {
+	ca, err := tlsutil.NewCA("kv json test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := ca.WriteFiles(t.TempDir(), "api", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var out, errb lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, &env{stdout: &out, stderr: &errb}, []string{"kv", "serve", "--store", "mem://kvjson" + randomSuffix(),
+			"--listen", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--log-format", "json",
+			"--http-tls-cert", files.Cert, "--http-tls-key", files.Key})
+	}()
+	var api string
+	for deadline := time.Now().Add(30 * time.Second); api == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, l := range parseJSONLines(t, errb.String()) {
+			if l["msg"] == "serving" {
+				api, _ = l["api"].(string)
+			}
+		}
+	}
+	if api == "" {
+		cancel()
+		<-done
+		t.Fatalf("no \"serving\" line:\n%s", errb.String())
+	}
+	plain := "http://" + strings.TrimPrefix(api, "https://")
+	if code, _, err := kvGet(plain+"/livez", nil); err == nil && code == 200 {
+		t.Errorf("plain HTTP to the HTTPS port answered 200")
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d:\n%s", code, errb.String())
+	}
+	if out.String() != "" {
+		t.Errorf("stdout with --log-format json: %q; want nothing", out.String())
+	}
+	found := false
+	for _, l := range parseJSONLines(t, errb.String()) {
+		if l["level"] == "WARN" && strings.Contains(fmt.Sprint(l["msg"]), "TLS handshake error") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the HTTP server's handshake error is not a JSON line:\n%s", errb.String())
+	}
+}
