@@ -54,7 +54,7 @@ unchanged for --lease (a live member renewing it must be stopped first).`)
 		fmt.Fprintf(e.stderr, "tenure lock repair: --lease must be positive, got %v\n", *lease)
 		return errUsage
 	}
-	storeURL, key, err := splitLockURL(pos[0])
+	storeURL, key, err := store.SplitKeyURL(pos[0])
 	if err != nil {
 		return err
 	}
