@@ -11,8 +11,19 @@ import (
 	"github.com/tenure-io/tenure/store/driver"
 )
 
-// Opener opens a driver for a URL of its scheme.
-type Opener func(ctx context.Context, u *url.URL) (driver.Store, error)
+// Opener opens a driver for a URL of its scheme, as o asks.
+type Opener func(ctx context.Context, u *url.URL, o OpenOptions) (driver.Store, error)
+
+// OpenOptions is what Open tells a driver's Opener beyond the URL.
+type OpenOptions struct {
+	// ReadOnly: the caller will only read (Open was given ReadOnly()). The
+	// opener must then create and write nothing: no directory, table,
+	// bucket or probe file. It fails, naming what is missing, when the
+	// store does not exist, and it must work with credentials or
+	// permissions that allow reading only. The portable layer refuses
+	// writes through the Store it returns.
+	ReadOnly bool
+}
 
 // The URL registry is the only global mutable state in tenure.
 var (
@@ -48,6 +59,8 @@ func Schemes() []string {
 // "mem://", or "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1".
 // The driver for the scheme must be registered, usually by importing its
 // package (or github.com/tenure-io/tenure/store/all for every driver).
+// With ReadOnly() the driver creates nothing and Open fails if the store
+// does not exist.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -64,7 +77,11 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: open %q: %w %q (registered: %s)",
 			rawURL, ErrUnknownScheme, u.Scheme, strings.Join(Schemes(), ", "))
 	}
-	drv, err := open(ctx, u)
+	var probe Store
+	for _, o := range opts {
+		o(&probe)
+	}
+	drv, err := open(ctx, u, OpenOptions{ReadOnly: probe.readOnly})
 	if err != nil {
 		return nil, &Error{Op: "open", Key: u.Redacted(), Kind: driver.Classify(nil, err), Err: err}
 	}

@@ -36,6 +36,7 @@ func IfMatch(version string) Cond { return Cond{Kind: driver.IfMatch, Version: v
 type Store struct {
 	drv      driver.Store
 	observer func(Call)
+	readOnly bool
 
 	mu       sync.RWMutex // held shared by each call, exclusively by Close
 	closed   bool
@@ -59,6 +60,13 @@ type Option func(*Store)
 // WithObserver calls f after every call that reached the driver. f must be
 // safe for concurrent use and quick.
 func WithObserver(f func(Call)) Option { return func(s *Store) { s.observer = f } }
+
+// ReadOnly makes a Store that only reads: Put and Delete fail with an error
+// matching ErrReadOnly (and ErrInvalidArgument) before reaching the driver.
+// Given to Open, it also tells the driver to create nothing: a file store
+// does not make its directory, lock or temp directories, and fails if the
+// directory is missing.
+func ReadOnly() Option { return func(s *Store) { s.readOnly = true } }
 
 // New returns a Store backed by drv. The Store owns drv: Close closes it.
 func New(drv driver.Store, opts ...Option) *Store {
@@ -147,6 +155,9 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond Cond) (st
 	default:
 		return "", invalid("put", key, "every write must carry a condition: IfAbsent() or IfMatch(version)")
 	}
+	if s.readOnly {
+		return "", errReadOnly("put", key)
+	}
 	start := time.Now()
 	version, err := s.drv.Put(ctx, key, data, cond)
 	if err != nil {
@@ -174,6 +185,9 @@ func (s *Store) Delete(ctx context.Context, key string, cond Cond) error {
 		return invalid("delete", key, "IfMatch with an empty version")
 	default:
 		return invalid("delete", key, "Delete accepts IfMatch(version) or no condition")
+	}
+	if s.readOnly {
+		return errReadOnly("delete", key)
 	}
 	start := time.Now()
 	err := s.drv.Delete(ctx, key, cond)
@@ -277,6 +291,10 @@ func (s *Store) enterList(prefix, after string, limit int) error {
 
 func (s *Store) wrap(op, key string, err error) error {
 	return &Error{Op: op, Key: key, Kind: driver.Classify(s.drv, err), Err: err}
+}
+
+func errReadOnly(op, key string) error {
+	return &Error{Op: op, Key: key, Kind: driver.InvalidArgument, Err: fmt.Errorf("%w: it was opened with store.ReadOnly()", ErrReadOnly)}
 }
 
 func invalid(op, key, msg string) error {

@@ -27,7 +27,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := store.Open(ctx, storeURL)
+	s, err := store.Open(ctx, storeURL, store.ReadOnly())
 	if err != nil {
 		return err
 	}

@@ -22,8 +22,8 @@ import (
 const Scheme = "dynamodb"
 
 func init() {
-	store.Register(Scheme, func(ctx context.Context, u *url.URL) (driver.Store, error) {
-		s, err := OpenURL(ctx, u)
+	store.Register(Scheme, func(ctx context.Context, u *url.URL, o store.OpenOptions) (driver.Store, error) {
+		s, err := openURL(ctx, u, o.ReadOnly)
 		if err != nil {
 			return nil, err
 		}
@@ -51,9 +51,17 @@ var awsDriver = awsutil.Driver{
 // ?create=true, which creates it), has another key schema, or the
 // credentials are refused.
 func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
+	return openURL(ctx, u, false)
+}
+
+// openURL with readOnly never creates the table, whatever ?create= says.
+func openURL(ctx context.Context, u *url.URL, readOnly bool) (*Store, error) {
 	c, err := parseURL(u)
 	if err != nil {
 		return nil, err
+	}
+	if readOnly {
+		c.create = false
 	}
 	cfg, err := awsDriver.LoadConfig(ctx, c.Settings)
 	if err != nil {
