@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -75,7 +76,20 @@ func openTemp(t *testing.T) *store.Store {
 func fileURL(dir string) string { return (&url.URL{Scheme: "file", Path: dir}).String() }
 
 func TestConformance(t *testing.T) {
-	drivertest.RunConformanceTests(t, openTemp, drivertest.Options{})
+	drivertest.RunConformanceTests(t, openTemp, drivertest.Options{
+		// An answer is lost when the directory sync after the rename or
+		// link fails: the write is visible, its caller hears an error.
+		LostAnswer: func(t *testing.T) (*store.Store, func()) {
+			var lose atomic.Bool
+			t.Cleanup(SetSyncCommitted(func(dir string) error {
+				if lose.Swap(false) {
+					return &fs.PathError{Op: "sync", Path: dir, Err: syscall.EIO}
+				}
+				return syncDir(dir)
+			}))
+			return openTemp(t), func() { lose.Store(true) }
+		},
+	})
 }
 
 func TestOpen(t *testing.T) {
