@@ -2,8 +2,10 @@
 // passes. A driver's tests call RunConformanceTests with a function that
 // opens a fresh, empty store; the suite then checks the whole contract of
 // store.Store through the portable layer: every error case, awkward keys and
-// values, List paging and order, cancellation, Close, and races in which many
-// goroutines create and compare-and-swap one key and exactly one must win.
+// values, List paging and order, cancellation, Close, races in which many
+// goroutines create and compare-and-swap one key and exactly one must win,
+// and, where the harness can lose a write's answer (Options.LostAnswer), that
+// such a write is reported as ambiguous and store.PutResolved finds it landed.
 package drivertest
 
 import (
