@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"sort"
 	"strings"
@@ -23,6 +24,10 @@ type OpenOptions struct {
 	// permissions that allow reading only. The portable layer refuses
 	// writes through the Store it returns.
 	ReadOnly bool
+	// Logger receives what the driver, or the SDK under it, logs (the AWS
+	// SDK's warnings, for one), so that it follows the program's log
+	// format (Open was given WithLogger). Nil: slog.Default().
+	Logger *slog.Logger
 }
 
 // The URL registry is the only global mutable state in tenure.
@@ -81,7 +86,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(&probe)
 	}
-	drv, err := open(ctx, u, OpenOptions{ReadOnly: probe.readOnly})
+	drv, err := open(ctx, u, OpenOptions{ReadOnly: probe.readOnly, Logger: probe.logger})
 	if err != nil {
 		return nil, &Error{Op: "open", Key: u.Redacted(), Kind: driver.Classify(nil, err), Err: err}
 	}

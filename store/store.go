@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -37,6 +38,7 @@ type Store struct {
 	drv      driver.Store
 	observer func(Call)
 	readOnly bool
+	logger   *slog.Logger // for Open's driver only
 
 	mu       sync.RWMutex // held shared by each call, exclusively by Close
 	closed   bool
@@ -60,6 +62,12 @@ type Option func(*Store)
 // WithObserver calls f after every call that reached the driver. f must be
 // safe for concurrent use and quick.
 func WithObserver(f func(Call)) Option { return func(s *Store) { s.observer = f } }
+
+// WithLogger gives Open's driver l for what it, or the SDK under it, logs
+// (the AWS SDK's warnings, for one), so that those lines follow the
+// program's log format instead of going to stderr as they are. Without it,
+// drivers log to slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.logger = l } }
 
 // ReadOnly makes a Store that only reads: Put and Delete fail with an error
 // matching ErrReadOnly (and ErrInvalidArgument) before reaching the driver.
