@@ -82,11 +82,11 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: open %q: %w %q (registered: %s)",
 			rawURL, ErrUnknownScheme, u.Scheme, strings.Join(Schemes(), ", "))
 	}
-	var probe Store
+	var asked Store // only to read the options
 	for _, o := range opts {
-		o(&probe)
+		o(&asked)
 	}
-	drv, err := open(ctx, u, OpenOptions{ReadOnly: probe.readOnly, Logger: probe.logger})
+	drv, err := open(ctx, u, OpenOptions{ReadOnly: asked.readOnly, Logger: asked.logger})
 	if err != nil {
 		return nil, &Error{Op: "open", Key: u.Redacted(), Kind: driver.Classify(nil, err), Err: err}
 	}
