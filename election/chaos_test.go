@@ -75,6 +75,7 @@ func runChaos(t *testing.T, seed uint64, base election.Config, mixed bool) int64
 			off := new(atomic.Int64)
 			offsets[id] = off
 			var timings election.Config
+			prio := rng.IntN(3)
 			if mixed {
 				timings = randomTimings(rng)
 				longest.LeaderTimeout = max(longest.LeaderTimeout, timings.LeaderTimeout)
@@ -83,6 +84,8 @@ func runChaos(t *testing.T, seed uint64, base election.Config, mixed bool) int64
 			}
 			return c.add(id, func(cfg *election.Config) {
 				cfg.Clock = clockWithWall(func() time.Duration { return time.Duration(off.Load()) })
+				// Preferred members ask the leader to hand over.
+				cfg.Priority = prio
 				if mixed {
 					cfg.LeaderTimeout, cfg.RenewDeadline = timings.LeaderTimeout, timings.RenewDeadline
 					cfg.FrequentInterval, cfg.InfrequentInterval = timings.FrequentInterval, timings.InfrequentInterval

@@ -45,16 +45,26 @@ type Config struct {
 
 	// LockfilePath is the key of the lock record. Default "leader.json".
 	LockfilePath string
+	// LockURL names the store and the lock's key in one URL, as the tenure
+	// CLI's --lock does, e.g. "s3://bucket/prefix/leader.json" or
+	// "file:///var/lib/tenure//jobs/leader.json" (the key after "//" may
+	// hold "/"); see store.SplitKeyURL. Set it instead of StoreURL and
+	// LockfilePath, not with them or with Store.
+	LockURL string
 	// ServerID identifies this member. Default: the host name.
 	ServerID string
 	// ServerAddr is this member's host:port for peers; required in PeerMode.
 	ServerAddr string
 
 	// FrequentInterval is the polling interval during transitions, and the
-	// leader's renewal interval. Default 5 s.
+	// leader's renewal interval: it renews 90-100 % of it after the start
+	// of its last renewal. Default 5 s.
 	FrequentInterval time.Duration
-	// InfrequentInterval is the polling interval while leadership is
-	// stable. Default 30 s.
+	// InfrequentInterval is the longest pause between a follower's reads
+	// while leadership is stable; a polling follower also reads at least
+	// four times per holder's lease (every 3.75 s at the defaults), so that
+	// a crashed leader is replaced within the lease and one poll. It also
+	// bounds a peer long-poll. Default 30 s.
 	InfrequentInterval time.Duration
 	// LeaderTimeout is this member's lease: it is written in the records
 	// it writes (leaseMillis), and a follower takes the lock when the
@@ -73,6 +83,14 @@ type Config struct {
 	RetrySchedule []time.Duration
 	// RetryJitter is the fraction of random spread on every timer. Default 0.2.
 	RetryJitter float64
+
+	// Priority makes this member preferred as leader: a live member whose
+	// priority is higher than the leader's asks it to hand over (a field
+	// in the lock record, which the leader finds at its next renewal); the
+	// leader's work is cancelled and, once it has returned, the leader
+	// releases the lock to that member. Equal priorities never hand over.
+	// Default 0.
+	Priority int
 
 	// PeerMode: followers ask the leader over HTTPS instead of reading the
 	// store while leadership is stable. Default false.
@@ -133,6 +151,10 @@ func (e *ValidationError) Error() string {
 
 // withDefaults returns a copy with zero values replaced by defaults.
 func (c Config) withDefaults() Config {
+	if c.LockURL != "" && c.Store == nil && c.StoreURL == "" && c.LockfilePath == "" {
+		// Validate reports a LockURL that does not split.
+		c.StoreURL, c.LockfilePath, _ = store.SplitKeyURL(c.LockURL)
+	}
 	if c.LockfilePath == "" {
 		c.LockfilePath = DefaultLockfilePath
 	}
@@ -180,12 +202,22 @@ func (c Config) withDefaults() Config {
 // Validate checks the configuration after defaults are applied and names
 // every field it refuses.
 func (c Config) Validate() error {
-	c = c.withDefaults()
 	var p []string
 	bad := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	if c.LockURL != "" {
+		if c.Store != nil || c.StoreURL != "" || c.LockfilePath != "" {
+			bad("LockURL: names the store and the lock's key; set it instead of Store, StoreURL and LockfilePath, not with them")
+		} else if _, _, err := store.SplitKeyURL(c.LockURL); err != nil {
+			bad("LockURL: %v", err)
+		}
+		if len(p) > 0 {
+			return &ValidationError{Problems: p}
+		}
+	}
+	c = c.withDefaults()
 
 	if c.Store == nil && c.StoreURL == "" {
-		bad("Store or StoreURL: one is required (e.g. StoreURL \"s3://bucket/prefix\" or \"file:///var/lib/tenure\")")
+		bad("Store or StoreURL: one is required, or LockURL (e.g. StoreURL \"s3://bucket/prefix\" or \"file:///var/lib/tenure\")")
 	}
 	if c.LockfilePath == "" || len(c.LockfilePath) > store.MaxKeyLen || !utf8.ValidString(c.LockfilePath) {
 		bad("LockfilePath %q: must be a valid store key", c.LockfilePath)

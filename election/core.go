@@ -24,10 +24,12 @@ const (
 	opRenew                 // write decision.record with decision.cond
 	opDemote                // the deadline passed: stop leading now
 	opWatch                 // wait for the store to notify a change (until decision.until)
+	opAsk                   // ask the leader to hand over: write decision.record (a copy of its record)
+	opRelease               // hand over: write decision.record (released, naming the successor)
 )
 
 func (k opKind) String() string {
-	return [...]string{"wait", "read", "peer", "acquire", "renew", "demote", "watch"}[k]
+	return [...]string{"wait", "read", "peer", "acquire", "renew", "demote", "watch", "ask", "release"}[k]
 }
 
 type decision struct {
@@ -107,6 +109,16 @@ type core struct {
 	stopped      bool      // Stop was called: never acquire
 	duplicateID  bool      // another session uses our ServerID
 	lastObserved leaderKey // for OnNewLeader
+
+	priority int
+	// handoff: asked to hand over, this member stepped down; once the
+	// term's work has returned it releases the lock, naming the successor.
+	handoff *handoff
+}
+
+type handoff struct {
+	version string // the asking member's copy of our record
+	to      string // its session
 }
 
 type pendingWrite struct {
@@ -144,6 +156,10 @@ func (c *core) lease() time.Duration {
 func (c *core) expired() bool {
 	o := c.obs
 	switch {
+	case !o.corrupt && o.rec.Released && o.rec.HandoverTo != "" && o.rec.HandoverTo != c.session:
+		// Handed over to another member, which takes it at once; the
+		// others wait a frequent interval in case it does not.
+		return o.at.Sub(o.since) >= c.t.frequent
 	case !o.found, o.rec.Released && !o.corrupt:
 		return true
 	case !o.corrupt && o.rec.Session == c.session:
@@ -207,6 +223,21 @@ func (c *core) next(now time.Time) decision {
 	if !c.haveObs || c.needRead {
 		return decision{op: opRead}
 	}
+	if h := c.handoff; h != nil {
+		if c.waitForWork {
+			// Never release while the term's work runs.
+			return decision{op: opWait, until: now.Add(c.t.frequent)}
+		}
+		c.counter++
+		rec := c.record(now, c.term, true)
+		rec.HandoverTo = h.to
+		return decision{op: opRelease, cond: store.IfMatch(h.version), record: rec}
+	}
+	if c.wantsHandover() {
+		rec := c.obs.rec
+		rec.Nonce, rec.HandoverTo, rec.HandoverPriority = newNonce(), c.session, c.priority
+		return decision{op: opAsk, cond: store.IfMatch(c.obs.version), record: rec}
+	}
 	if c.expired() {
 		if c.termProblem() != nil {
 			// Never taken over: keep reading, so that a repair is seen.
@@ -229,14 +260,24 @@ func (c *core) next(now time.Time) decision {
 	if c.stable() && c.peerMode && c.obs.rec.LeaderAddr != "" {
 		return decision{op: opPeer}
 	}
-	at := c.pollAt
-	if !c.stable() {
-		at = minTime(at, c.obs.since.Add(c.lease()))
-	}
+	// Read again at the next poll, or at the moment the version held would
+	// expire, whichever comes first: a leader that stops renewing (crashed,
+	// paused) is then replaced within the lease and one poll of its last
+	// renewal, however stable it looked.
+	at := minTime(c.pollAt, c.obs.since.Add(c.lease()))
 	if now.Before(at) {
 		return decision{op: opWait, until: at}
 	}
 	return decision{op: opRead}
+}
+
+// wantsHandover reports whether this member should ask the live leader to
+// hand over: its priority is higher than the leader's and than that of any
+// member that has already asked.
+func (c *core) wantsHandover() bool {
+	o := c.obs
+	return !c.stopped && c.stable() && o.rec.Session != c.session && !o.rec.Released &&
+		c.priority > o.rec.Priority && (o.rec.HandoverTo == "" || c.priority > o.rec.HandoverPriority)
 }
 
 func (c *core) nextLeader(now time.Time) decision {
@@ -283,6 +324,7 @@ func (c *core) record(_ time.Time, term uint64, released bool) Record {
 	return Record{
 		LeaderID: c.id, LeaderAddr: c.addr, Term: term, LeaseMillis: c.leaseMill,
 		Session: c.session, Nonce: newNonce(), Counter: c.counter, Released: released,
+		Priority: c.priority,
 	}
 }
 
@@ -311,10 +353,13 @@ func (c *core) observe(now time.Time, found bool, rec Record, derr error, versio
 		// The leader is renewing: worth asking it again in peer mode.
 		c.peerFailed = false
 	}
-	if c.stable() {
-		c.pollAt = now.Add(c.t.spread(c.t.infrequent))
-	} else {
-		c.pollAt = now.Add(c.t.spread(c.t.frequent))
+	c.pollAt = now.Add(c.t.spread(c.pollEvery()))
+	if found && !corrupt && rec.HandoverTo == c.session && rec.Session != c.session {
+		// We asked the leader to hand over: look often for its release.
+		c.pollAt = now.Add(c.t.spread(c.t.frequent / 10))
+	}
+	if c.handoff != nil && (!found || version != c.handoff.version) {
+		c.handoff = nil // someone else wrote: nothing of ours to release
 	}
 	if found && !corrupt && rec.Term > c.maxTerm {
 		c.maxTerm = rec.Term
@@ -344,6 +389,11 @@ func (c *core) observe(now time.Time, found bool, rec Record, derr error, versio
 	// While leading, the store showing anything but our version means we
 	// were deposed (or an unknown write of ours landed, handled above).
 	if c.leading && (!found || version != c.version) {
+		if found && !corrupt && rec.Session == c.session && rec.Term == c.term && rec.HandoverTo != "" && !rec.Released {
+			// Asked to hand over: the term ends now, and the lock is
+			// released to the asking member once the work has returned.
+			c.handoff = &handoff{version: version, to: rec.HandoverTo}
+		}
 		c.demote()
 	}
 }
@@ -354,6 +404,16 @@ func (c *core) wrote(op opKind, start, now time.Time, rec Record, version string
 	switch op {
 	case opAcquire:
 		c.becomeLeader(start, rec.Term, version)
+	case opAsk:
+		// Our copy of the leader's record does not extend its lease: the
+		// leader's last renewal is still the one we first saw, so the
+		// version keeps the time we first saw it.
+		since := c.obs.since
+		c.observe(now, true, rec, nil, version)
+		c.obs.since = since
+		return
+	case opRelease:
+		c.handoff = nil
 	case opRenew:
 		if !now.Before(c.deadline()) {
 			// The renewal came back after the deadline: leadership has
@@ -369,12 +429,31 @@ func (c *core) wrote(op opKind, start, now time.Time, rec Record, version string
 	c.observe(now, true, rec, nil, version)
 }
 
-// renewInterval is the pause between renewals: FrequentInterval with half
-// the usual jitter, so the leader's cost stays at one write per interval on
-// average and the worst phase leaves as much of the deadline as possible
-// for riding out a store outage.
+// readsPerLease is how often a polling follower reads the store per
+// holder's lease, at least: the failover after a crash is at most the lease
+// and one such poll after the holder's last renewal, and a release is seen
+// within one poll.
+const readsPerLease = 4
+
+// pollEvery is the pause between a polling follower's reads: the frequent
+// interval during transitions, the infrequent one while the leader is seen
+// renewing, and never more than a quarter of the holder's lease.
+func (c *core) pollEvery() time.Duration {
+	d := c.t.frequent
+	if c.stable() {
+		d = c.t.infrequent
+	}
+	return min(d, c.lease()/readsPerLease)
+}
+
+// renewInterval is the pause between the starts of two renewals: just
+// below FrequentInterval (by 1-10 % with the default jitter, 5 % on
+// average), never above it. The jitter is one-sided so that the longest
+// gap between renewals, which sets the outage a leader rides out wherever
+// the outage starts (RenewDeadline - FrequentInterval), does not grow with
+// the jitter.
 func (c *core) renewInterval() time.Duration {
-	return c.t.frequent/2 + c.t.spread(c.t.frequent/2)
+	return c.t.frequent - c.t.spread(c.t.frequent/20)
 }
 
 func (c *core) becomeLeader(start time.Time, term uint64, version string) {
@@ -390,7 +469,13 @@ func (c *core) becomeLeader(start time.Time, term uint64, version string) {
 func (c *core) refused(op opKind, now time.Time) {
 	c.failures, c.retryAt = 0, time.Time{}
 	if op == opRenew {
-		c.demote()
+		// Another writer: deposed, or asked to hand over; the read that
+		// follows tells which (observe demotes either way).
+		c.needRead = true
+		return
+	}
+	if op == opRelease {
+		c.handoff = nil
 	}
 	c.needRead = true
 	c.peerFailed = false

@@ -198,15 +198,25 @@ func TestCoreStoppedNeverAcquires(t *testing.T) {
 	}
 }
 
-func TestCoreStableFollowerPollsInfrequently(t *testing.T) {
+func TestCoreStableFollowerPollsFourTimesPerLease(t *testing.T) {
 	c := testCore()
 	c.observe(at(0), true, other(1), nil, "v1")
 	c.observe(at(5*time.Second), true, other(1), nil, "v2")
 	if !c.stable() {
 		t.Fatal("not stable after seeing the leader renew")
 	}
-	if d := c.next(at(6 * time.Second)); d.op != opWait || d.until.Before(at(29*time.Second)) {
-		t.Fatalf("stable follower: %+v; want to wait about 30 s", d)
+	// A quarter of the 15 s lease, not InfrequentInterval (30 s): a crash
+	// is then seen within the lease and a quarter of it.
+	if d := c.next(at(6 * time.Second)); d.op != opWait || d.until != at(8750*time.Millisecond) {
+		t.Fatalf("stable follower: %+v; want to wait until 8.75 s", d)
+	}
+	// A holder with a longer lease is read less often, up to
+	// InfrequentInterval.
+	long := other(1)
+	long.LeaseMillis = 200_000
+	c.observe(at(9*time.Second), true, long, nil, "v3")
+	if d := c.next(at(9 * time.Second)); d.op != opWait || d.until != at(39*time.Second) {
+		t.Fatalf("stable follower of a 200 s lease: %+v; want to wait InfrequentInterval (until 39 s)", d)
 	}
 	c.peerMode = true
 	c.obs.rec.LeaderAddr = "other:1"

@@ -382,51 +382,6 @@ func TestNoDecisionReadsTheWallClock(t *testing.T) {
 	})
 }
 
-func TestDualIntervalSavesReads(t *testing.T) {
-	// A stable group in store-polling mode: the leader renews every
-	// FrequentInterval, followers read every InfrequentInterval. Compared
-	// with polling at the frequent interval throughout, followers make a
-	// sixth of the reads.
-	run := func(t *testing.T, infrequent time.Duration) (leaderOps, followerOps int64) {
-		var lead, fol int64
-		synctest.Test(t, func(t *testing.T) {
-			c := newCluster(t, election.Config{InfrequentInterval: infrequent})
-			members := []*member{c.add("a", nil)}
-			c.waitLeader(time.Minute)
-			members = append(members, c.add("b", nil), c.add("c", nil))
-			time.Sleep(5 * time.Minute)
-			for _, m := range members {
-				m.fs.Reset()
-			}
-			time.Sleep(time.Hour)
-			for _, m := range members {
-				n := m.fs.Counts().Total()
-				if m.e.IsLeader() {
-					lead += n
-				} else {
-					fol += n
-				}
-			}
-			c.stopAll()
-			c.checkOverlap()
-		})
-		return lead, fol / 2
-	}
-	lInf, fInf := run(t, election.DefaultInfrequentInterval)
-	lFreq, fFreq := run(t, election.DefaultFrequentInterval)
-	t.Logf("per hour: leader %d (frequent-only %d); each follower %d (frequent-only %d)", lInf, lFreq, fInf, fFreq)
-	// 720 renewals an hour at 5 s ±20% jitter; 120 reads at 30 s.
-	if lInf < 600 || lInf > 900 {
-		t.Errorf("leader made %d store requests in an hour; want about 720", lInf)
-	}
-	if fInf < 100 || fInf > 150 {
-		t.Errorf("a follower made %d store requests in an hour in infrequent mode; want about 120", fInf)
-	}
-	if fFreq < 5*fInf {
-		t.Errorf("the infrequent interval saved too little: %d reads against %d frequent-only", fInf, fFreq)
-	}
-}
-
 func TestStoreThatIgnoresConditionsIsRefused(t *testing.T) {
 	fs := faultstore.New(memstore.New())
 	fs.IgnoreConditions(faultstore.Writes)

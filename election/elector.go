@@ -163,6 +163,7 @@ func New(ctx context.Context, cfg Config) (*Elector, error) {
 		jitter: func(d time.Duration) time.Duration { return store.Jitter(d, cfg.RetryJitter) },
 	}
 	e.core = newCore(t, cfg.ServerID, cfg.ServerAddr, e.session, cfg.PeerMode)
+	e.core.priority = cfg.Priority
 	if w, ok := e.st.Driver().(driver.Watcher); ok {
 		e.watcher = w
 		e.core.watch = true
@@ -344,7 +345,7 @@ func (e *Elector) loop(ctx context.Context) {
 		case opWatch:
 			e.watchWait(ctx, d.until)
 		case opAcquire:
-			if e.core.obs.rec.Released || !e.core.obs.found {
+			if (e.core.obs.rec.Released && e.core.obs.rec.HandoverTo != e.session) || !e.core.obs.found {
 				// Several followers saw the same release: spread them.
 				e.wait(ctx, time.Duration(mrand.Int64N(int64(e.cfg.FrequentInterval/50)+1)))
 				if ctx.Err() != nil {
@@ -352,7 +353,13 @@ func (e *Elector) loop(ctx context.Context) {
 				}
 			}
 			e.write(ctx, d)
-		case opRenew:
+		case opRenew, opRelease:
+			e.write(ctx, d)
+		case opAsk:
+			// Store-only members ask through the lock record, which the
+			// leader finds at its next renewal. This is the one place to
+			// ask over the peer endpoint instead, when the leader serves
+			// one.
 			e.write(ctx, d)
 		case opDemote:
 			e.log.Warn("renew deadline passed without a successful renewal; stepped down",
@@ -396,7 +403,13 @@ func (e *Elector) read(ctx context.Context) {
 	)
 	for i, pause := range e.cfg.RetrySchedule {
 		if i > 0 || pause > 0 {
-			e.wait(ctx, store.Jitter(pause, e.cfg.RetryJitter))
+			p := store.Jitter(pause, e.cfg.RetryJitter)
+			if e.core.leading {
+				// A leader reads to settle a write; near its deadline it
+				// retries sooner, as its writes do.
+				p = min(p, e.core.deadline().Sub(e.clk.Now())/4)
+			}
+			e.wait(ctx, p)
 		}
 		rctx, cancel := context.WithTimeout(ctx, e.callTimeout())
 		data, version, err = e.st.GetLimited(rctx, e.cfg.LockfilePath, MaxRecordSize)
@@ -478,6 +491,11 @@ func (e *Elector) callTimeout() time.Duration {
 	return e.cfg.RenewDeadline / 2
 }
 
+// attemptTimeout bounds one attempt of a write (and its read-back).
+func (e *Elector) attemptTimeout() time.Duration {
+	return e.cfg.RenewDeadline / 8
+}
+
 func (e *Elector) write(ctx context.Context, d decision) {
 	start := e.clk.Now()
 	d.record.LastUpdated = e.clk.Wall()
@@ -490,8 +508,14 @@ func (e *Elector) write(ctx context.Context, d decision) {
 	version, err := store.PutResolved(wctx, e.st, e.cfg.LockfilePath, data, d.cond, store.ResolveOptions{
 		Attempts: len(e.cfg.RetrySchedule),
 		MaxSize:  MaxRecordSize,
+		// A call that hangs (a dead connection) is abandoned in time for
+		// another attempt before the deadline.
+		AttemptTimeout: e.attemptTimeout(),
 		Backoff: func(n int) time.Duration {
-			return store.Jitter(e.cfg.RetrySchedule[min(n, len(e.cfg.RetrySchedule)-1)], e.cfg.RetryJitter)
+			p := store.Jitter(e.cfg.RetrySchedule[min(n, len(e.cfg.RetrySchedule)-1)], e.cfg.RetryJitter)
+			// Near the deadline, retry sooner: an outage that ends just
+			// before it is then ridden out.
+			return min(p, limit.Sub(e.clk.Now())/4)
 		},
 	})
 	cancel()
@@ -499,8 +523,14 @@ func (e *Elector) write(ctx context.Context, d decision) {
 	switch {
 	case err == nil:
 		e.core.wrote(d.op, start, now, d.record, version)
-		if d.op == opAcquire {
+		switch d.op {
+		case opAcquire:
 			e.log.Info("became leader", "term", d.record.Term)
+		case opAsk:
+			e.log.Info("asked the leader to hand over", "leader", d.record.LeaderID, "term", d.record.Term, "priority", e.cfg.Priority)
+			return // the leader's record, not ours: not served to peers
+		case opRelease:
+			e.log.Info("handed over the lock", "term", d.record.Term)
 		}
 		e.publishWrite(d.record, version)
 	case errors.Is(err, store.ErrPreconditionFailed):

@@ -49,6 +49,9 @@ type interval struct {
 	term       uint64
 	start, end time.Time
 	open       bool
+	// deadline is the last deadline the member set in this term (end may
+	// be earlier, when it stepped down first).
+	deadline time.Time
 }
 
 func newCluster(t *testing.T, base election.Config) *cluster {
@@ -118,12 +121,12 @@ func (c *cluster) record(id string, tr election.Transition) {
 	}
 	switch {
 	case tr.Leading() && open == nil:
-		c.intervals = append(c.intervals, &interval{member: id, term: tr.Term(), start: tr.At(), end: tr.Deadline(), open: true})
+		c.intervals = append(c.intervals, &interval{member: id, term: tr.Term(), start: tr.At(), end: tr.Deadline(), open: true, deadline: tr.Deadline()})
 	case tr.Leading():
 		if tr.Term() != open.term {
 			c.t.Errorf("%s: deadline moved for term %d while term %d is open", id, tr.Term(), open.term)
 		}
-		open.end = tr.Deadline()
+		open.end, open.deadline = tr.Deadline(), tr.Deadline()
 	case open != nil:
 		// Belief ends at the step-down or at the deadline, whichever
 		// came first: IsLeader is false past the deadline.

@@ -1218,3 +1218,282 @@ func applyPeerFault(t *testing.T, tr *faultstore.Transport, rng *rand.Rand) (str
 	}
 	return name, rm
 }
+
+// The tenure run overlap test. Members are `tenure run` processes of the
+// tenure CLI, each with timings of its own, on one file store. Each
+// supervises a shell command that appends the wall time (CLOCK_REALTIME,
+// which every process of the machine shares; nothing steps it during the
+// test) every 10 ms to a file of its own. A command's life covers its first
+// to its last line, so two files whose spans intersect are two commands
+// that ran at once: the check that matters for a supervised command, which
+// keeps running while its supervisor is stopped.
+
+// runMember is one `tenure run` member.
+type runMember struct {
+	id    string
+	flags []string
+	cmd   *exec.Cmd
+	done  chan struct{}
+}
+
+// runTimings returns random valid timings: a LeaderTimeout of 1 to 2.5 s.
+func runTimings(rng *rand.Rand) []string {
+	lt := procRandDur(rng, time.Second, 2500*time.Millisecond)
+	rd := time.Duration(float64(lt) * (0.6 + 0.25*rng.Float64()))
+	fr := rd / 4
+	return []string{"--leader-timeout", lt.String(), "--renew-deadline", rd.String(), "--frequent", fr.String(),
+		"--infrequent", (2 * fr).String(), "--peer-timeout", (lt / 4).String(), "--retry", "0,20ms,100ms"}
+}
+
+// longTimings stand for --leader-timeout 60s --renew-deadline 50s beside
+// the defaults, scaled down to keep the test short: this member's lease is
+// several times the others'.
+var longTimings = []string{"--leader-timeout", "6s", "--renew-deadline", "5s", "--frequent", "500ms",
+	"--infrequent", "1s", "--peer-timeout", "1s", "--retry", "0,20ms,100ms"}
+
+type runOverlapTest struct {
+	t       *testing.T
+	exe     string
+	dir     string
+	members map[string]*runMember
+	st      *store.Store
+}
+
+func newRunOverlapTest(t *testing.T, exe string) *runOverlapTest {
+	dir := t.TempDir()
+	st, err := store.Open(t.Context(), "file://"+dir+"/store")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if err := os.Mkdir(filepath.Join(dir, "cmds"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return &runOverlapTest{t: t, exe: exe, dir: dir, members: map[string]*runMember{}, st: st}
+}
+
+func (r *runOverlapTest) start(id string, flags []string) {
+	t := r.t
+	args := append([]string{"run", "--lock", "file://" + r.dir + "/store/leader.json", "--id", id, "--log-level", "info"}, flags...)
+	args = append(args, "--", "sh", "-c", `f="$CMDS/$TENURE_SERVER_ID-$TENURE_TERM-$$"; while :; do date +%s%N >> "$f"; sleep 0.01; done`)
+	cmd := exec.Command(r.exe, args...)
+	cmd.Env = append(os.Environ(), "CMDS="+filepath.Join(r.dir, "cmds"))
+	logf, err := os.OpenFile(filepath.Join(r.dir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "--- start %v\n", flags)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	m := &runMember{id: id, flags: flags, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(m.done) }()
+	r.members[id] = m
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		<-m.done
+	})
+}
+
+// leader returns the member the lock names while it is held.
+func (r *runOverlapTest) leader() string {
+	data, _, err := r.st.Get(r.t.Context(), "leader.json")
+	if err != nil {
+		return ""
+	}
+	rec, err := election.DecodeRecord(data)
+	if err != nil || rec.Released {
+		return ""
+	}
+	return rec.LeaderID
+}
+
+func (r *runOverlapTest) waitLeader(want string, bound time.Duration) string {
+	for end := time.Now().Add(bound); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if l := r.leader(); l != "" && (want == "" || l == want) {
+			return l
+		}
+	}
+	r.t.Fatalf("no leader %q within %v\n%s", want, bound, r.logs())
+	return ""
+}
+
+func (r *runOverlapTest) kill(id string) {
+	m := r.members[id]
+	_ = m.cmd.Process.Kill()
+	<-m.done
+}
+
+func (r *runOverlapTest) stopAll() {
+	for _, m := range r.members {
+		_ = m.cmd.Process.Signal(syscall.SIGCONT)
+		_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, m := range r.members {
+		select {
+		case <-m.done:
+		case <-time.After(30 * time.Second):
+			r.t.Errorf("%s did not exit after SIGTERM", m.id)
+		}
+	}
+}
+
+type cmdSpan struct {
+	name       string
+	pid        int
+	start, end int64
+}
+
+// check fails the test if two commands ran at once, or if a command's
+// process is still alive after every member has exited.
+func (r *runOverlapTest) check(minCommands int) {
+	t := r.t
+	files, err := filepath.Glob(filepath.Join(r.dir, "cmds", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spans []cmdSpan
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := cmdSpan{name: filepath.Base(f)}
+		parts := strings.Split(s.name, "-")
+		s.pid, _ = strconv.Atoi(parts[len(parts)-1])
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			v, err := strconv.ParseInt(line, 10, 64)
+			if err != nil {
+				continue // a line cut short by SIGKILL
+			}
+			if s.start == 0 {
+				s.start = v
+			}
+			s.end = v
+		}
+		if s.start != 0 {
+			spans = append(spans, s)
+		}
+	}
+	if len(spans) < minCommands {
+		t.Fatalf("%d commands ran; want at least %d\n%s", len(spans), minCommands, r.logs())
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].start < spans[j].start })
+	for i := 1; i < len(spans); i++ {
+		for j := 0; j < i; j++ {
+			if spans[j].end >= spans[i].start {
+				t.Errorf("two commands ran at once: %s until %s, %s from %s (%v of overlap)\n%s",
+					spans[j].name, time.Unix(0, spans[j].end).Format("15:04:05.000"),
+					spans[i].name, time.Unix(0, spans[i].start).Format("15:04:05.000"),
+					time.Duration(spans[j].end-spans[i].start), r.logs())
+			}
+		}
+	}
+	for _, s := range spans {
+		for end := time.Now().Add(30 * time.Second); s.pid > 0 && syscall.Kill(s.pid, 0) == nil; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(end) {
+				_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+				t.Errorf("the command %s (pid %d) outlived its tenure run", s.name, s.pid)
+				break
+			}
+		}
+	}
+}
+
+func (r *runOverlapTest) logs() string {
+	var b strings.Builder
+	for id := range r.members {
+		fmt.Fprintf(&b, "--- %s:\n%s", id, procTail(filepath.Join(r.dir, id+".log"), 15))
+	}
+	return b.String()
+}
+
+func TestElectionProcessRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs tenure run processes for about a minute")
+	}
+	exe := filepath.Join(t.TempDir(), "tenure")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("building tenure needs the go command: %v", err)
+	}
+	if out, err := exec.Command(gobin, "build", "-o", exe, "github.com/tenure-io/tenure/cmd/tenure").CombinedOutput(); err != nil {
+		t.Fatalf("building tenure: %v\n%s", err, out)
+	}
+	seed := rand.Uint64()
+	if s := os.Getenv(processSeedEnv); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (%s=%d replays the schedule)", seed, processSeedEnv, seed)
+
+	// A member whose lease is much longer than the others' leads and
+	// pauses for longer than the others' LeaderTimeout but shorter than
+	// its own RenewDeadline. Its command keeps running meanwhile (it is
+	// not in the paused process's group), and the member still leads when
+	// it resumes: the others must wait for the lease the holder recorded,
+	// not their own.
+	t.Run("mixed timings", func(t *testing.T) {
+		t.Parallel()
+		rng := rand.New(rand.NewPCG(seed, 1))
+		r := newRunOverlapTest(t, exe)
+		r.start("long", longTimings)
+		r.waitLeader("long", 30*time.Second)
+		for i := 1; i <= 3; i++ {
+			r.start(fmt.Sprintf("m%d", i), runTimings(rng))
+		}
+		time.Sleep(2 * time.Second) // the others follow
+		for round := 0; round < 2; round++ {
+			if r.leader() != "long" {
+				break
+			}
+			p := r.members["long"].cmd.Process
+			_ = p.Signal(syscall.SIGSTOP)
+			time.Sleep(3500 * time.Millisecond)
+			_ = p.Signal(syscall.SIGCONT)
+			time.Sleep(2 * time.Second)
+		}
+		r.stopAll()
+		r.check(1)
+	})
+
+	// Members with random timings; the leader's tenure run is SIGKILLed
+	// again and again (its command must die with it) and so are
+	// followers; killed members come back with new timings.
+	t.Run("sigkill", func(t *testing.T) {
+		t.Parallel()
+		rng := rand.New(rand.NewPCG(seed, 2))
+		r := newRunOverlapTest(t, exe)
+		ids := []string{"long", "m1", "m2", "m3"}
+		for _, id := range ids {
+			flags := runTimings(rng)
+			if id == "long" {
+				flags = longTimings
+			}
+			r.start(id, flags)
+		}
+		r.waitLeader("", 30*time.Second)
+		kills := 0
+		for end := time.Now().Add(40 * time.Second); time.Now().Before(end); {
+			time.Sleep(procRandDur(rng, time.Second, 3*time.Second))
+			victim := r.leader()
+			if victim == "" || rng.IntN(10) < 3 {
+				victim = ids[rng.IntN(len(ids))]
+			}
+			r.kill(victim)
+			kills++
+			time.Sleep(procRandDur(rng, 200*time.Millisecond, 1500*time.Millisecond))
+			flags := runTimings(rng)
+			if victim == "long" {
+				flags = longTimings
+			}
+			r.start(victim, flags)
+		}
+		r.waitLeader("", 30*time.Second)
+		r.stopAll()
+		t.Logf("%d kills", kills)
+		r.check(3)
+	})
+}

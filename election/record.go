@@ -43,6 +43,16 @@ type Record struct {
 	// Released is set by a leader that stepped down; followers may take
 	// the lock at once.
 	Released bool `json:"released"`
+	// Priority is the holder's Config.Priority: a live member with a
+	// higher one asks the holder to hand over.
+	Priority int `json:"priority,omitempty"`
+	// HandoverTo, when set on a held record, is the session of a member
+	// that asks the holder to hand over (it wrote this copy of the
+	// holder's record); on a released record, the session the holder
+	// handed over to, which may take it at once (others wait).
+	HandoverTo string `json:"handoverTo,omitempty"`
+	// HandoverPriority is the asking member's priority.
+	HandoverPriority int `json:"handoverPriority,omitempty"`
 }
 
 // Encode returns the record's JSON.
@@ -76,7 +86,7 @@ func DecodeRecord(data []byte) (Record, error) {
 	if dec.More() {
 		return Record{}, fmt.Errorf("election: lock record has data after the JSON object: %q", truncate(data))
 	}
-	for name, s := range map[string]string{"leaderID": r.LeaderID, "leaderAddr": r.LeaderAddr, "session": r.Session, "nonce": r.Nonce} {
+	for name, s := range map[string]string{"leaderID": r.LeaderID, "leaderAddr": r.LeaderAddr, "session": r.Session, "nonce": r.Nonce, "handoverTo": r.HandoverTo} {
 		if !utf8.ValidString(s) || len(s) > 1024 {
 			return Record{}, fmt.Errorf("election: lock record field %s is not valid UTF-8 of at most 1024 bytes", name)
 		}

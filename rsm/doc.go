@@ -34,7 +34,10 @@
 // setting the group recorded (MaxDedupClients, the machines' names); the
 // node stops, and Node.Done and Node.Err report it. *NotLeaderError,
 // ErrBusy, ErrTooLarge, ErrUnknownMachine, ErrClosed and *CorruptError
-// (matching ErrCorrupt) are as named.
+// (matching ErrCorrupt) are as named. A node that meets a corrupt object,
+// or finds missing one the group depends on, neither leads nor serves:
+// Status().Problem names the object, and its requests fail at once with
+// that *CorruptError until the object is back.
 //
 // # Sessions and settings
 //

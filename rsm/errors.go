@@ -35,6 +35,9 @@ var (
 	// backs off and retries; it reaches the caller only wrapped in the
 	// error of a request that timed out while the leader stayed busy.
 	ErrBusy = errors.New("rsm: too many pending requests")
+	// errMissing is a *CorruptError's cause when an object the group's
+	// state depends on is absent (deleted by hand, or never copied).
+	errMissing = errors.New("missing")
 	// ErrCorrupt matches a *CorruptError.
 	ErrCorrupt = errors.New("rsm: corrupt object in the store")
 )
@@ -83,13 +86,18 @@ func (e *NotLeaderError) Error() string {
 }
 
 // CorruptError reports an object in the store that fails its checksum or
-// does not decode. It is never applied.
+// does not decode, or that is missing while the group depends on it (a log
+// entry below a committed index, the snapshot the log starts after,
+// leader_state.json beside a log). Nothing is applied over it.
 type CorruptError struct {
 	Key string
 	Err error
 }
 
 func (e *CorruptError) Error() string {
+	if errors.Is(e.Err, errMissing) {
+		return fmt.Sprintf("rsm: object %q in the store: %v", e.Key, e.Err)
+	}
 	return fmt.Sprintf("rsm: corrupt object %q in the store: %v", e.Key, e.Err)
 }
 

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 	"github.com/tenure-io/tenure/store"
@@ -17,9 +20,10 @@ var errDeposed = errors.New("rsm: deposed")
 
 // pending is one state request waiting for its response.
 type pending struct {
-	req   *rsmpb.StateRequest
-	start time.Time
-	done  chan *rsmpb.StateResponse // buffered 1
+	req      *rsmpb.StateRequest
+	start    time.Time
+	done     chan *rsmpb.StateResponse // buffered 1
+	finished bool                      // answered by a leader; touched only by its loop
 }
 
 func (p *pending) reply(r *rsmpb.StateResponse) {
@@ -30,68 +34,63 @@ func (p *pending) reply(r *rsmpb.StateResponse) {
 	}
 }
 
-// slot is one log index a command batch was written to.
-type slot struct {
-	entry *rsmpb.Entry
-	batch []*pending
-	found *rsmpb.Entry // another writer's entry in the slot
-	err   error
-	done  chan struct{}
-}
-
-// waiter is released by the next confirmation round: ok when the read of
-// leader_state.json issued after it registered still showed our term.
-type waiter func(ok bool)
-
-// leaderRun is one term of leadership on a node.
+// leaderRun is one term of leadership on a node. Its protocol state (the
+// window) is owned by one goroutine, the loop, which runs on the node's
+// lead call; workers do the store calls and RPCs and report back to it as
+// events. Other goroutines reach the loop only through channels (reqs,
+// follows) and read what Status shows from a copy under mu.
 type leaderRun struct {
 	n      *Node
 	term   uint64
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // workers
 
-	reqs    chan *pending
-	batches chan []*pending
-	slots   chan *slot
-	depth   chan struct{} // PipelineDepth tokens: writes not yet handled in order
+	w *window // the loop's
 
-	count chan struct{} // MaxConcurrentRequests tokens
+	// enqueue and the end of the loop agree under qmu, so that no request
+	// is queued after the loop has answered what was queued.
+	qmu    sync.Mutex
+	closed bool
+	reqs   chan *pending
+	count  chan struct{} // MaxConcurrentRequests tokens
 
-	mu          sync.Mutex
-	ls          leaderState
-	lsVersion   string
-	waiters     []waiter
-	wake        chan struct{}
-	confirmed   uint64
-	next        uint64 // next log index to write
-	cache       map[uint64]*rsmpb.Entry
-	cacheLow    uint64 // lowest cached index
-	newEntries  chan struct{}
-	snapEnd     uint64 // end index of the newest snapshot known
-	snapVersion string
-	snapping    bool
-	syncers     map[string]*syncer
-	followerIdx map[string]uint64
+	events  chan any
+	follows chan followReq
+
+	ls        leaderState // the loop's: leader_state.json as last written
+	lsVersion string
+	members   []followReq // Follow requests waiting for the membership write in progress
+	writingLS bool
+
+	mu        sync.Mutex
+	view      []FollowerStatus // for Status and Leave
+	confirmed atomic.Uint64
+
+	concurrent prometheus.Gauge
+	handled    map[[2]int32]prometheus.Counter // by request type and status; the loop's
+	handleTime map[int32]prometheus.Observer   // by request type; the loop's
 }
 
 func newLeaderRun(n *Node, term uint64, ls leaderState, version string) *leaderRun {
 	ctx, cancel := context.WithCancelCause(n.ctx)
-	return &leaderRun{
+	l := &leaderRun{
 		n: n, term: term, ctx: ctx, cancel: cancel,
-		reqs:        make(chan *pending, n.opts.MaxConcurrentRequests),
-		batches:     make(chan []*pending),
-		slots:       make(chan *slot, n.opts.PipelineDepth),
-		depth:       make(chan struct{}, n.opts.PipelineDepth),
-		count:       make(chan struct{}, n.opts.MaxConcurrentRequests),
-		ls:          ls,
-		lsVersion:   version,
-		wake:        make(chan struct{}, 1),
-		cache:       map[uint64]*rsmpb.Entry{},
-		newEntries:  make(chan struct{}),
-		syncers:     map[string]*syncer{},
-		followerIdx: map[string]uint64{},
+		w:          newWindow(term, n.opts),
+		reqs:       make(chan *pending, n.opts.MaxConcurrentRequests),
+		count:      make(chan struct{}, n.opts.MaxConcurrentRequests),
+		events:     make(chan any, 4*n.opts.PipelineDepth+16),
+		follows:    make(chan followReq),
+		ls:         ls,
+		lsVersion:  version,
+		concurrent: n.m.concurrent.WithLabelValues(n.group),
+		handled:    map[[2]int32]prometheus.Counter{},
+		handleTime: map[int32]prometheus.Observer{},
 	}
+	for _, f := range ls.Followers {
+		l.view = append(l.view, FollowerStatus(f))
+	}
+	return l
 }
 
 func (l *leaderRun) depose(cause error) {
@@ -101,8 +100,29 @@ func (l *leaderRun) depose(cause error) {
 	l.cancel(cause)
 }
 
+// report hands a worker's result to the loop; after the end of the
+// leadership it is dropped.
+func (l *leaderRun) report(ev any) {
+	select {
+	case l.events <- ev:
+	case <-l.ctx.Done():
+	}
+}
+
+// goWork runs f as a worker the leadership waits for.
+func (l *leaderRun) goWork(f func()) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		f()
+	}()
+}
+
 // takeover loads the log, writes the seal and confirms the term. Only after
-// it returns nil does the leader serve.
+// it returns nil does the leader serve. Every attempt after the first
+// starts from an empty replica: what a failed attempt applied (entries a
+// snapshot has since covered, a seal on an emptied slot) must not leak
+// into the next.
 func (l *leaderRun) takeover() error {
 	n := l.n
 	for attempt := 0; ; attempt++ {
@@ -113,10 +133,14 @@ func (l *leaderRun) takeover() error {
 			if err := sleepCtx(l.ctx, n.gs.backoff(min(attempt, 4))); err != nil {
 				return context.Cause(l.ctx)
 			}
+			n.resetReplica()
 		}
 		snapEnd, snapVersion, err := n.catchUp(l.ctx)
 		if err != nil {
-			n.noteCorrupt(err)
+			// A corrupt or missing object is refused: no seal over it,
+			// requests fail with it, and the attempt is retried in case
+			// the object is repaired.
+			n.recordProblem(err)
 			n.log.Warn("takeover: catch-up failed", "term", l.term, "err", err)
 			continue
 		}
@@ -127,50 +151,25 @@ func (l *leaderRun) takeover() error {
 			return fmt.Errorf("%w: the log holds term %d, above ours (%d)", errDeposed, maxTerm, l.term)
 		}
 		// The seal: a no-op of our term at the first index not yet written.
-		index := applied + 1
-		sealed := false
-		for !sealed {
-			seal := &rsmpb.Entry{Index: index, Term: l.term, Writer: n.host.cfg.ID, Nonce: newNonce(), Noop: true,
-				Settings: n.sealSettings()} // a new group's settings (session.go)
-			found, err := n.gs.createEntry(l.ctx, seal)
-			switch {
-			case err != nil:
-				// Unknown: read the log again from the top.
-				n.log.Warn("takeover: seal write failed", "index", index, "err", err)
-			case found == nil:
-				// Our seal landed (or was emptied by a truncation, which the
-				// snapshot check below detects).
-				n.repMu.Lock()
-				n.rep.apply(seal)
-				n.repMu.Unlock()
-				sealed = true
-				continue
-			default:
-				n.repMu.Lock()
-				valid, _ := n.rep.apply(found)
-				maxTerm := n.rep.maxTerm
-				n.repMu.Unlock()
-				if valid && maxTerm > l.term {
-					return fmt.Errorf("%w: met term %d at index %d before our seal", errDeposed, maxTerm, index)
-				}
-				index++
-				continue
+		from := applied + 1
+		index, err := l.seal(from)
+		if err != nil {
+			if errors.Is(err, errDeposed) {
+				return err
 			}
-			break
-		}
-		if !sealed {
-			n.resetReplica()
+			n.log.Warn("takeover: seal write failed", "index", index, "err", err)
 			continue
 		}
-		// A seal counts only if the snapshot has not moved past it.
+		// Slots taken before the seal were read from the store, and the
+		// seal itself may have landed on a slot a truncation emptied: rule
+		// 8 over everything from `from` on.
 		snap, version, err := n.gs.readSnapshot(l.ctx)
 		if err != nil {
 			n.noteCorrupt(err)
-			n.resetReplica()
 			continue
 		}
-		if snap != nil && snap.EndIndex >= index {
-			n.log.Info("takeover: a snapshot moved past the seal; taking over again from it", "seal", index, "snapshot_end", snap.EndIndex)
+		if supersedes(snap, from) {
+			n.log.Info("takeover: a snapshot moved past what was read; taking over again from it", "seal", index, "snapshot_end", snap.EndIndex)
 			continue
 		}
 		if snap != nil {
@@ -179,13 +178,40 @@ func (l *leaderRun) takeover() error {
 		if err := l.confirmOnce(); err != nil {
 			return err
 		}
-		l.mu.Lock()
-		l.next = index + 1
-		l.confirmed = index
-		l.snapEnd, l.snapVersion = snapEnd, snapVersion
-		l.mu.Unlock()
+		l.w.next, l.w.confirmed = index+1, index
+		l.w.snapEnd, l.w.snapVersion = snapEnd, snapVersion
+		l.confirmed.Store(index)
 		n.log.Info("leading", "term", l.term, "seal", index)
 		return nil
+	}
+}
+
+// seal writes a no-op of our term at the first index from `from` not yet
+// written, applying what it finds in the slots before it (rule 3). It
+// returns the seal's index.
+func (l *leaderRun) seal(from uint64) (uint64, error) {
+	n := l.n
+	for index := from; ; index++ {
+		// Everything before the seal is committed: every later leader
+		// applies it (rule 3).
+		seal := &rsmpb.Entry{Index: index, Term: l.term, Writer: n.host.cfg.ID, Nonce: newNonce(), Noop: true, Commit: index - 1, Group: n.group,
+			Settings: n.sealSettings()} // a new group's settings (session.go)
+		found, err := n.gs.createEntry(l.ctx, seal)
+		if err != nil {
+			return index, err // unknown: read the log again from the top
+		}
+		n.repMu.Lock()
+		if found == nil {
+			n.rep.apply(seal)
+			n.repMu.Unlock()
+			return index, nil
+		}
+		valid, _ := n.rep.apply(found)
+		maxTerm := n.rep.maxTerm
+		n.repMu.Unlock()
+		if valid && maxTerm > l.term {
+			return index, fmt.Errorf("%w: met term %d at index %d before our seal", errDeposed, maxTerm, index)
+		}
 	}
 }
 
@@ -207,43 +233,14 @@ func (l *leaderRun) confirmOnce() error {
 	return nil
 }
 
-// serve runs the leader's goroutines until it is deposed or the node stops.
-func (l *leaderRun) serve() error {
-	l.wg.Add(4)
-	go func() { defer l.wg.Done(); l.batcher() }()
-	go func() { defer l.wg.Done(); l.committer() }()
-	go func() { defer l.wg.Done(); l.orderer() }()
-	go func() { defer l.wg.Done(); l.confirmer() }()
-	l.wg.Add(1)
-	go func() { defer l.wg.Done(); l.finishTruncation() }()
-	<-l.ctx.Done()
-	l.wg.Wait()
-	l.mu.Lock()
-	syncers := l.syncers
-	l.syncers = map[string]*syncer{}
-	l.mu.Unlock()
-	for _, s := range syncers {
-		s.stop()
-	}
-	// Fail whatever is still queued.
-	for {
-		select {
-		case p := <-l.reqs:
-			l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_NOT_LEADER})
-		default:
-			return context.Cause(l.ctx)
-		}
-	}
-}
-
 // enqueue accepts a request in order. It never blocks: a full leader
-// answers BUSY.
+// answers BUSY, an ended one NOT_LEADER.
 func (l *leaderRun) enqueue(p *pending) {
-	select {
-	case <-l.ctx.Done():
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	if l.closed || l.ctx.Err() != nil {
 		p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_NOT_LEADER})
 		return
-	default:
 	}
 	select {
 	case l.count <- struct{}{}:
@@ -251,80 +248,350 @@ func (l *leaderRun) enqueue(p *pending) {
 		p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_BUSY, Message: "too many pending requests"})
 		return
 	}
-	l.n.m.concurrent.WithLabelValues(l.n.group).Inc()
+	l.concurrent.Inc()
 	l.reqs <- p // room is guaranteed by count
 }
 
+// finish answers p and gives back its token, once.
 func (l *leaderRun) finish(p *pending, r *rsmpb.StateResponse) {
+	if p.finished {
+		return
+	}
+	p.finished = true
 	n := l.n
-	typ := p.req.Type.String()
-	n.m.handle.WithLabelValues(n.group, typ).Observe(time.Since(p.start).Seconds())
-	n.m.handled.WithLabelValues(n.group, typ, r.Status.String()).Inc()
-	n.m.concurrent.WithLabelValues(n.group).Dec()
+	typ := int32(p.req.Type)
+	h := l.handleTime[typ]
+	if h == nil {
+		h = n.m.handle.WithLabelValues(n.group, p.req.Type.String())
+		l.handleTime[typ] = h
+	}
+	h.Observe(time.Since(p.start).Seconds())
+	key := [2]int32{typ, int32(r.Status)}
+	c := l.handled[key]
+	if c == nil {
+		c = n.m.handled.WithLabelValues(n.group, p.req.Type.String(), r.Status.String())
+		l.handled[key] = c
+	}
+	c.Inc()
+	l.concurrent.Dec()
 	r.Term = l.term
 	p.reply(r)
 	<-l.count
 }
 
-// batcher accumulates requests by type and flushes a batch after
-// FlushInterval or at BatchMinCount, whichever is first. Reads are answered
-// here, in sequence with the commands the orderer applies (both hold repMu).
-func (l *leaderRun) batcher() {
-	o := l.n.opts
-	var cmds, reads []*pending
-	var cmdTimer, readTimer <-chan time.Time
-	flushCmds := func() {
-		b := cmds
-		cmds, cmdTimer = nil, nil
-		select {
-		case l.batches <- b:
-		case <-l.ctx.Done():
-			for _, p := range b {
-				l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_NOT_LEADER})
-			}
+// Events the workers report to the loop.
+type (
+	writeResult struct {
+		index uint64
+		found *rsmpb.Entry
+		err   error
+	}
+	roundResult struct {
+		id  uint64
+		err error
+	}
+	snapshotResult struct {
+		end     uint64
+		version string
+		err     error
+	}
+	truncated struct{}
+)
+
+// serve runs the loop until the leadership ends, then waits for the
+// workers.
+func (l *leaderRun) serve() error {
+	if l.w.snapEnd > 0 {
+		// Entries a snapshot covers that an earlier leader left behind,
+		// and stale writers' late creates at or below it.
+		end := l.w.snapEnd
+		l.goWork(func() { l.truncate(1, end) })
+	}
+	l.loop()
+	l.cancel(errDeposed) // no-op if already ended
+	l.wg.Wait()
+	return context.Cause(l.ctx)
+}
+
+// loop owns the window: it takes requests, worker results and follower
+// registrations, applies the protocol's decisions and starts the I/O they
+// call for. When leadership ends it answers every outstanding request at
+// once.
+func (l *leaderRun) loop() {
+	n, w := l.n, l.w
+	o := n.opts
+	var cmdTimer, readTimer, syncTimer *time.Timer
+	var cmdC, readC, syncC <-chan time.Time
+	var syncAt time.Time
+	stop := func(t *time.Timer) {
+		if t != nil {
+			t.Stop()
 		}
 	}
-	flushReads := func() {
-		b := reads
-		reads, readTimer = nil, nil
-		l.answerReads(b)
+	defer func() { stop(cmdTimer); stop(readTimer); stop(syncTimer) }()
+	idle := time.NewTicker(time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval)
+	defer idle.Stop()
+	take := func(p *pending) {
+		read, started, full := w.take(p)
+		switch {
+		case read && full:
+			stop(readTimer)
+			readC = nil
+			l.answerReads(w.cutReads())
+		case read && started:
+			readTimer = time.NewTimer(o.FlushInterval)
+			readC = readTimer.C
+		case full:
+			stop(cmdTimer)
+			cmdC = nil
+			w.cutCommands()
+		case started:
+			cmdTimer = time.NewTimer(o.FlushInterval)
+			cmdC = cmdTimer.C
+		}
+	}
+	for {
+		if l.ctx.Err() != nil {
+			l.end()
+			return
+		}
+		select {
+		case <-l.ctx.Done():
+			continue
+		case p := <-l.reqs:
+			take(p)
+		case <-cmdC:
+			cmdC = nil
+			w.cutCommands()
+		case <-readC:
+			readC = nil
+			l.answerReads(w.cutReads())
+		case <-syncC:
+			syncC, syncAt = nil, time.Time{}
+		case <-idle.C:
+			w.idleTick()
+		case fr := <-l.follows:
+			l.members = append(l.members, fr)
+		case ev := <-l.events:
+			l.handle(ev)
+		}
+		// Take what else is ready before deciding, so that a round or a
+		// write covers all of it.
+		for more := true; more && l.ctx.Err() == nil; {
+			select {
+			case ev := <-l.events:
+				l.handle(ev)
+			case p := <-l.reqs:
+				take(p)
+			default:
+				more = false
+			}
+		}
+		if l.ctx.Err() != nil {
+			continue
+		}
+		l.progress()
+		if at := w.nextSync(o.HeartbeatInterval); !at.IsZero() && !at.Equal(syncAt) {
+			stop(syncTimer)
+			syncAt = at
+			syncTimer = time.NewTimer(time.Until(at))
+			syncC = syncTimer.C
+		}
+	}
+}
+
+// handle applies one worker's result to the window.
+func (l *leaderRun) handle(ev any) {
+	n, w := l.n, l.w
+	switch ev := ev.(type) {
+	case writeResult:
+		w.wrote(ev.index, ev.found, ev.err)
+		for wr := w.settle(); wr != nil; wr = w.settle() {
+			if !l.settled(wr) {
+				return
+			}
+		}
+	case roundResult:
+		w.roundDone(ev.id, ev.err)
+		rounds, err := w.released()
+		for _, r := range rounds {
+			for _, wt := range r.ws {
+				l.release(wt)
+			}
+		}
+		if err != nil {
+			l.depose(err)
+			return
+		}
+		if len(rounds) > 0 {
+			l.maybeSnapshot()
+		}
+	case snapshotResult:
+		// On error too: a newer snapshot found is not written over again.
+		w.snapshotWritten(ev.end, ev.version)
+		if ev.err != nil {
+			n.log.Warn("snapshot not written", "err", ev.err)
+			w.snapBusy = false
+		}
+	case truncated:
+		w.snapBusy = false
+	case syncResult:
+		l.synced(ev)
+	case memberResult:
+		l.membered(ev)
+	}
+}
+
+// settled handles one write in index order (rule 4). It returns false when
+// the leadership ends.
+func (l *leaderRun) settled(wr *write) bool {
+	n, w := l.n, l.w
+	e := wr.entry
+	switch w.outcome(wr) {
+	case unsettled:
+		n.noteCorrupt(wr.err)
+		n.m.logAppendFail.WithLabelValues(n.group, "unknown").Inc()
+		n.log.Warn("log write outcome unknown; stepping down", "index", e.Index, "err", wr.err)
+		for _, p := range wr.batch {
+			l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_OUTCOME, Message: wr.err.Error()})
+		}
+		l.depose(fmt.Errorf("%w: the write of index %d has an unknown outcome: %w", errDeposed, e.Index, wr.err))
+		return false
+	case overtaken:
+		n.m.logAppendFail.WithLabelValues(n.group, "concurrent_state_modification").Inc()
+		for _, p := range wr.batch {
+			l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_NOT_COMMITTED, Message: "a newer leader took the slot"})
+		}
+		l.depose(fmt.Errorf("%w: index %d holds term %d (ours %d)", errDeposed, e.Index, wr.found.Term, l.term))
+		return false
+	case skipped:
+		// A deposed leader's late write took the slot: it is invalid for
+		// every replica (our seal's term is higher). Our batch did not
+		// commit; its requests are retried by their nodes.
+		n.m.logAppendFail.WithLabelValues(n.group, "stale_writer").Inc()
+		n.repMu.Lock()
+		n.rep.apply(wr.found)
+		n.repMu.Unlock()
+		w.cacheEntry(wr.found)
+		for _, p := range wr.batch {
+			l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_NOT_COMMITTED, Message: "slot taken by a stale writer"})
+		}
+		return true
+	}
+	n.m.committed.WithLabelValues(n.group).Inc()
+	n.m.handledBatches.WithLabelValues(n.group, "COMMAND").Inc()
+	start := time.Now()
+	n.repMu.Lock()
+	_, results := n.rep.apply(e)
+	n.repMu.Unlock()
+	n.m.application.WithLabelValues(n.group, "COMMAND").Observe(time.Since(start).Seconds())
+	n.m.applyIndex.WithLabelValues(n.group).Set(float64(e.Index))
+	w.wait(waiter{batch: wr.batch, entry: e, results: results})
+	return true
+}
+
+// release answers a confirmed waiter.
+func (l *leaderRun) release(wt waiter) {
+	if wt.entry == nil {
+		for i, p := range wt.batch {
+			l.finish(p, wt.answers[i])
+		}
+		return
+	}
+	l.w.confirm(wt)
+	l.confirmed.Store(l.w.confirmed)
+	for i, p := range wt.batch {
+		r := wt.results[i]
+		l.finish(p, &rsmpb.StateResponse{Status: r.status, Result: r.data, Index: wt.entry.Index})
+	}
+}
+
+// end answers every outstanding request when the leadership ends, with
+// what is known of it (window.drain), and gives back every token.
+func (l *leaderRun) end() {
+	l.qmu.Lock()
+	l.closed = true
+	l.qmu.Unlock()
+	for _, a := range l.w.drain() {
+		l.finish(a.p, &rsmpb.StateResponse{Status: a.status, Message: a.msg})
 	}
 	for {
 		select {
-		case <-l.ctx.Done():
-			for _, p := range append(cmds, reads...) {
-				l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_NOT_LEADER})
-			}
-			return
 		case p := <-l.reqs:
+			st := rsmpb.Status_NOT_COMMITTED
 			if p.req.Type == rsmpb.RequestType_READ {
-				reads = append(reads, p)
-				if len(reads) == 1 {
-					readTimer = time.After(o.FlushInterval)
-				}
-				if len(reads) >= o.BatchMinCount {
-					flushReads()
-				}
-				continue
+				st = rsmpb.Status_NOT_LEADER
 			}
-			cmds = append(cmds, p)
-			if len(cmds) == 1 {
-				cmdTimer = time.After(o.FlushInterval)
-			}
-			if len(cmds) >= o.BatchMinCount {
-				flushCmds()
-			}
-		case <-cmdTimer:
-			flushCmds()
-		case <-readTimer:
-			flushReads()
+			l.finish(p, &rsmpb.StateResponse{Status: st, Message: "leadership ended"})
+			continue
+		default:
+		}
+		break
+	}
+	for _, fr := range l.members {
+		fr.reply <- followReply{err: errDeposed}
+	}
+	l.members = nil
+	for range l.w.followers {
+		l.n.m.synchronizers.WithLabelValues(l.n.group).Dec()
+	}
+	l.w.followers = map[string]*follower{}
+}
+
+// progress starts the I/O the window's state calls for: writes with room
+// in the pipeline, a confirmation round, a snapshot, a membership change,
+// follower sends.
+func (l *leaderRun) progress() {
+	n, w := l.n, l.w
+	for wr := w.nextWrite(); wr != nil; wr = w.nextWrite() {
+		wr.entry.Writer, wr.entry.Nonce, wr.entry.Group = n.host.cfg.ID, newNonce(), n.group
+		e := wr.entry
+		l.goWork(func() {
+			start := time.Now()
+			found, err := n.gs.createEntry(l.ctx, e)
+			n.m.logAppend.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
+			l.report(writeResult{index: e.Index, found: found, err: err})
+		})
+	}
+	if r := w.startRound(); r != nil {
+		id := r.id
+		l.goWork(func() { l.report(roundResult{id: id, err: l.confirmRound()}) })
+	}
+	if snap, end, version := w.snapshotToWrite(); snap != nil {
+		l.goWork(func() { l.snapshot(snap, end, version) })
+	}
+	if !l.writingLS && len(l.members) > 0 {
+		fr := l.members[0]
+		l.members = l.members[1:]
+		l.member(fr)
+	}
+	if len(w.followers) > 0 {
+		l.syncFollowers()
+	}
+}
+
+// confirmRound reads leader_state.json for one round, retrying errors
+// that leave the term unknown.
+func (l *leaderRun) confirmRound() error {
+	for attempt := 0; ; attempt++ {
+		err := l.confirmOnce()
+		if err == nil || errors.Is(err, errDeposed) || l.ctx.Err() != nil {
+			return err
+		}
+		l.n.log.Warn("confirmation read failed; retrying", "err", err)
+		if sleepCtx(l.ctx, l.n.gs.backoff(min(attempt+1, 5))) != nil {
+			return context.Cause(l.ctx)
 		}
 	}
 }
 
 // answerReads computes every read on the current state, then holds the
-// answers until a confirmation round issued after now shows our term.
+// answers until a confirmation round issued after now shows our term
+// (rule 6).
 func (l *leaderRun) answerReads(b []*pending) {
+	if len(b) == 0 {
+		return
+	}
 	n := l.n
 	n.m.handledBatches.WithLabelValues(n.group, "READ").Inc()
 	answers := make([]*rsmpb.StateResponse, len(b))
@@ -348,372 +615,80 @@ func (l *leaderRun) answerReads(b []*pending) {
 	}
 	n.repMu.Unlock()
 	n.m.application.WithLabelValues(n.group, "READ").Observe(time.Since(start).Seconds())
-	l.addWaiter(func(ok bool) {
-		for i, p := range b {
-			if ok {
-				l.finish(p, answers[i])
-			} else {
-				l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_NOT_LEADER})
-			}
-		}
-	})
+	l.w.wait(waiter{batch: b, answers: answers})
 }
 
-// committer gives each command batch the next log index and writes it,
-// with up to PipelineDepth writes in flight.
-func (l *leaderRun) committer() {
-	defer close(l.slots)
-	n := l.n
-	for {
-		select {
-		case l.depth <- struct{}{}: // released by the orderer
-		case <-l.ctx.Done():
-			return
-		}
-		var b []*pending
-		select {
-		case <-l.ctx.Done():
-			return
-		case b = <-l.batches:
-		}
-		l.mu.Lock()
-		index := l.next
-		l.next++
-		l.mu.Unlock()
-		e := &rsmpb.Entry{Index: index, Term: l.term, Writer: n.host.cfg.ID, Nonce: newNonce()}
-		for _, p := range b {
-			e.Commands = append(e.Commands, commandOf(p.req))
-		}
-		s := &slot{entry: e, batch: b, done: make(chan struct{})}
-		select {
-		case l.slots <- s:
-		case <-l.ctx.Done():
-			for _, p := range b {
-				l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_NOT_LEADER})
-			}
-			return
-		}
-		go func() {
-			defer close(s.done)
-			start := time.Now()
-			s.found, s.err = n.gs.createEntry(l.ctx, e)
-			n.m.logAppend.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
-		}()
-	}
-}
-
-// orderer handles written slots strictly in index order: it applies each
-// landed entry and registers its acknowledgement with the next
-// confirmation round, so an entry is acknowledged only when every index
-// from the seal up to it holds our entry or a lower-term one we skipped.
-func (l *leaderRun) orderer() {
-	n := l.n
-	deposed := false
-	for s := range l.slots {
-		<-s.done
-		<-l.depth
-		if deposed {
-			for _, p := range s.batch {
-				l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_OUTCOME, Message: "leadership ended with this batch in flight"})
-			}
-			continue
-		}
-		e := s.entry
-		switch {
-		case s.err != nil:
-			n.noteCorrupt(s.err)
-			n.m.logAppendFail.WithLabelValues(n.group, "unknown").Inc()
-			n.log.Warn("log write outcome unknown; stepping down", "index", e.Index, "err", s.err)
-			l.depose(fmt.Errorf("%w: the write of index %d has an unknown outcome: %v", errDeposed, e.Index, s.err))
-			deposed = true
-			for _, p := range s.batch {
-				l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_OUTCOME, Message: s.err.Error()})
-			}
-			continue
-		case s.found != nil && s.found.Term < l.term:
-			// A deposed leader's late write took the slot: it is invalid
-			// for every replica (our seal's term is higher). Our batch did
-			// not commit; its requests are retried by their nodes.
-			n.m.logAppendFail.WithLabelValues(n.group, "stale_writer").Inc()
-			n.repMu.Lock()
-			n.rep.apply(s.found)
-			n.repMu.Unlock()
-			l.cacheEntry(s.found)
-			for _, p := range s.batch {
-				l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_NOT_COMMITTED, Message: "slot taken by a stale writer"})
-			}
-			continue
-		case s.found != nil:
-			n.m.logAppendFail.WithLabelValues(n.group, "concurrent_state_modification").Inc()
-			l.depose(fmt.Errorf("%w: index %d holds term %d (ours %d)", errDeposed, e.Index, s.found.Term, l.term))
-			deposed = true
-			for _, p := range s.batch {
-				l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_NOT_COMMITTED, Message: "a newer leader took the slot"})
-			}
-			continue
-		}
-		n.m.committed.WithLabelValues(n.group).Inc()
-		n.m.handledBatches.WithLabelValues(n.group, "COMMAND").Inc()
-		start := time.Now()
-		n.repMu.Lock()
-		_, results := n.rep.apply(e)
-		n.repMu.Unlock()
-		n.m.application.WithLabelValues(n.group, "COMMAND").Observe(time.Since(start).Seconds())
-		n.m.applyIndex.WithLabelValues(n.group).Set(float64(e.Index))
-		batch := s.batch
-		l.addWaiter(func(ok bool) {
-			if !ok {
-				for _, p := range batch {
-					l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_OUTCOME, Message: "leadership ended before the batch was confirmed"})
-				}
-				return
-			}
-			l.cacheEntry(e)
-			l.advance(e.Index)
-			for i, p := range batch {
-				r := results[i]
-				l.finish(p, &rsmpb.StateResponse{Status: r.status, Result: r.data, Index: e.Index})
-			}
-		})
-	}
-}
-
-func (l *leaderRun) addWaiter(w waiter) {
-	l.mu.Lock()
-	l.waiters = append(l.waiters, w)
-	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-}
-
-// confirmer runs confirmation rounds: one read of leader_state.json,
-// issued after every waiter it releases registered, confirms them all. Up
-// to PipelineDepth rounds are in flight, so batches that land while a read
-// is out need not wait for it to end before theirs starts; rounds release
-// their waiters in the order they were issued, so acknowledgements keep
-// log order.
-func (l *leaderRun) confirmer() {
-	type round struct {
-		ws   []waiter
-		err  error
-		done chan struct{}
-	}
-	depth := l.n.opts.PipelineDepth
-	queue := make(chan *round, depth)
-	tokens := make(chan struct{}, depth) // rounds in flight
-	released := make(chan struct{})
-	go func() {
-		defer close(released)
-		failed := false
-		for r := range queue {
-			<-r.done
-			if r.err != nil && !failed {
-				failed = true
-				l.depose(r.err)
-			}
-			for _, w := range r.ws {
-				w(!failed)
-			}
-			<-tokens
-			if !failed {
-				l.maybeSnapshot()
-			}
-		}
-	}()
-	defer func() {
-		close(queue)
-		<-released
-		l.mu.Lock()
-		ws := l.waiters
-		l.waiters = nil
-		l.mu.Unlock()
-		for _, w := range ws {
-			w(false)
-		}
-	}()
-	// An idle leader still checks its term now and then, so that one
-	// deposed while nothing was asked of it stops saying it leads.
-	idle := time.Duration(l.n.opts.MaxMissedHeartbeats) * l.n.opts.HeartbeatInterval
-	tick := time.NewTicker(idle)
-	defer tick.Stop()
-	rounds := 0
-	for {
-		select {
-		case <-l.ctx.Done():
-			return
-		case <-l.wake:
-		case <-tick.C:
-			if rounds == 0 {
-				if err := l.confirmOnce(); errors.Is(err, errDeposed) {
-					l.depose(err)
-					return
-				}
-			}
-			rounds = 0
-			continue
-		}
-		l.mu.Lock()
-		ws := l.waiters
-		l.waiters = nil
-		l.mu.Unlock()
-		if len(ws) == 0 {
-			continue
-		}
-		rounds++
-		r := &round{ws: ws, done: make(chan struct{})}
-		select {
-		case tokens <- struct{}{}: // blocks while PipelineDepth rounds are in flight
-		case <-l.ctx.Done():
-			for _, w := range ws {
-				w(false)
-			}
-			return
-		}
-		queue <- r // room: at most depth rounds hold tokens
-		go func() {
-			defer close(r.done)
-			for attempt := 0; ; attempt++ {
-				if r.err = l.confirmOnce(); r.err == nil || errors.Is(r.err, errDeposed) || l.ctx.Err() != nil {
-					return
-				}
-				l.n.log.Warn("confirmation read failed; retrying", "err", r.err)
-				if sleepCtx(l.ctx, l.n.gs.backoff(min(attempt+1, 5))) != nil {
-					return
-				}
-			}
-		}()
-	}
-}
-
-// advance records index as confirmed and wakes the synchronizers.
-func (l *leaderRun) advance(index uint64) {
-	l.mu.Lock()
-	if index > l.confirmed {
-		l.confirmed = index
-		close(l.newEntries)
-		l.newEntries = make(chan struct{})
-	}
-	l.mu.Unlock()
-}
-
-func (l *leaderRun) cacheEntry(e *rsmpb.Entry) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.cache[e.Index] = e
-	if l.cacheLow == 0 || e.Index < l.cacheLow {
-		l.cacheLow = e.Index
-	}
-	for len(l.cache) > l.n.opts.LogCacheSize {
-		delete(l.cache, l.cacheLow)
-		l.cacheLow++
-	}
-}
-
-// maybeSnapshot starts a snapshot when SnapshotThreshold entries were
-// confirmed since the last one.
+// maybeSnapshot captures the state when a snapshot is due. It is written
+// once every index it covers is confirmed (window.snapshotToWrite).
 func (l *leaderRun) maybeSnapshot() {
 	n := l.n
-	l.mu.Lock()
-	due := !l.snapping && l.confirmed >= l.snapEnd+uint64(n.opts.SnapshotThreshold)
-	if due {
-		l.snapping = true
-	}
-	l.mu.Unlock()
-	if !due {
+	if !l.w.snapshotDue() {
 		return
 	}
-	// Capture the state now (repMu: in sequence with applies); write it only
-	// once every index it covers is confirmed, so a deposed leader's
-	// unconfirmed entries never reach a snapshot.
 	n.repMu.Lock()
 	snap, err := n.rep.snapshot()
 	n.repMu.Unlock()
 	if err != nil {
 		n.log.Error("snapshot failed", "err", err)
-		l.mu.Lock()
-		l.snapping = false
-		l.mu.Unlock()
 		return
 	}
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		defer func() {
-			l.mu.Lock()
-			l.snapping = false
-			l.mu.Unlock()
-		}()
-		for {
-			l.mu.Lock()
-			confirmed, ch := l.confirmed, l.newEntries
-			l.mu.Unlock()
-			if confirmed >= snap.EndIndex {
-				break
-			}
-			select {
-			case <-ch:
-			case <-l.ctx.Done():
-				return
-			}
-		}
-		if err := l.writeSnapshot(snap); err != nil {
-			n.log.Warn("snapshot not written", "end", snap.EndIndex, "err", err)
-			return
-		}
-		l.truncate(snap.StartIndex, snap.EndIndex)
-	}()
+	l.w.hold(snap)
 }
 
-func (l *leaderRun) writeSnapshot(snap *rsmpb.Snapshot) error {
+// snapshot writes snap over the stored snapshot (end, version), then
+// truncates the log it covers. A worker.
+func (l *leaderRun) snapshot(snap *rsmpb.Snapshot, end uint64, version string) {
+	end, v, err := l.writeSnapshot(snap, end, version)
+	l.report(snapshotResult{end: end, version: v, err: err})
+	if err != nil {
+		return
+	}
+	l.truncate(snap.StartIndex, snap.EndIndex)
+	l.report(truncated{})
+}
+
+// writeSnapshot returns the end and version of the snapshot now stored:
+// snap's, or on error a newer one another writer stored (end 0 if unknown).
+func (l *leaderRun) writeSnapshot(snap *rsmpb.Snapshot, end uint64, version string) (uint64, string, error) {
 	n := l.n
 	start := time.Now()
 	defer func() { n.m.snapshotUpload.WithLabelValues(n.group).Observe(time.Since(start).Seconds()) }()
 	// The snapshot only moves forward: compare-and-swap on the version
 	// this leader last read or wrote, and never replace a snapshot that
 	// ends later. Only if another writer moved it is it read again.
-	l.mu.Lock()
-	end, version := l.snapEnd, l.snapVersion
-	l.mu.Unlock()
 	var v string
 	for attempt := 0; ; attempt++ {
 		if end >= snap.EndIndex {
-			return fmt.Errorf("the stored snapshot already ends at %d", end)
+			return end, version, fmt.Errorf("the stored snapshot already ends at %d", end)
 		}
 		if end > 0 {
 			snap.StartIndex = end + 1
 		}
-		snap.Writer, snap.WriterTerm, snap.Nonce = n.host.cfg.ID, l.term, newNonce()
+		snap.Writer, snap.WriterTerm, snap.Nonce, snap.Group = n.host.cfg.ID, l.term, newNonce(), n.group
 		var err error
 		v, err = n.gs.writeSnapshot(l.ctx, snap, version)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, store.ErrPreconditionFailed) || store.IsAmbiguous(err) || attempt > 0 {
-			return err
+			return 0, "", err
 		}
 		cur, cv, rerr := n.gs.readSnapshot(l.ctx)
 		if rerr != nil {
-			return rerr
+			return 0, "", rerr
 		}
 		end, version = 0, cv
 		if cur != nil {
 			end = cur.EndIndex
 		}
 	}
-	l.mu.Lock()
-	if snap.EndIndex > l.snapEnd {
-		l.snapEnd, l.snapVersion = snap.EndIndex, v
-	}
-	l.mu.Unlock()
 	n.setSnapshotIndex(snap.EndIndex)
 	n.log.Debug("snapshot written", "start", snap.StartIndex, "end", snap.EndIndex)
-	return nil
+	return snap.EndIndex, v, nil
 }
 
 // truncate deletes the log entries a snapshot covers. An interrupted
-// truncation is finished by the next leader (finishTruncation).
+// truncation is finished by the next leader (serve).
 func (l *leaderRun) truncate(from, to uint64) {
 	n := l.n
 	start := time.Now()
@@ -733,7 +708,7 @@ func (l *leaderRun) truncate(from, to uint64) {
 	const workers = 8
 	work := make(chan uint64)
 	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -760,14 +735,24 @@ func (l *leaderRun) truncate(from, to uint64) {
 	wg.Wait()
 }
 
-// finishTruncation deletes entries a snapshot covers that an earlier
-// leader left behind, and stale writers' late creates at or below it.
-func (l *leaderRun) finishTruncation() {
+// followerStatus is the followers as the loop last saw them.
+func (l *leaderRun) followerStatus() []FollowerStatus {
 	l.mu.Lock()
-	end := l.snapEnd
-	l.mu.Unlock()
-	if end == 0 {
-		return
+	defer l.mu.Unlock()
+	return append([]FollowerStatus(nil), l.view...)
+}
+
+// publish copies what Status shows out of the loop's state.
+func (l *leaderRun) publish() {
+	view := make([]FollowerStatus, 0, len(l.ls.Followers))
+	for _, f := range l.ls.Followers {
+		fs := FollowerStatus(f)
+		if s := l.w.followers[f.ID]; s != nil {
+			fs.ApplyIndex = s.applied
+		}
+		view = append(view, fs)
 	}
-	l.truncate(1, end)
+	l.mu.Lock()
+	l.view = view
+	l.mu.Unlock()
 }

@@ -40,6 +40,7 @@ type metrics struct {
 	backpressure   prometheus.Histogram     // responses.enqueue.backpressure
 	corrupt        *prometheus.CounterVec   // corrupt objects seen, by key kind
 	confirmReads   *prometheus.CounterVec   // leader_state reads confirming a round
+	refused        *prometheus.GaugeVec     // 1 while the node refuses to lead or serve, by object kind
 	role           *prometheus.GaugeVec     // 0 joining, 1 follower, 2 leader
 	term           *prometheus.GaugeVec
 	applyIndex     *prometheus.GaugeVec
@@ -93,9 +94,11 @@ func newMetrics(reg prometheus.Registerer, node string) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		corrupt:      c("corrupt_objects_total", "Objects in the store that failed their checksum or did not decode.", "object"),
 		confirmReads: c("confirm_reads_total", "Reads of leader_state.json that confirmed a round."),
-		role:         gv("role", "0 joining, 1 follower, 2 leader."),
-		term:         gv("term", "The term this node knows."),
-		applyIndex:   gv("apply_index", "Last log index applied."),
+		refused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Subsystem: "rsm", Name: "refused", ConstLabels: cl,
+			Help: "1 while the node refuses to lead or serve because an object in the store is corrupt or missing (Status.Problem names it)."}, []string{"group", "object"}),
+		role:       gv("role", "0 joining, 1 follower, 2 leader."),
+		term:       gv("term", "The term this node knows."),
+		applyIndex: gv("apply_index", "Last log index applied."),
 	}
 	if reg == nil {
 		return m, nil
@@ -103,7 +106,7 @@ func newMetrics(reg prometheus.Registerer, node string) (*metrics, error) {
 	for _, col := range []prometheus.Collector{m.leaderUpdate, m.leaderCheck, m.leaderAttempt, m.catchUp, m.join, m.activeClients,
 		m.synchronizers, m.logAppend, m.logTruncate, m.logReads, m.logCacheMiss, m.logAppendFail, m.handle, m.application,
 		m.committed, m.handledBatches, m.handled, m.follows, m.syncs, m.concurrent, m.submit, m.snapshotUpload, m.snapshotLoad,
-		m.ioErrors, m.handshake, m.badHandshakes, m.unknownGroup, m.serverReady, m.backpressure, m.corrupt, m.confirmReads,
+		m.ioErrors, m.handshake, m.badHandshakes, m.unknownGroup, m.serverReady, m.backpressure, m.corrupt, m.confirmReads, m.refused,
 		m.role, m.term, m.applyIndex} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("rsm: register metrics of node %q: %w", node, err)

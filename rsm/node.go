@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -56,6 +55,11 @@ type Node struct {
 	left       bool
 	following  uint64 // the term of the leader we follow
 	refusal    error  // why the node refused to join, if it did
+	commitSeen uint64 // the highest commit index known: leader_state.json, the leader's heartbeats
+	// problem is a corrupt or missing object that stops the node from
+	// leading or serving; refused is closed while it is set.
+	problem error
+	refused chan struct{}
 }
 
 func newNode(h *Host, group string, machines map[string]StateMachine, opts Options) (*Node, error) {
@@ -81,10 +85,11 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
 		host: h, group: group, opts: opts, rep: rep, m: h.m, ctx: ctx, cancel: cancel,
-		log:    h.log.With("group", group, "node", h.cfg.ID),
-		gs:     &groupStore{st: h.st, group: group, retry: opts.Retry, timeout: opts.StoreTimeout, now: time.Now},
-		joined: make(chan struct{}),
-		heard:  make(chan struct{}, 1),
+		log:     h.log.With("group", group, "node", h.cfg.ID),
+		gs:      &groupStore{st: h.st, group: group, retry: opts.Retry, timeout: opts.StoreTimeout, now: time.Now},
+		joined:  make(chan struct{}),
+		heard:   make(chan struct{}, 1),
+		refused: make(chan struct{}),
 	}
 	rep.onRefuse = n.refuse
 	return n, nil
@@ -106,12 +111,13 @@ func (n *Node) Status() Status {
 	l := n.leader
 	n.mu.Unlock()
 	if l != nil {
-		l.mu.Lock()
-		for _, f := range l.ls.Followers {
-			s.Followers = append(s.Followers, FollowerStatus{ID: f.ID, Addr: f.Addr, ApplyIndex: l.followerIdx[f.ID]})
-		}
-		l.mu.Unlock()
+		s.Followers = l.followerStatus()
 	}
+	n.mu.Lock()
+	if n.problem != nil {
+		s.Problem = n.problem.Error()
+	}
+	n.mu.Unlock()
 	n.repMu.Lock()
 	s.ApplyIndex = n.rep.applied
 	n.repMu.Unlock()
@@ -125,6 +131,16 @@ func (n *Node) setState(st State, role Role) {
 }
 
 func (n *Node) setStateLocked(st State, role Role) {
+	if st == Joined && n.problem != nil {
+		// Whatever was refused has been repaired.
+		var c *CorruptError
+		if errors.As(n.problem, &c) {
+			n.m.refused.WithLabelValues(n.group, objectKind(n.group, c.Key)).Set(0)
+		}
+		n.log.Info("the object refused earlier is readable again", "problem", n.problem)
+		n.problem = nil
+		n.refused = make(chan struct{})
+	}
 	if st == Joined && n.state != Joined {
 		close(n.joined)
 		n.m.join.WithLabelValues(n.group).Observe(time.Since(n.joiningAt).Seconds())
@@ -155,6 +171,7 @@ func (n *Node) setSnapshotIndex(i uint64) {
 func (n *Node) observeLeader(ls leaderState) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.commitSeen = max(n.commitSeen, ls.CommitIndex)
 	if ls.Term >= n.term {
 		n.term, n.leaderID, n.leaderAddr = ls.Term, ls.LeaderID, ls.LeaderAddr
 		n.m.term.WithLabelValues(n.group).Set(float64(ls.Term))
@@ -163,10 +180,72 @@ func (n *Node) observeLeader(ls leaderState) {
 
 func (n *Node) noteCorrupt(err error) {
 	var c *CorruptError
-	if errors.As(err, &c) {
+	switch {
+	case !errors.As(err, &c):
+	case errors.Is(c.Err, errMissing):
+		n.log.Error("an object the group depends on is missing from the store", "key", c.Key, "err", c.Err)
+	default:
 		n.m.corrupt.WithLabelValues(n.group, objectKind(n.group, c.Key)).Inc()
 		n.log.Error("corrupt object in the store; it is not applied", "key", c.Key, "err", c.Err)
 	}
+}
+
+// recordProblem reports err and, if it is a corrupt or missing object, records it
+// as the reason the node neither leads nor serves: Status shows it, the
+// refused gauge counts it and requests fail at once with it, until the
+// node joins again.
+func (n *Node) recordProblem(err error) {
+	n.noteCorrupt(err)
+	var c *CorruptError
+	if !errors.As(err, &c) {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.problem == nil {
+		close(n.refused)
+	}
+	n.problem = c
+	n.m.refused.WithLabelValues(n.group, objectKind(n.group, c.Key)).Set(1)
+}
+
+// checkHole is called where a catch-up found the log's end at index h
+// (after a snapshot ending at snapEnd, or none). The end is a hole an
+// operator made, not the log's end or a write that failed, if h is at or
+// below a commit index known to this node, or if an entry after it says
+// h was committed before it was written (its commit hint). With no
+// snapshot and the log starting later, the snapshot is what is missing.
+func (n *Node) checkHole(ctx context.Context, h, snapEnd uint64) error {
+	n.mu.Lock()
+	seen := n.commitSeen
+	n.mu.Unlock()
+	missing := func(after []uint64, why string, args ...any) error {
+		key := logKey(n.group, h)
+		if snapEnd == 0 && h == 1 && len(after) > 0 && after[0] > 2 {
+			key = n.gs.key(snapshotKey)
+			why = fmt.Sprintf("the log starts at %d, and no snapshot holds the entries before it; ", after[0]) + why
+		}
+		return &CorruptError{Key: key, Err: fmt.Errorf("%w: "+why, append([]any{errMissing}, args...)...)}
+	}
+	if h <= seen {
+		return missing(nil, "index %d is below the commit index %d", h, seen)
+	}
+	after, err := n.gs.listLog(ctx, h, 1000)
+	if err != nil || len(after) == 0 {
+		return err
+	}
+	last := after[len(after)-1]
+	e, err := n.gs.readEntry(ctx, last)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // truncated since: the next catch-up reads the snapshot
+	}
+	if err != nil {
+		return err
+	}
+	if e.Commit >= h {
+		return missing(after, "index %d is missing, but entry %d says the log was committed up to %d when it was written", h, last, e.Commit)
+	}
+	return nil
 }
 
 func objectKind(group, key string) string {
@@ -206,7 +285,7 @@ func (n *Node) run() {
 		}
 		if err != nil {
 			attempt++
-			n.noteCorrupt(err)
+			n.recordProblem(err)
 			n.log.Info("join attempt failed", "err", err)
 			if sleepCtx(n.ctx, n.gs.backoff(min(attempt, 5))) != nil {
 				return
@@ -221,7 +300,12 @@ func (n *Node) joinOnce() error {
 	ls, version, err := n.gs.readLeaderState(n.ctx)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		// The first node creates the group.
+		// The first node creates the group, unless the group has a log or
+		// a snapshot: then leader_state.json was lost, and with it the
+		// highest term used, so no new term can be chosen safely.
+		if err := n.checkGroupEmpty(n.ctx); err != nil {
+			return err
+		}
 		return n.lead(leaderState{}, "")
 	case err != nil:
 		return err
@@ -271,6 +355,34 @@ func (n *Node) joinOnce() error {
 	n.mu.Unlock()
 	n.log.Info("following", "leader", ls.LeaderID, "term", ls.Term)
 	return n.watchLeader()
+}
+
+// checkGroupEmpty fails if the group has objects other than
+// leader_state.json.
+func (n *Node) checkGroupEmpty(ctx context.Context) error {
+	idx, err := n.gs.listLog(ctx, 0, 1)
+	if err != nil {
+		return err
+	}
+	snap, _, err := n.gs.readSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	what := ""
+	switch {
+	case len(idx) > 0:
+		what = fmt.Sprintf("the log holds index %d", idx[0])
+	case snap != nil:
+		what = fmt.Sprintf("a snapshot ends at %d", snap.EndIndex)
+	default:
+		return nil
+	}
+	// leader_state.json is created before anything else: if it is there
+	// now, another node created the group since our first read.
+	if _, _, err := n.gs.readLeaderState(ctx); !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return &CorruptError{Key: n.gs.key(leaderStateKey), Err: fmt.Errorf("%w, but %s: the group's highest term is lost", errMissing, what)}
 }
 
 // watchLeader returns when MaxMissedHeartbeats heartbeats were missed, or
@@ -352,7 +464,9 @@ func (n *Node) lead(prev leaderState, version string) error {
 	n.repMu.Lock()
 	applied := n.rep.applied
 	n.repMu.Unlock()
-	ls := leaderState{Term: prev.Term + 1, LeaderID: n.host.cfg.ID, LeaderAddr: n.host.cfg.Addr, CommitIndex: applied, Counter: prev.Counter}
+	// The commit index never decreases: a node that restarted empty
+	// knows less than the group did.
+	ls := leaderState{Term: prev.Term + 1, LeaderID: n.host.cfg.ID, LeaderAddr: n.host.cfg.Addr, CommitIndex: max(applied, prev.CommitIndex), Counter: prev.Counter}
 	v, err := n.gs.writeLeaderState(n.ctx, ls, version)
 	n.m.leaderUpdate.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
 	if errors.Is(err, store.ErrPreconditionFailed) && !store.IsAmbiguous(err) {
@@ -389,9 +503,7 @@ func (n *Node) lead(prev leaderState, version string) error {
 }
 
 // catchUp brings the replica up to the end of the store's log, stopping at
-// the first hole. Entries are read before the snapshot: if the snapshot
-// has reached an index we read, a truncation may have raced us, so what we
-// read is discarded and the snapshot loaded instead. It returns the
+// the first hole, reading it under rule 8 (readLog). It returns the newest
 // snapshot's end index and version.
 func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string, err error) {
 	start := time.Now()
@@ -408,43 +520,21 @@ func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string,
 		n.repMu.Lock()
 		applied := n.rep.applied
 		n.repMu.Unlock()
-		idx, err := n.gs.listLog(ctx, applied, chunk)
+		c, err := n.readLog(ctx, applied+1, 0, chunk)
 		if err != nil {
 			return 0, "", err
 		}
-		var entries []*rsmpb.Entry
-		for i, index := range idx {
-			if index != applied+1+uint64(i) {
-				break // a hole: wait for it to be filled
-			}
-			e, err := n.gs.readEntry(ctx, index)
-			if errors.Is(err, store.ErrNotFound) {
-				break // truncated under us; the snapshot read below tells
-			}
-			if err != nil {
-				return 0, "", err
-			}
-			n.m.logReads.WithLabelValues(n.group).Inc()
-			entries = append(entries, e)
+		if c.snap != nil && (snap == nil || c.snap.EndIndex > snap.EndIndex) {
+			snap, version = c.snap, c.version
 		}
-		// The snapshot after the entries: one read per chunk.
-		snap2, version2, err := n.gs.readSnapshot(ctx)
-		if err != nil {
-			return 0, "", err
-		}
-		if snap2 != nil && (snap == nil || snap2.EndIndex > snap.EndIndex) {
-			snap, version = snap2, version2
-		}
-		if snap != nil && snap.EndIndex > applied {
-			// Loaded a newer snapshot: anything we read at or below its
-			// end may be a stale writer's late create on a deleted slot.
-			if err := n.loadSnapshot(snap); err != nil {
+		if c.superseded {
+			if err := n.loadSnapshot(c.snap); err != nil {
 				return 0, "", err
 			}
 			continue
 		}
 		n.repMu.Lock()
-		for _, e := range entries {
+		for _, e := range c.entries {
 			if e.Index != n.rep.applied+1 {
 				break
 			}
@@ -452,14 +542,32 @@ func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string,
 		}
 		n.m.applyIndex.WithLabelValues(n.group).Set(float64(n.rep.applied))
 		n.repMu.Unlock()
-		if len(entries) < chunk {
+		if len(c.entries) < chunk {
 			end := uint64(0)
 			if snap != nil {
 				end = snap.EndIndex
 			}
+			n.repMu.Lock()
+			h := n.rep.applied + 1
+			n.repMu.Unlock()
+			if err := n.checkHole(ctx, h, end); err != nil {
+				return 0, "", err
+			}
 			return end, version, nil
 		}
 	}
+}
+
+// readLog reads the log under rule 8 (groupStore.readLog), counting the
+// reads and reporting a corrupt object.
+func (n *Node) readLog(ctx context.Context, from, to uint64, limit int) (logChunk, error) {
+	c, err := n.gs.readLog(ctx, from, to, limit)
+	if err != nil {
+		n.noteCorrupt(err)
+		return c, err
+	}
+	n.m.logReads.WithLabelValues(n.group).Add(float64(c.read))
+	return c, nil
 }
 
 // loadSnapshot restores snap if it is ahead of the replica.
@@ -535,13 +643,12 @@ func (n *Node) handleFollow(ctx context.Context, req *rsmpb.FollowRequest) *rsmp
 		resp.Status = rsmpb.Status_NOT_LEADER
 		return resp
 	}
-	if err := l.addFollower(ctx, followerInfo{ID: req.NodeId, Addr: req.Addr, ApplyIndex: req.ApplyIndex}); err != nil {
+	confirmed, err := l.addFollower(ctx, followerInfo{ID: req.NodeId, Addr: req.Addr, ApplyIndex: req.ApplyIndex})
+	if err != nil {
 		resp.Status, resp.Message = rsmpb.Status_NOT_LEADER, err.Error()
 		return resp
 	}
-	l.mu.Lock()
-	resp.CommitIndex = l.confirmed
-	l.mu.Unlock()
+	resp.CommitIndex = confirmed
 	resp.Status = rsmpb.Status_OK
 	return resp
 }
@@ -560,6 +667,7 @@ func (n *Node) handleSynchronize(req *rsmpb.SynchronizeRequest) *rsmpb.Synchroni
 		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: "stepping down"}
 	}
 	n.term, n.leaderID = req.Term, req.LeaderId
+	n.commitSeen = max(n.commitSeen, req.CommitIndex)
 	if req.TooFarBehind {
 		n.tooFar = true
 	}
@@ -657,9 +765,7 @@ func (n *Node) Leave(ctx context.Context) error {
 	if l != nil {
 		// Let the followers take over without waiting for missed
 		// heartbeats. Best effort: they fall back to the heartbeat timeout.
-		l.mu.Lock()
-		followers := slices.Clone(l.ls.Followers)
-		l.mu.Unlock()
+		followers := l.followerStatus()
 		var wg sync.WaitGroup
 		for _, f := range followers {
 			wg.Add(1)
@@ -722,6 +828,7 @@ func (n *Node) roundTrip(ctx context.Context, req *rsmpb.StateRequest) ([]byte, 
 	isCmd := req.Type == rsmpb.RequestType_COMMAND
 	maybeApplied := false // an attempt was sent: if ctx ends, the outcome is open
 	inDoubt := false      // an attempt's answer was lost: it may have been applied
+	var refused error     // the node refuses to serve: an object in the store is corrupt or missing
 	var last rsmpb.Status // the last retryable answer, for the error at the deadline
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -731,6 +838,9 @@ func (n *Node) roundTrip(ctx context.Context, req *rsmpb.StateRequest) ([]byte, 
 			}
 		}
 		if err := n.waitJoined(ctx); err != nil {
+			if errors.Is(err, ErrCorrupt) {
+				refused = err
+			}
 			break
 		}
 		if isCmd && !req.Register && req.Seq == 0 {
@@ -801,6 +911,9 @@ func (n *Node) roundTrip(ctx context.Context, req *rsmpb.StateRequest) ([]byte, 
 		return nil, n.stoppedErr()
 	}
 	cause := ctx.Err()
+	if refused != nil {
+		cause = refused
+	}
 	switch last {
 	case rsmpb.Status_BUSY:
 		cause = fmt.Errorf("%w (last answer: %w)", cause, ErrBusy)
@@ -874,11 +987,18 @@ func (n *Node) send(req *rsmpb.StateRequest) (p *pending, sent bool) {
 
 func (n *Node) waitJoined(ctx context.Context) error {
 	n.mu.Lock()
-	ch := n.joined
+	ch, refused := n.joined, n.refused
 	n.mu.Unlock()
 	select {
 	case <-ch:
 		return nil
+	case <-refused:
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.problem == nil {
+			return nil // repaired meanwhile: try again
+		}
+		return n.problem
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-n.ctx.Done():

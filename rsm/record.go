@@ -103,6 +103,8 @@ func decodeEntry(b []byte, index uint64) (*rsmpb.Entry, error) {
 		return nil, errors.New("entry has no nonce")
 	case e.Noop && len(e.Commands) > 0:
 		return nil, errors.New("no-op entry carries commands")
+	case e.Commit >= e.Index:
+		return nil, fmt.Errorf("entry at %d says index %d was committed before it", e.Index, e.Commit)
 	}
 	for i, c := range e.Commands {
 		switch {

@@ -52,6 +52,10 @@ type Status struct {
 	SnapshotIndex uint64 `json:"snapshotIndex"`
 	// Followers are the leader's registered followers (leader only).
 	Followers []FollowerStatus `json:"followers,omitempty"`
+	// Problem, if set, is why the node neither leads nor serves: an object
+	// in the store that is corrupt or missing, and the reason. Requests on
+	// the node fail at once with it until the object is repaired.
+	Problem string `json:"problem,omitempty"`
 }
 
 // FollowerStatus is one follower as its leader sees it.

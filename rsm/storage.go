@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
@@ -103,6 +104,9 @@ func (g *groupStore) readEntry(ctx context.Context, index uint64) (*rsmpb.Entry,
 		return nil, err
 	}
 	e, err := decodeEntry(data, index)
+	if err == nil && e.Group != "" && e.Group != g.group {
+		err = fmt.Errorf("it belongs to group %q", e.Group)
+	}
 	if err != nil {
 		return nil, &CorruptError{Key: key, Err: err}
 	}
@@ -141,6 +145,52 @@ func (g *groupStore) createEntry(ctx context.Context, e *rsmpb.Entry) (found *rs
 	return other, nil
 }
 
+// logChunk is one read of the log under rule 8 (groupStore.readLog).
+type logChunk struct {
+	entries    []*rsmpb.Entry // contiguous from the first index asked for; nil if superseded
+	read       int            // entries read from the store, kept or not
+	snap       *rsmpb.Snapshot
+	version    string
+	superseded bool // the snapshot reached an index asked for: load it instead
+}
+
+// supersedes is rule 8's test: a snapshot read after log entries from
+// `from` on ends at or past from, so what was read may include a stale
+// writer's late create on a slot the snapshot's truncation emptied. What
+// was read is discarded and the snapshot loaded instead.
+func supersedes(snap *rsmpb.Snapshot, from uint64) bool {
+	return snap != nil && snap.EndIndex >= from
+}
+
+// readLog is rule 8 of docs/rsm.md, the one way entries are read from the
+// log (catch-up, takeover, follower synchronization): entries from `from`
+// up to `to` (0: no bound), at most limit, stopping at the first missing
+// index; then the snapshot, after them. If the snapshot has reached `from`
+// the entries are dropped and the chunk says so.
+func (g *groupStore) readLog(ctx context.Context, from, to uint64, limit int) (logChunk, error) {
+	var c logChunk
+	for i := from; (to == 0 || i <= to) && len(c.entries) < limit; i++ {
+		e, err := g.readEntry(ctx, i)
+		if errors.Is(err, store.ErrNotFound) {
+			break // the end, a hole, or truncated under us: the snapshot read below tells
+		}
+		if err != nil {
+			return logChunk{}, err
+		}
+		c.entries = append(c.entries, e)
+	}
+	c.read = len(c.entries)
+	snap, version, err := g.readSnapshot(ctx)
+	if err != nil {
+		return logChunk{}, err
+	}
+	c.snap, c.version = snap, version
+	if supersedes(snap, from) {
+		c.entries, c.superseded = nil, true
+	}
+	return c, nil
+}
+
 // readSnapshot returns the snapshot; nil and "" if there is none.
 func (g *groupStore) readSnapshot(ctx context.Context) (*rsmpb.Snapshot, string, error) {
 	var data []byte
@@ -157,6 +207,9 @@ func (g *groupStore) readSnapshot(ctx context.Context) (*rsmpb.Snapshot, string,
 		return nil, "", err
 	}
 	s, err := decodeSnapshot(data)
+	if err == nil && s.Group != "" && s.Group != g.group {
+		err = fmt.Errorf("it belongs to group %q", s.Group)
+	}
 	if err != nil {
 		return nil, "", &CorruptError{Key: g.key(snapshotKey), Err: err}
 	}

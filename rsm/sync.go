@@ -13,213 +13,260 @@ import (
 	"github.com/tenure-io/tenure/store"
 )
 
-// addFollower registers a follower: a membership change, written to
-// leader_state.json by compare-and-swap, then a synchronizer for it.
-func (l *leaderRun) addFollower(ctx context.Context, f followerInfo) error {
+// followReq is a Follow registration handed to the loop.
+type followReq struct {
+	f     followerInfo
+	reply chan followReply // buffered 1
+}
+
+type followReply struct {
+	confirmed uint64
+	err       error
+}
+
+// memberResult is a membership write's result.
+type memberResult struct {
+	fr      followReq
+	ls      leaderState
+	version string
+	err     error
+}
+
+// syncResult is one Synchronize call's result.
+type syncResult struct {
+	id      string
+	gen     uint64
+	resp    *rsmpb.SynchronizeResponse
+	err     error
+	tooFar  bool
+	readErr bool // the log could not be read; nothing was sent
+}
+
+// addFollower registers a follower with the loop: a membership change,
+// written to leader_state.json by compare-and-swap, then synchronization.
+// It returns the confirmed index.
+func (l *leaderRun) addFollower(ctx context.Context, f followerInfo) (uint64, error) {
+	fr := followReq{f: f, reply: make(chan followReply, 1)}
+	select {
+	case l.follows <- fr:
+	case <-l.ctx.Done():
+		return 0, context.Cause(l.ctx)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	select {
+	case r := <-fr.reply:
+		return r.confirmed, r.err
+	case <-l.ctx.Done():
+		return 0, context.Cause(l.ctx)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// membership is the leader state with f registered, and whether that
+// changes what leader_state.json holds.
+func membership(ls leaderState, f followerInfo, confirmed uint64) (leaderState, bool) {
+	i := slices.IndexFunc(ls.Followers, func(x followerInfo) bool { return x.ID == f.ID })
+	if i >= 0 && ls.Followers[i].Addr == f.Addr {
+		return ls, false
+	}
+	next := ls
+	next.Followers = slices.DeleteFunc(slices.Clone(ls.Followers), func(x followerInfo) bool { return x.ID == f.ID })
+	next.Followers = append(next.Followers, f)
+	next.CommitIndex = max(confirmed, ls.CommitIndex)
+	return next, true
+}
+
+// member starts the membership change of fr, or registers it at once if
+// leader_state.json already lists it.
+func (l *leaderRun) member(fr followReq) {
+	next, changed := membership(l.ls, fr.f, l.w.confirmed)
+	if !changed {
+		l.registered(fr)
+		return
+	}
+	l.writingLS = true
+	prev := l.lsVersion
+	l.goWork(func() {
+		v, err := l.writeMembers(next, prev)
+		l.report(memberResult{fr: fr, ls: next, version: v, err: err})
+	})
+}
+
+// writeMembers writes leader_state.json by compare-and-swap over prev. A
+// worker.
+func (l *leaderRun) writeMembers(next leaderState, prev string) (string, error) {
 	n := l.n
-	l.mu.Lock()
-	i := slices.IndexFunc(l.ls.Followers, func(x followerInfo) bool { return x.ID == f.ID })
-	changed := i < 0 || l.ls.Followers[i].Addr != f.Addr
-	l.mu.Unlock()
-	if changed {
-		for attempt := 0; ; attempt++ {
-			l.mu.Lock()
-			next := l.ls
-			next.Followers = slices.DeleteFunc(slices.Clone(l.ls.Followers), func(x followerInfo) bool { return x.ID == f.ID })
-			next.Followers = append(next.Followers, followerInfo{ID: f.ID, Addr: f.Addr, ApplyIndex: f.ApplyIndex})
-			next.CommitIndex = l.confirmed
-			prev := l.lsVersion
-			l.mu.Unlock()
-			start := time.Now()
-			v, err := n.gs.writeLeaderState(ctx, next, prev)
-			n.m.leaderUpdate.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
-			if err == nil {
-				next.Counter++
-				l.mu.Lock()
-				l.ls, l.lsVersion = next, v
-				l.mu.Unlock()
-				break
+	for attempt := 0; ; attempt++ {
+		start := time.Now()
+		v, err := n.gs.writeLeaderState(l.ctx, next, prev)
+		n.m.leaderUpdate.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
+		if err == nil {
+			return v, nil
+		}
+		if errors.Is(err, store.ErrPreconditionFailed) && !store.IsAmbiguous(err) {
+			// Someone else wrote leader_state.json: a new term, unless it
+			// was an earlier write of ours that resolved.
+			if cerr := l.confirmOnce(); cerr != nil {
+				return "", cerr
 			}
-			if errors.Is(err, store.ErrPreconditionFailed) && !store.IsAmbiguous(err) {
-				// Someone else wrote leader_state.json: a new term.
-				if cerr := l.confirmOnce(); cerr != nil {
-					l.depose(cerr)
-					return cerr
-				}
-				// Still ours (a concurrent membership write of our own
-				// that resolved): re-read the version and retry.
-				_, v, rerr := n.gs.readLeaderState(ctx)
-				if rerr != nil {
-					return rerr
-				}
-				l.mu.Lock()
-				l.lsVersion = v
-				l.mu.Unlock()
-			} else if attempt >= n.opts.Retry.MaxAttempts {
-				return err
+			_, v, rerr := n.gs.readLeaderState(l.ctx)
+			if rerr != nil {
+				return "", rerr
 			}
+			prev = v
+		} else if attempt >= n.opts.Retry.MaxAttempts || l.ctx.Err() != nil {
+			return "", err
 		}
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ctx.Err() != nil {
-		return errDeposed
-	}
-	if old := l.syncers[f.ID]; old != nil {
-		old.stop()
-	}
-	s := newSyncer(l, f)
-	l.syncers[f.ID] = s
-	l.followerIdx[f.ID] = f.ApplyIndex
-	return nil
 }
 
-// syncer is S2C's FollowerSynchronizer: it sends confirmed entries to one
-// follower in order, and a heartbeat when there is nothing to send.
-type syncer struct {
-	l      *leaderRun
-	f      followerInfo
-	cancel context.CancelFunc
-	done   chan struct{}
+// membered takes a membership write's result.
+func (l *leaderRun) membered(r memberResult) {
+	l.writingLS = false
+	if r.err != nil {
+		if errors.Is(r.err, errDeposed) {
+			l.depose(r.err)
+		}
+		r.fr.reply <- followReply{err: r.err}
+		return
+	}
+	r.ls.Counter++
+	l.ls, l.lsVersion = r.ls, r.version
+	l.registered(r.fr)
 }
 
-func newSyncer(l *leaderRun, f followerInfo) *syncer {
-	ctx, cancel := context.WithCancel(l.ctx)
-	s := &syncer{l: l, f: f, cancel: cancel, done: make(chan struct{})}
-	l.n.m.synchronizers.WithLabelValues(l.n.group).Inc()
-	go func() {
-		defer close(s.done)
-		defer l.n.m.synchronizers.WithLabelValues(l.n.group).Dec()
-		s.run(ctx, f.ApplyIndex+1)
-	}()
+// registered starts synchronizing a follower and answers its Follow.
+func (l *leaderRun) registered(fr followReq) {
+	if l.w.register(fr.f) {
+		l.n.m.synchronizers.WithLabelValues(l.n.group).Inc()
+	}
+	l.publish()
+	fr.reply <- followReply{confirmed: l.w.confirmed}
+}
+
+// syncFollowers starts a send to every follower that is due one
+// (window.syncPlan).
+func (l *leaderRun) syncFollowers() {
+	n, w := l.n, l.w
+	now := time.Now()
+	var members []*rsmpb.FollowerInfo
+	for _, f := range w.followers {
+		j := w.syncPlan(f, now, n.opts.HeartbeatInterval, n.opts.MaxPendingBatches, n.opts.MaxMessageSize-4096)
+		if j == nil {
+			continue
+		}
+		if members == nil {
+			for _, m := range l.ls.Followers {
+				ai := m.ApplyIndex
+				if s := w.followers[m.ID]; s != nil {
+					ai = s.applied
+				}
+				members = append(members, &rsmpb.FollowerInfo{Id: m.ID, Addr: m.Addr, ApplyIndex: ai})
+			}
+		}
+		req := &rsmpb.SynchronizeRequest{Group: n.group, Term: l.term, LeaderId: n.host.cfg.ID, CommitIndex: j.confirmed,
+			Followers: members, Entries: j.entries, TooFarBehind: j.tooFar}
+		addr := f.info.Addr
+		l.goWork(func() { l.report(l.send(j, addr, req)) })
+	}
+}
+
+// send completes req with the entries the cache missed, read from the
+// store under rule 8, and sends it. A worker.
+func (l *leaderRun) send(j *syncJob, addr string, req *rsmpb.SynchronizeRequest) syncResult {
+	n := l.n
+	res := syncResult{id: j.id, gen: j.gen, tooFar: j.tooFar}
+	if j.fetchFrom > 0 {
+		n.m.logCacheMiss.WithLabelValues(n.group).Inc()
+		entries, tooFar, err := l.fetch(j.fetchFrom, j.fetchTo, n.opts.MaxMessageSize-4096-entriesSize(req.Entries))
+		if err != nil {
+			n.log.Warn("synchronizer cannot read the log", "follower", j.id, "err", err)
+			res.readErr, res.err = true, err
+			return res
+		}
+		if tooFar {
+			req.TooFarBehind, res.tooFar = true, true
+		} else {
+			req.Entries = append(req.Entries, entries...)
+		}
+	}
+	resp, err := l.call(addr, req)
+	res.resp, res.err = resp, err
+	return res
+}
+
+func entriesSize(es []*rsmpb.Entry) int {
+	s := 0
+	for _, e := range es {
+		s += proto.Size(e)
+	}
 	return s
 }
 
-func (s *syncer) stop() {
-	s.cancel()
-	<-s.done
-}
-
-func (s *syncer) run(ctx context.Context, next uint64) {
-	l, n := s.l, s.l.n
-	var lastSent time.Time
-	failures := 0
-	for ctx.Err() == nil {
-		l.mu.Lock()
-		confirmed, wake := l.confirmed, l.newEntries
-		l.mu.Unlock()
-		if next > confirmed && time.Since(lastSent) < n.opts.HeartbeatInterval {
-			t := time.NewTimer(n.opts.HeartbeatInterval - time.Since(lastSent))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-wake:
-			case <-t.C:
-			}
-			t.Stop()
-			continue
-		}
-		req, tooFar, err := s.request(ctx, next, confirmed)
-		if err != nil {
-			n.log.Warn("synchronizer cannot read the log", "follower", s.f.ID, "err", err)
-			if sleepCtx(ctx, n.gs.backoff(min(failures+1, 5))) != nil {
-				return
-			}
-			failures++
-			continue
-		}
-		req.TooFarBehind = tooFar
-		lastSent = time.Now()
-		resp, err := s.call(ctx, req)
-		switch {
-		case err != nil:
-			failures++
-			if sleepCtx(ctx, n.gs.backoff(min(failures, 5))) != nil {
-				return
-			}
-			continue
-		case resp.Status == rsmpb.Status_STALE_TERM || resp.Status == rsmpb.Status_NOT_LEADER:
-			// The follower knows a newer term: check ours.
-			if cerr := l.confirmOnce(); cerr != nil {
-				l.depose(cerr)
-				return
-			}
-			failures++
-			if sleepCtx(ctx, n.gs.backoff(min(failures, 5))) != nil {
-				return
-			}
-			continue
-		case resp.Status != rsmpb.Status_OK:
-			failures++
-			if sleepCtx(ctx, n.gs.backoff(min(failures, 5))) != nil {
-				return
-			}
-			continue
-		}
-		failures = 0
-		if tooFar {
-			return // it catches up from the store and follows again
-		}
-		next = resp.ApplyIndex + 1
-		l.mu.Lock()
-		l.followerIdx[s.f.ID] = resp.ApplyIndex
-		l.mu.Unlock()
+// fetch reads confirmed entries from..to that the cache no longer holds,
+// within budget bytes, under rule 8 (Node.readLog): if a snapshot reached
+// them, or they are gone, the follower is told to catch up from the
+// store. It never returns an entry a snapshot read after it covers.
+func (l *leaderRun) fetch(from, to uint64, budget int) (entries []*rsmpb.Entry, tooFar bool, err error) {
+	c, err := l.n.readLog(l.ctx, from, to, int(to-from+1))
+	if err != nil {
+		return nil, false, err
 	}
-}
-
-// request builds the next Synchronize request: entries from next up to
-// confirmed, within MaxMessageSize, from the cache or the store.
-func (s *syncer) request(ctx context.Context, next, confirmed uint64) (*rsmpb.SynchronizeRequest, bool, error) {
-	l, n := s.l, s.l.n
-	req := &rsmpb.SynchronizeRequest{Group: n.group, Term: l.term, LeaderId: n.host.cfg.ID, CommitIndex: confirmed}
-	l.mu.Lock()
-	for _, f := range l.ls.Followers {
-		req.Followers = append(req.Followers, &rsmpb.FollowerInfo{Id: f.ID, Addr: f.Addr, ApplyIndex: l.followerIdx[f.ID]})
+	if c.superseded {
+		return nil, true, nil
 	}
-	snapEnd := l.snapEnd
-	l.mu.Unlock()
-	budget := n.opts.MaxMessageSize - 4096
-	for i := next; i <= confirmed && len(req.Entries) < n.opts.MaxPendingBatches; i++ {
-		l.mu.Lock()
-		e := l.cache[i]
-		l.mu.Unlock()
-		if e == nil {
-			n.m.logCacheMiss.WithLabelValues(n.group).Inc()
-			if i <= snapEnd {
-				return req, true, nil
-			}
-			var err error
-			e, err = n.gs.readEntry(ctx, i)
-			if errors.Is(err, store.ErrNotFound) {
-				return req, true, nil // truncated since
-			}
-			if err != nil {
-				n.noteCorrupt(err)
-				return nil, false, err
-			}
-			n.m.logReads.WithLabelValues(n.group).Inc()
-		}
+	if len(c.entries) == 0 {
+		return nil, false, fmt.Errorf("confirmed entry %d is missing from the log and no snapshot covers it", from)
+	}
+	for _, e := range c.entries {
 		size := proto.Size(e)
-		if size > budget && len(req.Entries) > 0 {
+		if size > budget {
+			if len(entries) == 0 {
+				return nil, false, fmt.Errorf("entry %d of %d bytes exceeds MaxMessageSize", e.Index, size)
+			}
 			break
 		}
-		if size > budget {
-			return nil, false, fmt.Errorf("entry %d of %d bytes exceeds MaxMessageSize", i, size)
-		}
 		budget -= size
-		req.Entries = append(req.Entries, e)
+		entries = append(entries, e)
 	}
-	return req, false, nil
+	return entries, false, nil
 }
 
-func (s *syncer) call(ctx context.Context, req *rsmpb.SynchronizeRequest) (*rsmpb.SynchronizeResponse, error) {
-	n := s.l.n
-	c, err := n.host.client(ctx, s.f.Addr, n.group)
+func (l *leaderRun) call(addr string, req *rsmpb.SynchronizeRequest) (*rsmpb.SynchronizeResponse, error) {
+	n := l.n
+	c, err := n.host.client(l.ctx, addr, n.group)
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, n.opts.HeartbeatInterval+n.host.cfg.ConnectTimeout)
+	cctx, cancel := context.WithTimeout(l.ctx, n.opts.HeartbeatInterval+n.host.cfg.ConnectTimeout)
 	defer cancel()
 	return c.Synchronize(cctx, req)
+}
+
+// synced takes a Synchronize result.
+func (l *leaderRun) synced(r syncResult) {
+	n, w := l.n, l.w
+	ok := r.err == nil && r.resp.Status == rsmpb.Status_OK
+	if r.err == nil && (r.resp.Status == rsmpb.Status_STALE_TERM || r.resp.Status == rsmpb.Status_NOT_LEADER) {
+		// The follower knows a newer term: check ours.
+		w.probe = true
+	}
+	var applied uint64
+	if ok {
+		applied = r.resp.ApplyIndex
+	}
+	f := w.followers[r.id]
+	failures := 1
+	if f != nil {
+		failures = f.failures + 1
+	}
+	known, gone := w.synced(r.id, r.gen, ok, r.tooFar, applied, time.Now().Add(n.gs.backoff(min(failures, 5))))
+	if gone {
+		n.m.synchronizers.WithLabelValues(n.group).Dec()
+	}
+	if known && ok {
+		l.publish()
+	}
 }

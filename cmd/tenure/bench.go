@@ -20,9 +20,15 @@ var benchmarks = []struct {
 	{"rsm", "bench rsm --store URL [--latency 0,20ms,60ms] [--batch 1,10,100] [--pipeline 1,4,8] [--clients N] [--duration D] [--nodes 1|3] [--json]\n" +
 		"      replicated state machine in one process: commands/s and latency against the store's own conditional puts, store requests per command",
 		runBenchRSM},
+	{"kv", kvBenchSynopsis + "\n" +
+		"      `tenure kv serve` as a child process against the size of its state: put latency during snapshots, store bytes per put, memory, cold start; etcd alongside",
+		runBenchKV},
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
+	if len(args) > 0 && args[0] == kvNodeCommand { // bench kv's child, not listed
+		return runBenchKVNode(ctx, e, args[1:])
+	}
 	for _, b := range benchmarks {
 		if len(args) > 0 && args[0] == b.name {
 			return b.run(ctx, e, args[1:])

@@ -138,7 +138,7 @@ func runBenchElection(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	lockStoreURL, key, err := splitLockURL(lock)
+	lockStoreURL, key, err := store.SplitKeyURL(lock)
 	if err != nil {
 		return err
 	}

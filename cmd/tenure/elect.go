@@ -88,7 +88,7 @@ func runElect(ctx context.Context, e *env, args []string) error {
 		return errUsage
 	}
 	var el *election.Elector
-	_, lockKey, err := splitLockURL(*ef.lock)
+	_, lockKey, err := store.SplitKeyURL(*ef.lock)
 	if err != nil && *ef.lock != "" {
 		return err
 	}

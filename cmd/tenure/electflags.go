@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -14,28 +13,6 @@ import (
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/store"
 )
-
-// splitLockURL splits a lock URL into the store's URL and the lock's key:
-// s3://bucket/prefix/leader.json is the key leader.json in
-// s3://bucket/prefix; file://./data/leader.json is leader.json in
-// file://./data. Query parameters belong to the store.
-func splitLockURL(raw string) (storeURL, key string, err error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", "", fmt.Errorf("lock URL %q: %w", raw, err)
-	}
-	if u.Scheme == "" {
-		return "", "", fmt.Errorf("lock URL %q has no scheme; want e.g. file://./data/leader.json or s3://bucket/prefix/leader.json", raw)
-	}
-	i := strings.LastIndex(u.Path, "/")
-	if i < 0 || i == len(u.Path)-1 {
-		return "", "", fmt.Errorf("lock URL %q must end with the lock's key, e.g. %s://%s%s/leader.json", raw, u.Scheme, u.Host, strings.TrimSuffix(u.Path, "/"))
-	}
-	key = u.Path[i+1:]
-	u.Path = u.Path[:i]
-	u.RawPath = ""
-	return u.String(), key, nil
-}
 
 // electFlags are the flags every command that takes part in an election
 // shares.
@@ -53,7 +30,7 @@ type electFlags struct {
 func addElectFlags(fs *flag.FlagSet) *electFlags {
 	host, _ := os.Hostname()
 	return &electFlags{
-		lock:           fs.String("lock", "", "the lock: a store URL ending with the lock's key, e.g. s3://bucket/prefix/leader.json (required)"),
+		lock:           fs.String("lock", "", "the lock: a store URL ending with the lock's key, e.g. s3://bucket/prefix/leader.json; a key with \"/\" in it follows \"//\", e.g. file:///var/lib/tenure//jobs/leader.json (required)"),
 		id:             fs.String("id", host, "this member's ServerID"),
 		addr:           fs.String("addr", "", "host:port where peers reach this member (required with --peer)"),
 		listen:         fs.String("listen", "", "address the peer server listens on (default --addr)"),
@@ -96,7 +73,7 @@ func (f *electFlags) config(ctx context.Context, e *env, observer func(store.Cal
 	if *f.lock == "" {
 		return election.Config{}, nil, fmt.Errorf("--lock is required, e.g. --lock file://./data/leader.json")
 	}
-	storeURL, key, err := splitLockURL(*f.lock)
+	storeURL, key, err := store.SplitKeyURL(*f.lock)
 	if err != nil {
 		return election.Config{}, nil, err
 	}

@@ -35,7 +35,7 @@ var errUsage = errors.New("usage")
 
 func commands() []command {
 	return []command{
-		{"bench", "measure failover, handover and store cost: tenure bench election|shards", runBench},
+		{"bench", "measure failover, handover and store cost: tenure bench election|shards|rsm|kv", runBench},
 		{"demo", "three members elect a leader on a local directory: failover and handover, measured", runDemo},
 		{"elect", "take part in an election: peer endpoint, /metrics, /healthz; SIGTERM releases", runElect},
 		{"lock", "repair a lock whose term cannot be read: tenure lock repair --term-floor N LOCK_URL", runLock},

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -21,10 +23,15 @@ func (e exitError) Error() string { return fmt.Sprintf("the command exited with 
 
 func runRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "run", "run --lock URL [flags] -- CMD [ARGS...]\n\n"+
-		"Runs CMD only while this member leads. When leadership ends, CMD gets SIGTERM, then SIGKILL\n"+
-		"after --grace, before any other member can take the lock. CMD is started again when this\n"+
-		"member is elected again. CMD sees its term in TENURE_TERM. If CMD exits by itself, run\n"+
-		"releases the lock and exits with CMD's status.")
+		"Runs CMD only while this member leads. When leadership ends, CMD's process group gets SIGTERM,\n"+
+		"then SIGKILL after --grace, and CMD is dead before any other member can take the lock. CMD is\n"+
+		"started again when this member is elected again. CMD sees its term in TENURE_TERM.\n\n"+
+		"Signals: SIGHUP, SIGUSR1, SIGUSR2 and SIGWINCH are forwarded to CMD. SIGTERM, SIGINT and SIGQUIT\n"+
+		"end leadership cleanly: CMD is stopped as above, then the lock is released. If tenure run dies\n"+
+		"(SIGKILL), CMD gets SIGKILL (Linux). From a terminal, CMD runs in the foreground and can read it.\n\n"+
+		"Exit status: if CMD exits by itself, run releases the lock and exits with CMD's status; if run\n"+
+		"is stopped while CMD runs, it exits with CMD's status once CMD has stopped; 128+N means CMD died\n"+
+		"of signal N. Stopped while not leading, run exits 0.")
 	ef := addElectFlags(fs)
 	grace := fs.Duration("grace", 0, "time between SIGTERM and SIGKILL (default: half of leader-timeout minus renew-deadline)")
 	var cmdArgs []string
@@ -64,15 +71,40 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	var (
 		mu       sync.Mutex
 		exitCode = -1
-		el       *election.Elector
+		child    *os.Process // the running command, for forwarded signals
 	)
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, append(slices.Clone(forwardedSignals), stopSignals...)...)
+	defer signal.Stop(sigs)
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case sig := <-sigs:
+				if slices.Contains(stopSignals, sig) {
+					log.Info("stopping: leadership ends once the command has stopped", "signal", sig)
+					stop()
+					continue
+				}
+				mu.Lock()
+				if child != nil {
+					_ = child.Signal(sig)
+				}
+				mu.Unlock()
+			}
+		}
+	})
+
 	cfg.OnStartedLeading = func(lctx context.Context) {
 		term, _ := election.TermOf(lctx)
 		cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
 		cmd.Env = append(os.Environ(), "TENURE_TERM="+strconv.FormatUint(term, 10), "TENURE_SERVER_ID="+cfg.ServerID)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
+		exited, restore, err := startCommand(cmd, e.stdin == nil && foregroundTerminal())
+		if err != nil {
 			log.Error("starting the command failed; stepping down", "err", err)
 			mu.Lock()
 			exitCode = 127
@@ -80,9 +112,16 @@ func runRun(ctx context.Context, e *env, args []string) error {
 			stop()
 			return
 		}
+		defer restore()
+		mu.Lock()
+		child = cmd.Process
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			child = nil
+			mu.Unlock()
+		}()
 		log.Info("leading: started the command", "term", term, "pid", cmd.Process.Pid)
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
 		select {
 		case err := <-exited:
 			code := exitStatus(err)
@@ -96,19 +135,27 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		}
 		// Leadership is ending: stop the command before the lease can lapse.
 		log.Info("leadership ending: sending SIGTERM", "pid", cmd.Process.Pid, "grace", *grace)
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		signalGroup(cmd.Process.Pid, syscall.SIGTERM)
 		t := time.NewTimer(*grace)
 		defer t.Stop()
+		var werr error
 		select {
-		case <-exited:
+		case werr = <-exited:
 		case <-t.C:
 			log.Warn("the command outlived its grace period: sending SIGKILL", "pid", cmd.Process.Pid)
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
+			signalGroup(cmd.Process.Pid, syscall.SIGKILL)
+			werr = <-exited
 		}
-		log.Info("the command has stopped", "term", term)
+		log.Info("the command has stopped", "term", term, "status", exitStatus(werr))
+		if ctx.Err() != nil {
+			// tenure run is stopping, not just losing leadership: it
+			// exits with the command's status.
+			mu.Lock()
+			exitCode = exitStatus(werr)
+			mu.Unlock()
+		}
 	}
-	el, err = election.New(ctx, cfg)
+	el, err := election.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 )
 
 func runStatus(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "status", "status LOCK_URL [--json]\n\nLOCK_URL is a store URL ending with the lock's key, e.g. file://./data/leader.json")
+	fs := newFlags(e, "status", "status LOCK_URL [--json]\n\nLOCK_URL is a store URL ending with the lock's key, e.g. file://./data/leader.json;\n"+
+		"a key with \"/\" in it follows \"//\": file://./data//jobs/leader.json is the key jobs/leader.json in file://./data")
 	asJSON := fs.Bool("json", false, "print as JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -23,11 +25,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	storeURL, key, err := splitLockURL(pos[0])
-	if err != nil {
-		return err
-	}
-	s, err := store.Open(ctx, storeURL, store.ReadOnly())
+	s, key, err := store.OpenKey(ctx, pos[0], store.ReadOnly())
 	if err != nil {
 		return err
 	}
@@ -38,6 +36,11 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 			return json.NewEncoder(e.stdout).Encode(map[string]any{"lock": pos[0], "exists": false})
 		}
 		fmt.Fprintf(e.stdout, "no lock at %s: nobody has led yet\n", pos[0])
+		if !strings.Contains(key, "/") {
+			if storeURL, _, _ := store.SplitKeyURL(pos[0]); strings.Count(storeURL, "/") > 2 {
+				fmt.Fprintf(e.stdout, "(this is the key %q in the store %s; if the lock's key has a \"/\" in it, put \"//\" before the key)\n", key, storeURL)
+			}
+		}
 		return nil
 	}
 	if err != nil {

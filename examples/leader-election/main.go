@@ -3,8 +3,13 @@
 // leader (Ctrl-C releases the lock; kill -9 does not): another copy takes
 // over.
 //
-//	go run ./examples/leader-election --store file://./data --id a
-//	go run ./examples/leader-election --store file://./data --id b
+//	go run ./examples/leader-election --id a
+//	go run ./examples/leader-election --id b
+//	go run ./cmd/tenure status file://./data//examples/leader.json
+//
+// The lock URL names the store and the lock's key the way the tenure CLI
+// does: the key examples/leader.json in the store file://./data, "//"
+// marking where a key with a "/" in it starts.
 package main
 
 import (
@@ -18,35 +23,27 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/election"
-	"github.com/tenure-io/tenure/store"
 	_ "github.com/tenure-io/tenure/store/all"
 )
 
 func main() {
-	storeURL := flag.String("store", "file://./data", "store URL")
+	lockURL := flag.String("lock", "file://./data//examples/leader.json", "lock URL: the store's URL, then the lock's key (after \"//\" if it has a \"/\")")
 	id := flag.String("id", "", "this member's ID (default: the host name)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *storeURL, *id); err != nil {
+	if err := run(ctx, *lockURL, *id); err != nil {
 		fmt.Fprintln(os.Stderr, "leader-election:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, storeURL, id string) error {
-	st, err := store.Open(ctx, storeURL)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
+func run(ctx context.Context, lockURL, id string) error {
 	var e *election.Elector
-	e, err = election.New(ctx, election.Config{
-		Store:        st,
-		LockfilePath: "examples/leader.json",
-		ServerID:     id,
+	e, err := election.New(ctx, election.Config{
+		LockURL:  lockURL,
+		ServerID: id,
 		OnStartedLeading: func(ctx context.Context) {
 			term := e.Term()
 			tick := time.NewTicker(time.Second)

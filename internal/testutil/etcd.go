@@ -1,36 +1,22 @@
 package testutil
 
 import (
-	"context"
-	"crypto/ecdsa"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
-	"github.com/tenure-io/tenure/internal/tlsutil"
+	"github.com/tenure-io/tenure/internal/etcdlaunch"
 )
 
 // EtcdMaxRequestBytes is the --max-request-bytes test servers run with:
 // room for the conformance suite's 5 MiB value (etcd's default is 1.5 MiB).
 const EtcdMaxRequestBytes = 8 << 20
-
-// etcdMinVersion is the oldest etcd the tests accept.
-var etcdMinVersion = [2]int{3, 4}
 
 // EtcdServer is a running single-node etcd cluster on loopback ports, with
 // its data in a temporary directory.
@@ -75,20 +61,8 @@ func (e EtcdServer) Client(t testing.TB) *clientv3.Client {
 }
 
 func (e EtcdServer) newClient() (*clientv3.Client, error) {
-	cfg := clientv3.Config{
-		Endpoints:          []string{e.ClientURL},
-		DialTimeout:        5 * time.Second,
-		Logger:             zap.NewNop(),
-		MaxCallSendMsgSize: e.MaxRequestBytes + 1<<20,
-	}
-	if e.CAFile != "" {
-		tc, err := tlsutil.LoadClient(e.CAFile, e.CertFile, e.KeyFile)
-		if err != nil {
-			return nil, err
-		}
-		cfg.TLS = tc
-	}
-	return clientv3.New(cfg)
+	srv := etcdlaunch.Server{ClientURL: e.ClientURL, MaxRequestBytes: e.MaxRequestBytes, CAFile: e.CAFile, CertFile: e.CertFile, KeyFile: e.KeyFile}
+	return srv.NewClient()
 }
 
 // EtcdOptions configure a private server started by StartEtcd.
@@ -160,41 +134,18 @@ func (p *etcdProcess) stop() {
 	_ = os.RemoveAll(p.dir)
 }
 
-// etcdBinary finds etcd as findBinary does, then at /usr/bin/etcd, where
-// Debian's etcd-server package puts it (PATH may not include /usr/bin).
+// etcdBinary finds etcd through TENURE_ETCD_BIN, CacheDir, PATH and
+// /usr/bin/etcd (etcdlaunch.Find); a missing one skips the test.
 func etcdBinary() (string, error) {
-	bin, err := findBinary("etcd", "TENURE_ETCD_BIN")
-	if errors.Is(err, errMissing) && isExecutable("/usr/bin/etcd") == nil {
-		return "/usr/bin/etcd", nil
-	}
-	if errors.Is(err, errMissing) {
-		return "", fmt.Errorf("%w (on Debian and Ubuntu: apt-get install etcd-server)", err)
+	bin, err := etcdlaunch.Find(CacheDir())
+	if errors.Is(err, etcdlaunch.ErrMissing) {
+		return "", fmt.Errorf("%w: %w; run scripts/install-servers (or set %s)", errMissing, err, etcdlaunch.BinEnv)
 	}
 	return bin, err
 }
 
-var etcdVersionLine = regexp.MustCompile(`(?m)^etcd Version: (\d+)\.(\d+)\.(\d+)`)
-
 // etcdVersion runs bin --version and checks that it is recent enough.
-func etcdVersion(bin string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("testutil: %s --version: %w; output:\n%s", bin, err, out)
-	}
-	m := etcdVersionLine.FindSubmatch(out)
-	if m == nil {
-		return "", fmt.Errorf("testutil: %s --version printed no version:\n%s", bin, out)
-	}
-	major, _ := strconv.Atoi(string(m[1]))
-	minor, _ := strconv.Atoi(string(m[2]))
-	v := fmt.Sprintf("%s.%s.%s", m[1], m[2], m[3])
-	if major < etcdMinVersion[0] || major == etcdMinVersion[0] && minor < etcdMinVersion[1] {
-		return "", fmt.Errorf("testutil: %s is etcd %s; the tests need %d.%d or later", bin, v, etcdMinVersion[0], etcdMinVersion[1])
-	}
-	return v, nil
-}
+func etcdVersion(bin string) (string, error) { return etcdlaunch.Version(bin) }
 
 func launchEtcd(opts EtcdOptions) (*etcdProcess, error) {
 	bin, err := etcdBinary()
@@ -205,175 +156,37 @@ func launchEtcd(opts EtcdOptions) (*etcdProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	const attempts = 3
-	for i := 1; ; i++ {
-		srv, err := launchEtcdOnce(bin, version, opts)
-		if err == nil || !errors.Is(err, errPortTaken) || i == attempts {
-			return srv, err
-		}
-	}
-}
-
-func launchEtcdOnce(bin, version string, opts EtcdOptions) (*etcdProcess, error) {
-	dir, err := os.MkdirTemp("", "tenure-etcd-")
-	if err != nil {
-		return nil, fmt.Errorf("testutil: etcd: %w", err)
-	}
-	clientPort, err := freePort()
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("testutil: etcd: no free port: %w", err)
-	}
-	peerPort, err := freePort()
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("testutil: etcd: no free port: %w", err)
-	}
-	info := EtcdServer{
-		Name:            "etcd",
-		Endpoint:        "127.0.0.1:" + strconv.Itoa(clientPort),
-		Version:         version,
+	srv, err := etcdlaunch.Launch(bin, version, etcdlaunch.Options{
+		TLS:             opts.TLS,
 		MaxRequestBytes: EtcdMaxRequestBytes,
-	}
-	scheme := "http"
-	var tlsArgs []string
-	if opts.TLS {
-		scheme = "https"
-		if err := writeEtcdCerts(dir, &info); err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-		tlsArgs = []string{
-			"--cert-file", filepath.Join(dir, "server.pem"),
-			"--key-file", filepath.Join(dir, "server-key.pem"),
-			"--trusted-ca-file", info.CAFile,
-			"--client-cert-auth",
-		}
-	}
-	info.ClientURL = scheme + "://" + info.Endpoint
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
-	args := append([]string{
-		"--name", "tenure-test",
-		// etcd creates the data directory itself, with the 0700
-		// permissions it insists on.
-		"--data-dir", filepath.Join(dir, "data"),
-		"--listen-client-urls", info.ClientURL,
-		"--advertise-client-urls", info.ClientURL,
-		"--listen-peer-urls", peerURL,
-		"--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "tenure-test=" + peerURL,
-		"--initial-cluster-state", "new",
-		"--max-request-bytes", strconv.Itoa(EtcdMaxRequestBytes),
-		"--logger", "zap",
-		"--log-outputs", "stderr",
-		"--log-level", "warn",
-	}, tlsArgs...)
-	// etcd also reads its flags from ETCD_* variables: an inherited one
-	// must not change the test server.
-	proc, err := startProcess("etcd", bin, args, cleanEtcdEnv(), dir)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	srv := &etcdProcess{info: info, proc: proc, dir: dir}
-	if err := waitEtcdReady(srv); err != nil {
-		srv.stop()
-		return nil, err
-	}
-	return srv, nil
-}
-
-// cleanEtcdEnv returns assignments that empty every ETCD_* variable of the
-// test's environment.
-func cleanEtcdEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "ETCD_") {
-			env = append(env, name+"=")
-		}
-	}
-	return env
-}
-
-// waitEtcdReady polls with a Get until the server answers, the process
-// exits, or StartTimeout passes.
-func waitEtcdReady(srv *etcdProcess) error {
-	c, err := srv.info.newClient()
-	if err != nil {
-		return fmt.Errorf("testutil: etcd client for %s: %w", srv.info.ClientURL, err)
-	}
-	defer c.Close()
-	deadline := time.Now().Add(StartTimeout)
-	var lastErr error
-	for {
-		if srv.proc.exited() {
-			out := srv.proc.tail()
-			if strings.Contains(out, "address already in use") {
-				return fmt.Errorf("testutil: etcd on %s: %w", srv.info.Endpoint, errPortTaken)
+		StartTimeout:    StartTimeout,
+		Start: func(name, bin string, args, env []string, dir string) (etcdlaunch.Process, error) {
+			p, err := startProcess(name, bin, args, env, dir)
+			if err != nil {
+				return nil, err
 			}
-			return fmt.Errorf("testutil: etcd exited during start-up (%v); its output ends:\n%s", srv.proc.err, out)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := c.Get(ctx, "tenure-testutil-ready")
-		cancel()
-		if err == nil {
-			return nil
-		}
-		lastErr = err
-		if time.Now().After(deadline) {
-			return fmt.Errorf("testutil: etcd at %s not ready after %v (last error: %v); its output ends:\n%s",
-				srv.info.ClientURL, StartTimeout, lastErr, srv.proc.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
+			return launchedProcess{p}, nil
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("testutil: %w", err)
 	}
+	return &etcdProcess{
+		info: EtcdServer{
+			Name: "etcd", Endpoint: srv.Endpoint, ClientURL: srv.ClientURL, Version: srv.Version,
+			MaxRequestBytes: srv.MaxRequestBytes, CAFile: srv.CAFile, CertFile: srv.CertFile, KeyFile: srv.KeyFile,
+		},
+		proc: srv.Proc.(launchedProcess).process,
+		dir:  srv.Dir,
+	}, nil
 }
 
-// writeEtcdCerts writes a CA, a server certificate for 127.0.0.1 and a
-// client certificate into dir, and records the client's files in info.
-func writeEtcdCerts(dir string, info *EtcdServer) error {
-	ca, err := tlsutil.NewCA("tenure etcd test CA")
-	if err != nil {
-		return fmt.Errorf("testutil: etcd CA: %w", err)
-	}
-	server, err := ca.Issue("tenure etcd test server", "127.0.0.1", "localhost")
-	if err != nil {
-		return fmt.Errorf("testutil: etcd server certificate: %w", err)
-	}
-	client, err := ca.Issue("tenure etcd test client")
-	if err != nil {
-		return fmt.Errorf("testutil: etcd client certificate: %w", err)
-	}
-	info.CAFile = filepath.Join(dir, "ca.pem")
-	info.CertFile = filepath.Join(dir, "client.pem")
-	info.KeyFile = filepath.Join(dir, "client-key.pem")
-	if err := os.WriteFile(info.CAFile, ca.PEM(), 0o600); err != nil {
-		return fmt.Errorf("testutil: %w", err)
-	}
-	if err := writeKeyPair(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"), server); err != nil {
-		return err
-	}
-	return writeKeyPair(info.CertFile, info.KeyFile, client)
-}
+// launchedProcess is a testutil process as etcdlaunch sees it, so that
+// stopShared stops the shared server as it stops the others.
+type launchedProcess struct{ *process }
 
-func writeKeyPair(certFile, keyFile string, c tls.Certificate) error {
-	var certPEM []byte
-	for _, der := range c.Certificate {
-		certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
-	}
-	key, ok := c.PrivateKey.(*ecdsa.PrivateKey)
-	if !ok {
-		return fmt.Errorf("testutil: unexpected private key type %T", c.PrivateKey)
-	}
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return fmt.Errorf("testutil: %w", err)
-	}
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
-	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
-		return fmt.Errorf("testutil: %w", err)
-	}
-	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
-		return fmt.Errorf("testutil: %w", err)
-	}
-	return nil
-}
+func (p launchedProcess) PID() int     { return p.cmd.Process.Pid }
+func (p launchedProcess) Exited() bool { return p.exited() }
+func (p launchedProcess) Err() error   { return p.err }
+func (p launchedProcess) Tail() string { return p.tail() }
+func (p launchedProcess) Stop()        { p.stop() }

@@ -52,7 +52,20 @@
 // keys, then each key with its value and revisions in key order, then a
 // CRC-32C of all that. Restore refuses other versions (ErrSnapshotVersion)
 // and anything that fails the checksum or the ordering and revision checks
-// (ErrCorruptSnapshot), leaving the state as it was.
+// (ErrCorruptSnapshot), leaving the state as it was. Both directions
+// stream: Snapshot writes through a small buffer as it walks the keys, and
+// Restore reads as it builds the new state.
+//
+// # Capture
+//
+// Machine implements rsm.Capturer. The keys live in a B-tree
+// (github.com/google/btree) with copy-on-write clones: Capture takes one
+// in constant time and returns a view of that moment, whose WriteTo
+// writes the snapshot while the machine goes on applying commands. The
+// view shares the tree with the machine; each node the machine changes
+// afterwards is copied once. A view so keeps alive at most the tree's
+// nodes (about 110 bytes a key) and the keys and values replaced or
+// deleted since its capture; dropping it frees them.
 //
 // # Errors
 //
@@ -66,9 +79,10 @@
 // # What it does not guarantee
 //
 // The whole state lives in memory and every snapshot writes all of it: it
-// is meant for configuration, locks and metadata (thousands to a few
-// hundred thousand keys), not bulk data. Inserting a new key costs a copy
-// of the sorted key index's tail. There are no watches, leases (TTLs),
-// transactions over several keys or reads at past revisions. Exactly-once
-// writes are the rsm node's guarantee and carry its limits (see rsm).
+// is meant for configuration, locks and metadata (thousands to about a
+// million keys), not bulk data. Puts, deletes and gets cost O(log n); a
+// list costs O(log n) plus the keys it returns. There are no watches,
+// leases (TTLs), transactions over several keys or reads at past
+// revisions. Exactly-once writes are the rsm node's guarantee and carry
+// its limits (see rsm).
 package kv

@@ -3,8 +3,13 @@ package kv
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
+	"testing/iotest"
+
+	"github.com/tenure-io/tenure/rsm"
 )
 
 // seedMachine is a machine with a few keys, for fuzz targets that need
@@ -155,17 +160,27 @@ func FuzzQuery(f *testing.F) {
 	})
 }
 
-// FuzzRestore: any bytes either restore, and then snapshot back to the
-// same bytes, or fail and leave the state alone.
+// FuzzRestore: any bytes either restore, and then snapshot and capture
+// back to the same bytes, or fail and leave the state alone; read a byte
+// at a time, they give the same outcome.
 func FuzzRestore(f *testing.F) {
 	f.Add(snap(f, seedMachine()))
 	f.Add(snap(f, New()))
 	f.Add([]byte("TKVS\x01\x05\x01\x01a\x01x\x01\x06"))
 	f.Add([]byte("TKVS\x02"))
+	if old, err := os.ReadFile("testdata/snapshot-v1.bin"); err == nil {
+		f.Add(old)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m := seedMachine()
 		before := snap(t, m)
-		if err := m.Restore(bytes.NewReader(b)); err != nil {
+		err := m.Restore(bytes.NewReader(b))
+		slow := seedMachine()
+		slowErr := slow.Restore(iotest.OneByteReader(bytes.NewReader(b)))
+		if (err == nil) != (slowErr == nil) {
+			t.Fatalf("restore: %v; a byte at a time: %v", err, slowErr)
+		}
+		if err != nil {
 			if !errors.Is(err, ErrCorruptSnapshot) && !errors.Is(err, ErrSnapshotVersion) {
 				t.Fatalf("error %v matches neither ErrCorruptSnapshot nor ErrSnapshotVersion", err)
 			}
@@ -176,6 +191,56 @@ func FuzzRestore(f *testing.F) {
 		}
 		if got := snap(t, m); !bytes.Equal(got, b) {
 			t.Fatalf("restore then snapshot: %x; want %x", got, b)
+		}
+		var captured bytes.Buffer
+		if n, err := m.Capture().WriteTo(&captured); err != nil || n != int64(len(b)) || !bytes.Equal(captured.Bytes(), b) {
+			t.Fatalf("restore then capture: %d bytes, %v; want the %d restored", n, err, len(b))
+		}
+		if got := snap(t, slow); !bytes.Equal(got, b) {
+			t.Fatalf("restore a byte at a time then snapshot: %x; want %x", got, b)
+		}
+	})
+}
+
+// FuzzCapture: the bytes are commands, applied in turn; a view captured
+// part way writes the state at its capture, whatever follows.
+func FuzzCapture(f *testing.F) {
+	f.Add([]byte{3, 0, 1, 4, 0, 2, 5, 1, 1, 0, 2, 3, 0, 1, 9})
+	f.Add(bytes.Repeat([]byte{0, 7, 200}, 300))
+	f.Add([]byte{1, 1, 0, 2, 2, 2, 0, 3, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 {
+			return
+		}
+		m := seedMachine()
+		at, b := int(b[0]), b[1:]
+		var v rsm.StateView
+		var want []byte
+		for i := 0; i+2 < len(b); i += 3 {
+			if i/3 == at {
+				v, want = m.Capture(), snap(t, m)
+			}
+			key := fmt.Sprintf("k%d", b[i+1]%64)
+			value := bytes.Repeat([]byte{b[i+1]}, int(b[i+2]))
+			switch b[i] % 3 {
+			case 0:
+				m.Apply(command{op: tagPut, key: key, value: value}.encode())
+			case 1:
+				m.Apply(command{op: tagDelete, key: key}.encode())
+			default:
+				m.Apply(command{op: tagCAS, key: key, expect: uint64(b[i+2]), value: value}.encode())
+			}
+		}
+		if v == nil {
+			v, want = m.Capture(), snap(t, m)
+			m.Apply(command{op: tagPut, key: "after", value: []byte("capture")}.encode())
+		}
+		var got bytes.Buffer
+		if _, err := v.WriteTo(&got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes(), want) {
+			t.Fatalf("view: %x; want the state at capture %x", got.Bytes(), want)
 		}
 	})
 }

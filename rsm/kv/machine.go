@@ -9,10 +9,10 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
-	"slices"
-	"sort"
 	"strings"
 	"sync"
+
+	"github.com/google/btree"
 
 	"github.com/tenure-io/tenure/rsm"
 )
@@ -32,30 +32,49 @@ type KeyValue struct {
 	ModRevision uint64
 }
 
+// entry is one key in the tree. Entries are values, replaced whole and
+// never changed in place, and a value's bytes are never written after it
+// is stored: a captured view shares them with the machine.
 type entry struct {
+	key         string
 	value       []byte
 	create, mod uint64
 }
 
+func lessKey(a, b entry) bool { return a.key < b.key }
+
+// treeDegree: nodes hold up to 2×treeDegree-1 entries. 32 keeps a 1M-key
+// tree four levels deep while a copy-on-write copy of a node stays a few
+// KiB.
+const treeDegree = 32
+
+func newTree() *btree.BTreeG[entry] { return btree.NewG(treeDegree, lessKey) }
+
 // Machine is the key-value state machine. Its whole state lives in memory:
-// a map from key to value and revisions, the keys kept sorted for List,
-// and one revision counter that every successful put, delete and swap
-// increments (as in etcd). A failed swap and a delete of an absent key
-// leave the counter as it was.
+// a B-tree of keys with their values and revisions, and one revision
+// counter that every successful put, delete and swap increments (as in
+// etcd). A failed swap and a delete of an absent key leave the counter as
+// it was.
+//
+// Machine implements rsm.Capturer: Capture takes a copy-on-write clone of
+// the tree in constant time, and the view it returns writes the snapshot
+// while the machine goes on applying commands.
 //
 // Machine is safe for concurrent use, though the node calls it from one
 // goroutine at a time.
 type Machine struct {
 	mu   sync.RWMutex
 	rev  uint64
-	data map[string]*entry
-	keys []string // sorted; a new key costs a copy of this slice's tail
+	tree *btree.BTreeG[entry]
 }
 
-var _ rsm.StateMachine = (*Machine)(nil)
+var (
+	_ rsm.StateMachine = (*Machine)(nil)
+	_ rsm.Capturer     = (*Machine)(nil)
+)
 
 // New returns an empty machine at revision 0.
-func New() *Machine { return &Machine{data: map[string]*entry{}} }
+func New() *Machine { return &Machine{tree: newTree()} }
 
 // Revision is the machine's current revision: the number of successful
 // mutations it has applied.
@@ -69,7 +88,7 @@ func (m *Machine) Revision() uint64 {
 func (m *Machine) Len() int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return len(m.keys)
+	return m.tree.Len()
 }
 
 // Apply applies a command encoded by Client. It never fails: a command
@@ -90,18 +109,14 @@ func (m *Machine) Apply(cmd []byte) []byte {
 	case tagPut:
 		return reply{tag: tagPutResult, rev: m.put(c.key, c.value)}.encode()
 	case tagDelete:
-		e := m.data[c.key]
-		if e == nil {
+		if _, ok := m.tree.Delete(entry{key: c.key}); !ok {
 			return reply{tag: tagDeleteResult, ok: false, rev: m.rev}.encode()
 		}
 		m.rev++
-		delete(m.data, c.key)
-		i, _ := slices.BinarySearch(m.keys, c.key)
-		m.keys = slices.Delete(m.keys, i, i+1)
 		return reply{tag: tagDeleteResult, ok: true, rev: m.rev}.encode()
 	default: // tagCAS
 		var cur uint64
-		if e := m.data[c.key]; e != nil {
+		if e, ok := m.tree.Get(entry{key: c.key}); ok {
 			cur = e.mod
 		}
 		if cur != c.expect {
@@ -118,13 +133,11 @@ func (m *Machine) put(key string, value []byte) uint64 {
 	if value == nil {
 		value = []byte{}
 	}
-	if e := m.data[key]; e != nil {
-		e.value, e.mod = value, m.rev
-		return m.rev
+	create := m.rev
+	if e, ok := m.tree.Get(entry{key: key}); ok {
+		create = e.create
 	}
-	m.data[key] = &entry{value: value, create: m.rev, mod: m.rev}
-	i, _ := slices.BinarySearch(m.keys, key)
-	m.keys = slices.Insert(m.keys, i, key)
+	m.tree.ReplaceOrInsert(entry{key: key, value: value, create: create, mod: m.rev})
 	return m.rev
 }
 
@@ -142,8 +155,8 @@ func (m *Machine) Query(b []byte) ([]byte, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if q.op == tagGet {
-		e := m.data[q.key]
-		if e == nil {
+		e, ok := m.tree.Get(entry{key: q.key})
+		if !ok {
 			return reply{tag: tagGetResult}.encode(), nil
 		}
 		return reply{tag: tagGetResult, found: true, kv: KeyValue{Value: e.value, CreateRevision: e.create, ModRevision: e.mod}}.encode(), nil
@@ -173,29 +186,33 @@ func (m *Machine) list(q query) reply {
 		budget = DefaultListBytes
 	}
 	prefix := q.key
-	var i int
+	// Start at the prefix, or just after the start key if that is later.
+	from, skip := prefix, false
 	if q.after >= prefix {
-		i = sort.Search(len(m.keys), func(i int) bool { return m.keys[i] > q.after })
-	} else {
-		i = sort.SearchStrings(m.keys, prefix)
+		from, skip = q.after, true
 	}
 	r := reply{tag: tagListResult}
 	var size uint64
-	for ; i < len(m.keys) && strings.HasPrefix(m.keys[i], prefix); i++ {
-		k := m.keys[i]
-		e := m.data[k]
-		it := KeyValue{Key: k, CreateRevision: e.create, ModRevision: e.mod}
+	m.tree.AscendGreaterOrEqual(entry{key: from}, func(e entry) bool {
+		if skip && e.key == q.after {
+			return true
+		}
+		if !strings.HasPrefix(e.key, prefix) {
+			return false
+		}
+		it := KeyValue{Key: e.key, CreateRevision: e.create, ModRevision: e.mod}
 		if !q.keysOnly {
 			it.Value = e.value
 		}
 		n := uint64(len(it.Key)+len(it.Value)) + 4*binary.MaxVarintLen64
 		if uint64(len(r.items)) == limit || (len(r.items) > 0 && size+n > budget) {
 			r.more = true
-			break
+			return false
 		}
 		size += n
 		r.items = append(r.items, it)
-	}
+		return true
+	})
 	return r
 }
 
@@ -205,6 +222,9 @@ func (m *Machine) list(q query) reply {
 //
 // with strings and values prefixed by their length, keys in increasing
 // order, and a big-endian CRC-32C (Castagnoli) of everything before it.
+// The bytes for a given state are the same as the first release wrote
+// (testdata/snapshot-v1.bin), so replicas of either build read each
+// other's snapshots.
 const (
 	snapshotMagic   = "TKVS"
 	snapshotVersion = 1
@@ -216,52 +236,96 @@ const (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Snapshot writes the whole state to w. Equal states give equal bytes.
+// It holds the machine only to capture it: the same as Capture().WriteTo(w).
 func (m *Machine) Snapshot(w io.Writer) error {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	h := crc32.New(castagnoli)
-	bw := bufio.NewWriterSize(io.MultiWriter(w, h), 64<<10)
-	var scratch []byte
-	put := func(b []byte) { _, _ = bw.Write(b) } // bw keeps the first error
-	scratch = append(scratch[:0], snapshotMagic...)
-	scratch = binary.AppendUvarint(scratch, snapshotVersion)
-	scratch = binary.AppendUvarint(scratch, m.rev)
-	scratch = binary.AppendUvarint(scratch, uint64(len(m.keys)))
-	put(scratch)
-	for _, k := range m.keys {
-		e := m.data[k]
-		scratch = appendString(scratch[:0], k)
-		scratch = binary.AppendUvarint(scratch, uint64(len(e.value)))
-		put(scratch)
-		put(e.value)
-		scratch = binary.AppendUvarint(scratch[:0], e.create)
-		scratch = binary.AppendUvarint(scratch, e.mod)
-		put(scratch)
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("kv: writing snapshot: %w", err)
-	}
-	if _, err := w.Write(binary.BigEndian.AppendUint32(nil, h.Sum32())); err != nil {
-		return fmt.Errorf("kv: writing snapshot: %w", err)
-	}
-	return nil
+	_, err := m.Capture().WriteTo(w)
+	return err
 }
 
-// Restore replaces the whole state with a snapshot. It checks the format
-// version, the checksum, the key order and that every revision is at most
-// the snapshot's; on any error the state is left as it was.
+// Capture returns the state as it is now, in constant time: the view
+// shares the machine's tree, which copies the nodes it changes from then
+// on (copy on write). See rsm.Capturer.
+func (m *Machine) Capture() rsm.StateView {
+	m.mu.Lock() // Clone changes the tree's ownership marks
+	defer m.mu.Unlock()
+	return &view{rev: m.rev, tree: m.tree.Clone()}
+}
+
+// view is a captured state. Nothing writes its tree: the machine's writes
+// after the capture copy the nodes they change.
+type view struct {
+	rev  uint64
+	tree *btree.BTreeG[entry]
+}
+
+// WriteTo writes the view in the snapshot format, streaming through a
+// buffer as it walks the tree.
+func (v *view) WriteTo(w io.Writer) (int64, error) {
+	h := crc32.New(castagnoli)
+	cw := &countingWriter{w: w}
+	bw := bufio.NewWriterSize(io.MultiWriter(cw, h), 64<<10)
+	scratch := make([]byte, 0, 64)
+	scratch = append(scratch, snapshotMagic...)
+	scratch = binary.AppendUvarint(scratch, snapshotVersion)
+	scratch = binary.AppendUvarint(scratch, v.rev)
+	scratch = binary.AppendUvarint(scratch, uint64(v.tree.Len()))
+	_, err := bw.Write(scratch)
+	v.tree.Ascend(func(e entry) bool {
+		if err != nil {
+			return false
+		}
+		scratch = appendString(scratch[:0], e.key)
+		scratch = binary.AppendUvarint(scratch, uint64(len(e.value)))
+		if _, err = bw.Write(scratch); err != nil {
+			return false
+		}
+		if _, err = bw.Write(e.value); err != nil {
+			return false
+		}
+		scratch = binary.AppendUvarint(scratch[:0], e.create)
+		scratch = binary.AppendUvarint(scratch, e.mod)
+		_, err = bw.Write(scratch)
+		return err == nil
+	})
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		_, err = cw.Write(binary.BigEndian.AppendUint32(nil, h.Sum32()))
+	}
+	if err != nil {
+		return cw.n, fmt.Errorf("kv: writing snapshot: %w", err)
+	}
+	return cw.n, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Restore replaces the whole state with a snapshot, reading it as it
+// goes. It checks the format version, the checksum, the key order and
+// that every revision is at most the snapshot's; on any error the state
+// is left as it was. Views captured before keep the state they hold.
 func (m *Machine) Restore(r io.Reader) error {
-	rev, data, keys, err := readSnapshot(r)
+	rev, tree, err := readSnapshot(r)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.rev, m.data, m.keys = rev, data, keys
+	m.rev, m.tree = rev, tree
 	return nil
 }
 
-func readSnapshot(r io.Reader) (rev uint64, data map[string]*entry, keys []string, err error) {
+func readSnapshot(r io.Reader) (rev uint64, tree *btree.BTreeG[entry], err error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	sr := &snapReader{r: br, h: crc32.New(castagnoli)}
 	corrupt := func(format string, args ...any) error {
@@ -269,64 +333,63 @@ func readSnapshot(r io.Reader) (rev uint64, data map[string]*entry, keys []strin
 	}
 	magic := make([]byte, len(snapshotMagic))
 	if err := sr.full(magic); err != nil || string(magic) != snapshotMagic {
-		return 0, nil, nil, corrupt("not a kv snapshot (no %q header)", snapshotMagic)
+		return 0, nil, corrupt("not a kv snapshot (no %q header)", snapshotMagic)
 	}
 	version := sr.uvarint()
 	if sr.err == nil && version != snapshotVersion {
-		return 0, nil, nil, fmt.Errorf("%w: version %d, this build reads version %d", ErrSnapshotVersion, version, snapshotVersion)
+		return 0, nil, fmt.Errorf("%w: version %d, this build reads version %d", ErrSnapshotVersion, version, snapshotVersion)
 	}
 	rev = sr.uvarint()
 	n := sr.uvarint()
-	data = make(map[string]*entry, min(n, 1<<16))
-	keys = make([]string, 0, min(n, 1<<16))
+	tree = newTree()
+	var last string
 	for i := uint64(0); i < n && sr.err == nil; i++ {
 		kl := sr.uvarint()
 		if sr.err == nil && kl > MaxKeySize {
-			return 0, nil, nil, corrupt("key %d is %d bytes long, more than %d", i, kl, MaxKeySize)
+			return 0, nil, corrupt("key %d is %d bytes long, more than %d", i, kl, MaxKeySize)
 		}
 		k := string(sr.bytes(kl))
 		vl := sr.uvarint()
 		if sr.err == nil && vl > maxSnapshotValue {
-			return 0, nil, nil, corrupt("value %d is %d bytes long, more than %d", i, vl, maxSnapshotValue)
+			return 0, nil, corrupt("value %d is %d bytes long, more than %d", i, vl, maxSnapshotValue)
 		}
-		v := sr.bytes(vl)
-		e := &entry{value: v, create: sr.uvarint(), mod: sr.uvarint()}
+		e := entry{key: k, value: sr.bytes(vl), create: sr.uvarint(), mod: sr.uvarint()}
 		if sr.err != nil {
 			break
 		}
 		if err := validKey(k); err != nil {
-			return 0, nil, nil, corrupt("entry %d: %v", i, err)
+			return 0, nil, corrupt("entry %d: %v", i, err)
 		}
-		if len(keys) > 0 && k <= keys[len(keys)-1] {
-			return 0, nil, nil, corrupt("key %q after %q: keys out of order", k, keys[len(keys)-1])
+		if i > 0 && k <= last {
+			return 0, nil, corrupt("key %q after %q: keys out of order", k, last)
 		}
 		if e.create == 0 || e.create > e.mod || e.mod > rev {
-			return 0, nil, nil, corrupt("key %q: revisions created %d, modified %d at snapshot revision %d", k, e.create, e.mod, rev)
+			return 0, nil, corrupt("key %q: revisions created %d, modified %d at snapshot revision %d", k, e.create, e.mod, rev)
 		}
-		data[k] = e
-		keys = append(keys, k)
+		tree.ReplaceOrInsert(e)
+		last = k
 	}
 	if sr.ioErr {
-		return 0, nil, nil, fmt.Errorf("kv: reading snapshot: %w", sr.err)
+		return 0, nil, fmt.Errorf("kv: reading snapshot: %w", sr.err)
 	}
 	if sr.err != nil {
-		return 0, nil, nil, corrupt("%v", sr.err)
+		return 0, nil, corrupt("%v", sr.err)
 	}
 	want := sr.h.Sum32()
 	var sum [4]byte
 	if _, err := io.ReadFull(br, sum[:]); err != nil {
-		return 0, nil, nil, corrupt("no checksum: %v", err)
+		return 0, nil, corrupt("no checksum: %v", err)
 	}
 	if got := binary.BigEndian.Uint32(sum[:]); got != want {
-		return 0, nil, nil, corrupt("checksum %08x, computed %08x", got, want)
+		return 0, nil, corrupt("checksum %08x, computed %08x", got, want)
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		if err == nil {
-			return 0, nil, nil, corrupt("trailing bytes after the checksum")
+			return 0, nil, corrupt("trailing bytes after the checksum")
 		}
-		return 0, nil, nil, fmt.Errorf("kv: reading snapshot: %w", err)
+		return 0, nil, fmt.Errorf("kv: reading snapshot: %w", err)
 	}
-	return rev, data, keys, nil
+	return rev, tree, nil
 }
 
 // snapReader reads a snapshot's fields and hashes what it reads; the first
@@ -343,26 +406,39 @@ func (s *snapReader) full(b []byte) error {
 		return s.err
 	}
 	if _, err := io.ReadFull(s.r, b); err != nil {
-		switch {
-		case errors.Is(err, io.EOF):
-			err = io.ErrUnexpectedEOF
-		case !errors.Is(err, io.ErrUnexpectedEOF):
-			s.ioErr = true
-		}
-		s.err = err
-		return err
+		s.readFailed(err)
+		return s.err
 	}
 	s.h.Write(b)
 	return nil
 }
 
+// readFailed records a read error: the end of the input is truncation,
+// anything else the reader's own failure.
+func (s *snapReader) readFailed(err error) {
+	switch {
+	case errors.Is(err, io.EOF):
+		err = io.ErrUnexpectedEOF
+	case !errors.Is(err, io.ErrUnexpectedEOF):
+		s.ioErr = true
+	}
+	s.err = err
+}
+
 func (s *snapReader) uvarint() uint64 {
+	if s.err != nil {
+		return 0
+	}
 	var buf [binary.MaxVarintLen64]byte
 	for i := range buf {
-		if s.full(buf[i:i+1]) != nil {
+		c, err := s.r.ReadByte()
+		if err != nil {
+			s.readFailed(err)
 			return 0
 		}
-		if buf[i] < 0x80 {
+		buf[i] = c
+		if c < 0x80 {
+			s.h.Write(buf[:i+1])
 			v, _, err := uvarint(buf[:i+1])
 			if err != nil {
 				s.err = err

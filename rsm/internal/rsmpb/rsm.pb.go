@@ -253,6 +253,11 @@ type Entry struct {
 	Nonce    []byte                 `protobuf:"bytes,4,opt,name=nonce,proto3" json:"nonce,omitempty"`
 	Noop     bool                   `protobuf:"varint,5,opt,name=noop,proto3" json:"noop,omitempty"` // a seal: written by a new leader before it serves
 	Commands []*Command             `protobuf:"bytes,6,rep,name=commands,proto3" json:"commands,omitempty"`
+	// The writer's commit index when it wrote the entry: every index up to it
+	// was committed. A reader that finds a hole at or below it knows an
+	// object was deleted, not that a write failed.
+	Commit uint64 `protobuf:"varint,7,opt,name=commit,proto3" json:"commit,omitempty"`
+	Group  string `protobuf:"bytes,8,opt,name=group,proto3" json:"group,omitempty"` // the group it belongs to: an object copied from another group is refused
 	// On a seal only: the settings of a group that has none recorded yet,
 	// from its writer's options. The first valid one is adopted.
 	Settings      *Settings `protobuf:"bytes,20,opt,name=settings,proto3" json:"settings,omitempty"`
@@ -330,6 +335,20 @@ func (x *Entry) GetCommands() []*Command {
 		return x.Commands
 	}
 	return nil
+}
+
+func (x *Entry) GetCommit() uint64 {
+	if x != nil {
+		return x.Commit
+	}
+	return 0
+}
+
+func (x *Entry) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 func (x *Entry) GetSettings() *Settings {
@@ -479,6 +498,7 @@ type Snapshot struct {
 	Writer        string                 `protobuf:"bytes,6,opt,name=writer,proto3" json:"writer,omitempty"`
 	WriterTerm    uint64                 `protobuf:"varint,7,opt,name=writer_term,json=writerTerm,proto3" json:"writer_term,omitempty"`
 	Nonce         []byte                 `protobuf:"bytes,8,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	Group         string                 `protobuf:"bytes,9,opt,name=group,proto3" json:"group,omitempty"`                                  // the group it belongs to: an object copied from another group is refused
 	Settings      *Settings              `protobuf:"bytes,20,opt,name=settings,proto3" json:"settings,omitempty"`                           // absent in a group of the previous version
 	Sessions      []*SessionRecord       `protobuf:"bytes,21,rep,name=sessions,proto3" json:"sessions,omitempty"`                           // sorted by session
 	LastSession   uint64                 `protobuf:"varint,22,opt,name=last_session,json=lastSession,proto3" json:"last_session,omitempty"` // the last session number given out
@@ -570,6 +590,13 @@ func (x *Snapshot) GetNonce() []byte {
 		return x.Nonce
 	}
 	return nil
+}
+
+func (x *Snapshot) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 func (x *Snapshot) GetSettings() *Settings {
@@ -1479,14 +1506,16 @@ const file_rsm_proto_rawDesc = "" +
 	"\amachine\x18\x03 \x01(\tR\amachine\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x18\n" +
 	"\asession\x18\x14 \x01(\x04R\asession\x12\x1a\n" +
-	"\bregister\x18\x15 \x01(\bR\bregister\"\xdc\x01\n" +
+	"\bregister\x18\x15 \x01(\bR\bregister\"\x8a\x02\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x16\n" +
 	"\x06writer\x18\x03 \x01(\tR\x06writer\x12\x14\n" +
 	"\x05nonce\x18\x04 \x01(\fR\x05nonce\x12\x12\n" +
 	"\x04noop\x18\x05 \x01(\bR\x04noop\x122\n" +
-	"\bcommands\x18\x06 \x03(\v2\x16.tenure.rsm.v1.CommandR\bcommands\x123\n" +
+	"\bcommands\x18\x06 \x03(\v2\x16.tenure.rsm.v1.CommandR\bcommands\x12\x16\n" +
+	"\x06commit\x18\a \x01(\x04R\x06commit\x12\x14\n" +
+	"\x05group\x18\b \x01(\tR\x05group\x123\n" +
 	"\bsettings\x18\x14 \x01(\v2\x17.tenure.rsm.v1.SettingsR\bsettings\"\x8c\x01\n" +
 	"\fClientRecord\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\tR\x06client\x12\x10\n" +
@@ -1497,7 +1526,7 @@ const file_rsm_proto_rawDesc = "" +
 	"\tlast_used\x18\x05 \x01(\x04R\blastUsed\"6\n" +
 	"\fMachineState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xb4\x03\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xca\x03\n" +
 	"\bSnapshot\x12\x1f\n" +
 	"\vstart_index\x18\x01 \x01(\x04R\n" +
 	"startIndex\x12\x1b\n" +
@@ -1508,7 +1537,8 @@ const file_rsm_proto_rawDesc = "" +
 	"\x06writer\x18\x06 \x01(\tR\x06writer\x12\x1f\n" +
 	"\vwriter_term\x18\a \x01(\x04R\n" +
 	"writerTerm\x12\x14\n" +
-	"\x05nonce\x18\b \x01(\fR\x05nonce\x123\n" +
+	"\x05nonce\x18\b \x01(\fR\x05nonce\x12\x14\n" +
+	"\x05group\x18\t \x01(\tR\x05group\x123\n" +
 	"\bsettings\x18\x14 \x01(\v2\x17.tenure.rsm.v1.SettingsR\bsettings\x128\n" +
 	"\bsessions\x18\x15 \x03(\v2\x1c.tenure.rsm.v1.SessionRecordR\bsessions\x12!\n" +
 	"\flast_session\x18\x16 \x01(\x04R\vlastSession\"I\n" +

@@ -1,0 +1,33 @@
+//go:build !unix
+
+package main
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// Without process groups or signals to forward, tenure run stops the
+// command itself, and a command can outlive a tenure run that is killed.
+var (
+	forwardedSignals []os.Signal
+	stopSignals      = []os.Signal{os.Interrupt}
+)
+
+func startCommand(cmd *exec.Cmd, _ bool) (<-chan error, func(), error) {
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	return done, func() {}, nil
+}
+
+func foregroundTerminal() bool { return false }
+
+func signalGroup(pid int, _ syscall.Signal) {
+	if p, err := os.FindProcess(pid); err == nil {
+		_ = p.Kill()
+	}
+}

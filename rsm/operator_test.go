@@ -1,0 +1,267 @@
+package rsm
+
+// Objects an operator deleted are refused, never absorbed: a node does not
+// seal over a hole below what was committed, nor serve without the
+// snapshot or leader_state.json the log depends on. It reports the object
+// in Status, a metric and the error requests fail with at once.
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/driver"
+	"github.com/tenure-io/tenure/store/memstore"
+)
+
+// attempt makes n attempt leadership over the current leader_state.json in
+// the background, as a node that missed its leader's heartbeats does.
+func (n *testNode) attempt(t *testing.T) {
+	t.Helper()
+	ls, version, err := n.gs.readLeaderState(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		_ = n.lead(ls, version)
+	}()
+}
+
+// waitProblem waits until n reports a problem and returns it.
+func waitProblem(t *testing.T, n *testNode) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s := n.Status()
+		if s.Role == "LEADER" {
+			t.Fatalf("%s leads: %+v", n.host.cfg.ID, s)
+		}
+		if s.Problem != "" {
+			return s.Problem
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s reports no problem: %+v", n.host.cfg.ID, s)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// assertRefused checks that n names key in its status, its metric and
+// the error a request fails with, and never leads.
+func assertRefused(t *testing.T, n *testNode, key, kind string) {
+	t.Helper()
+	if p := waitProblem(t, n); !strings.Contains(p, key) {
+		t.Fatalf("problem %q does not name %s", p, key)
+	}
+	if g := testutil.ToFloat64(n.m.refused.WithLabelValues(testGroup, kind)); g != 1 {
+		t.Fatalf("refused{object=%q} = %v, want 1", kind, g)
+	}
+	_, err := n.command(ctxT(t, 30*time.Second))
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), key) {
+		t.Fatalf("command on a refusing node: %v; want ErrCorrupt naming %s", err, key)
+	}
+	if s := n.Status(); s.Role == "LEADER" || s.State == "JOINED" {
+		t.Fatalf("a refusing node serves: %+v", s)
+	}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func absent(t *testing.T, mem driver.Store, key string) bool {
+	t.Helper()
+	_, _, err := store.New(mem).Get(t.Context(), key)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	return err != nil
+}
+
+func deleteT(t *testing.T, mem driver.Store, key string) {
+	t.Helper()
+	if err := mem.Delete(t.Context(), key, driver.Cond{}); err != nil {
+		t.Fatalf("delete %s: %v", key, err)
+	}
+}
+
+func TestDeletedLogObjectIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		delete uint64
+		commit uint64 // written into leader_state.json, as a membership change would
+	}{
+		{name: "a hole with later entries saying it was committed", delete: 5},
+		{name: "the last entry, below leader_state's commit index", delete: 12, commit: 12},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := memstore.New()
+			a := newTestNode(t, mem, "a", testOptions())
+			a.leadInBackground(t)
+			for i := uint64(1); i <= 10; i++ {
+				mustCommand(t, a, i) // seal 1, registration 2, commands 3..12
+			}
+			a.Node.cancel()
+			a.wg.Wait()
+			if tc.commit > 0 {
+				ls, v, err := a.gs.readLeaderState(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				ls.CommitIndex = tc.commit
+				if _, err := a.gs.writeLeaderState(t.Context(), ls, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			key := logKey(testGroup, tc.delete)
+			deleteT(t, mem, key)
+
+			b := newTestNode(t, mem, "b", testOptions())
+			b.attempt(t)
+			assertRefused(t, b, key, "log")
+			if !absent(t, mem, key) {
+				t.Fatalf("something was written at the hole %s", key)
+			}
+		})
+	}
+}
+
+func TestMissingSnapshotIsRefused(t *testing.T) {
+	mem := memstore.New()
+	opts := testOptions()
+	opts.SnapshotThreshold = 4
+	a := newTestNode(t, mem, "a", opts)
+	a.leadInBackground(t)
+	for i := uint64(1); i <= 10; i++ {
+		mustCommand(t, a, i)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if absent(t, mem, logKey(testGroup, 2)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no truncation")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	a.Node.cancel()
+	a.wg.Wait()
+	snap := testGroup + "/" + snapshotKey
+	deleteT(t, mem, snap)
+
+	b := newTestNode(t, mem, "b", opts)
+	b.attempt(t)
+	assertRefused(t, b, snap, "snapshot")
+}
+
+func TestMissingLeaderStateIsRefused(t *testing.T) {
+	mem := memstore.New()
+	a := newTestNode(t, mem, "a", testOptions())
+	a.leadInBackground(t)
+	mustCommand(t, a, 1)
+	a.Node.cancel()
+	a.wg.Wait()
+	key := testGroup + "/" + leaderStateKey
+	deleteT(t, mem, key)
+
+	b := newTestNode(t, mem, "b", testOptions())
+	b.start()
+	assertRefused(t, b, key, "leader_state")
+	if _, _, err := mem.Get(t.Context(), key); err == nil {
+		t.Fatal("leader_state.json was created again over the group's log")
+	}
+}
+
+// A node that restarted empty takes leadership: leader_state.json's commit
+// index stays where the group had it.
+func TestCommitIndexNeverDecreases(t *testing.T) {
+	mem := memstore.New()
+	a := newTestNode(t, mem, "a", testOptions())
+	a.leadInBackground(t)
+	for i := uint64(1); i <= 5; i++ {
+		mustCommand(t, a, i)
+	}
+	a.Node.cancel()
+	a.wg.Wait()
+	ls, v, err := a.gs.readLeaderState(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls.CommitIndex = 6
+	if _, err := a.gs.writeLeaderState(t.Context(), ls, v); err != nil {
+		t.Fatal(err)
+	}
+	b := newTestNode(t, mem, "b", testOptions())
+	b.leadInBackground(t)
+	got, _, err := b.gs.readLeaderState(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Term != 2 || got.CommitIndex < 6 {
+		t.Fatalf("leader_state.json after b took over: term %d, commit index %d; want term 2, commit index at least 6", got.Term, got.CommitIndex)
+	}
+	mustCommand(t, b, 6)
+}
+
+// Objects copied from another group are refused, not applied.
+func TestObjectOfAnotherGroupIsRefused(t *testing.T) {
+	t.Run("log entry", func(t *testing.T) {
+		mem := memstore.New()
+		a := newTestNode(t, mem, "a", testOptions())
+		a.leadInBackground(t)
+		mustCommand(t, a, 1)
+		mustCommand(t, a, 2) // seal 1, registration 2, commands 3, 4
+		a.Node.cancel()
+		a.wg.Wait()
+		e := cmdEntry(5, 1, 1, 1, 1000)
+		e.Group = "other"
+		writeEntryT(t, mem, e)
+
+		b := newTestNode(t, mem, "b", testOptions())
+		b.attempt(t)
+		key := logKey(testGroup, 5)
+		assertRefused(t, b, key, "log")
+		if got := b.count(t); got == 1002 {
+			t.Fatal("the other group's entry was applied")
+		}
+	})
+	t.Run("snapshot", func(t *testing.T) {
+		mem := memstore.New()
+		a := newTestNode(t, mem, "a", testOptions())
+		a.leadInBackground(t)
+		mustCommand(t, a, 1)
+		a.Node.cancel()
+		a.wg.Wait()
+		r, err := newReplica(map[string]StateMachine{"c": &protoCounter{}}, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.apply(cmdEntry(1, 1, 1, 1, 1000))
+		snap, err := r.snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap.Nonce, snap.Group = newNonce(), "other"
+		data, err := encodeSnapshot(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := testGroup + "/" + snapshotKey
+		if _, err := mem.Put(t.Context(), key, data, driver.Cond{Kind: driver.IfAbsent}); err != nil {
+			t.Fatal(err)
+		}
+		b := newTestNode(t, mem, "b", testOptions())
+		b.attempt(t)
+		assertRefused(t, b, key, "snapshot")
+	})
+}

@@ -1,0 +1,429 @@
+package rsm
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+)
+
+// window is a leader's protocol state: requests being batched, log writes
+// in flight, waiters, confirmation rounds, the entry cache, snapshots and
+// follower synchronization. One goroutine owns it (leaderRun.loop); its
+// methods are the protocol's decisions and do no I/O, start no goroutine
+// and read no clock (the time is passed in where heartbeats need it).
+type window struct {
+	term      uint64
+	depth     int // PipelineDepth: writes and confirmation rounds in flight
+	minBatch  int // BatchMinCount
+	cacheSize int // LogCacheSize
+	snapEvery uint64
+
+	next      uint64 // next log index to write
+	confirmed uint64 // highest index acknowledged by a confirmation round
+
+	cmds, reads []*pending   // batching
+	ready       [][]*pending // command batches cut, waiting for room in the pipeline
+	writes      []*write     // log writes in flight, in index order
+
+	waiting []waiter // registered since the last round was issued
+	rounds  []*round // issued, in order
+	roundID uint64
+	probe   bool // a round is wanted even with no waiter (idle check, follower saw a newer term)
+	issued  int  // rounds issued since the last idle tick
+
+	cache    map[uint64]*rsmpb.Entry
+	cacheLow uint64
+
+	snapEnd     uint64 // end index of the newest snapshot known
+	snapVersion string
+	snapBusy    bool            // a snapshot is captured, being written or truncating
+	snapHeld    *rsmpb.Snapshot // captured, waiting until every index it covers is confirmed
+
+	followers map[string]*follower
+}
+
+func newWindow(term uint64, o Options) *window {
+	return &window{term: term, depth: o.PipelineDepth, minBatch: o.BatchMinCount, cacheSize: o.LogCacheSize,
+		snapEvery: uint64(o.SnapshotThreshold), cache: map[uint64]*rsmpb.Entry{}, followers: map[string]*follower{}}
+}
+
+// write is one log index a command batch was written to.
+type write struct {
+	entry *rsmpb.Entry
+	batch []*pending
+	done  bool
+	found *rsmpb.Entry // another writer's entry in the slot
+	err   error        // the outcome is unknown
+}
+
+// waiter is released by the next confirmation round issued after it
+// registered: a committed batch (index > 0) with its results, or a read
+// batch with its answers.
+type waiter struct {
+	batch   []*pending
+	entry   *rsmpb.Entry
+	results []result
+	answers []*rsmpb.StateResponse
+}
+
+// round is one read of leader_state.json confirming the waiters it holds.
+type round struct {
+	id   uint64
+	ws   []waiter
+	done bool
+	err  error
+}
+
+// follower is one follower's synchronization state.
+type follower struct {
+	info     followerInfo
+	gen      uint64 // bumped when it registers again: results of older sends are ignored
+	next     uint64 // next index to send
+	applied  uint64 // its apply index, as it last reported
+	inflight bool
+	lastSent time.Time
+	retryAt  time.Time
+	failures int
+}
+
+// take adds p to its batch. started says p opened the batch (its flush
+// timer starts); full that the batch reached BatchMinCount.
+func (w *window) take(p *pending) (read, started, full bool) {
+	if p.req.Type == rsmpb.RequestType_READ {
+		w.reads = append(w.reads, p)
+		return true, len(w.reads) == 1, len(w.reads) >= w.minBatch
+	}
+	w.cmds = append(w.cmds, p)
+	return false, len(w.cmds) == 1, len(w.cmds) >= w.minBatch
+}
+
+// cutCommands closes the command batch; it is written when the pipeline
+// has room.
+func (w *window) cutCommands() {
+	if len(w.cmds) > 0 {
+		w.ready = append(w.ready, w.cmds)
+		w.cmds = nil
+	}
+}
+
+// cutReads closes the read batch and returns it, to be answered now.
+func (w *window) cutReads() []*pending {
+	b := w.reads
+	w.reads = nil
+	return b
+}
+
+// nextWrite gives the oldest cut batch the next log index, if fewer than
+// PipelineDepth writes are in flight. The caller stamps the nonce and
+// writer and starts the write.
+func (w *window) nextWrite() *write {
+	if len(w.ready) == 0 || len(w.writes) >= w.depth {
+		return nil
+	}
+	b := w.ready[0]
+	w.ready = w.ready[1:]
+	e := &rsmpb.Entry{Index: w.next, Term: w.term, Commit: w.confirmed}
+	w.next++
+	for _, p := range b {
+		e.Commands = append(e.Commands, commandOf(p.req))
+	}
+	wr := &write{entry: e, batch: b}
+	w.writes = append(w.writes, wr)
+	return wr
+}
+
+// wrote records the result of the write of index.
+func (w *window) wrote(index uint64, found *rsmpb.Entry, err error) {
+	if len(w.writes) == 0 || index < w.writes[0].entry.Index {
+		return
+	}
+	i := index - w.writes[0].entry.Index
+	if i >= uint64(len(w.writes)) {
+		return
+	}
+	wr := w.writes[i]
+	wr.done, wr.found, wr.err = true, found, err
+}
+
+// settle pops the oldest write if its result is in: results are handled
+// strictly in index order (rule 5a).
+func (w *window) settle() *write {
+	if len(w.writes) == 0 || !w.writes[0].done {
+		return nil
+	}
+	wr := w.writes[0]
+	w.writes = w.writes[1:]
+	return wr
+}
+
+// writeOutcome is what a settled write means (rule 4).
+type writeOutcome int
+
+const (
+	landed    writeOutcome = iota // ours: apply it and wait for a confirmation round
+	skipped                       // a lower term's late write took the slot: not committed, invalid for everyone
+	overtaken                     // a higher term took the slot: deposed, not committed
+	unsettled                     // the outcome is unknown: deposed, it may be committed
+)
+
+func (w *window) outcome(wr *write) writeOutcome {
+	switch {
+	case wr.err != nil:
+		return unsettled
+	case wr.found == nil:
+		return landed
+	case wr.found.Term < w.term:
+		return skipped
+	}
+	return overtaken
+}
+
+// wait registers a waiter with the next confirmation round.
+func (w *window) wait(wt waiter) { w.waiting = append(w.waiting, wt) }
+
+// startRound issues a confirmation round holding every waiting waiter, if
+// there is one (or a probe is wanted) and fewer than PipelineDepth rounds
+// are in flight. The caller reads leader_state.json for it.
+func (w *window) startRound() *round {
+	if (len(w.waiting) == 0 && !w.probe) || len(w.rounds) >= w.depth {
+		return nil
+	}
+	w.roundID++
+	r := &round{id: w.roundID, ws: w.waiting}
+	w.waiting, w.probe = nil, false
+	w.rounds = append(w.rounds, r)
+	w.issued++
+	return r
+}
+
+// roundDone records a round's result.
+func (w *window) roundDone(id uint64, err error) {
+	for _, r := range w.rounds {
+		if r.id == id {
+			r.done, r.err = true, err
+		}
+	}
+}
+
+// released pops the finished rounds in the order they were issued, so
+// acknowledgements keep log order. A failed round is left in place and its
+// error returned: leadership ends, and it and every later round fail.
+func (w *window) released() ([]*round, error) {
+	var out []*round
+	for len(w.rounds) > 0 && w.rounds[0].done {
+		r := w.rounds[0]
+		if r.err != nil {
+			return out, r.err
+		}
+		w.rounds = w.rounds[1:]
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// confirm records a released write as acknowledged: it is cached for the
+// followers and the confirmed index moves to it.
+func (w *window) confirm(wt waiter) {
+	if wt.entry == nil {
+		return
+	}
+	w.cacheEntry(wt.entry)
+	if wt.entry.Index > w.confirmed {
+		w.confirmed = wt.entry.Index
+	}
+}
+
+func (w *window) cacheEntry(e *rsmpb.Entry) {
+	w.cache[e.Index] = e
+	if w.cacheLow == 0 || e.Index < w.cacheLow {
+		w.cacheLow = e.Index
+	}
+	for len(w.cache) > w.cacheSize {
+		delete(w.cache, w.cacheLow)
+		w.cacheLow++
+	}
+}
+
+// idleTick is called every idle period: a leader that issued no round
+// since the last one checks its term with a probe round, so one deposed
+// while nothing was asked of it stops saying it leads.
+func (w *window) idleTick() {
+	if w.issued == 0 {
+		w.probe = true
+	}
+	w.issued = 0
+}
+
+// snapshotDue says a snapshot should be captured now: SnapshotThreshold
+// entries were confirmed since the last one and none is under way.
+func (w *window) snapshotDue() bool {
+	return !w.snapBusy && w.confirmed >= w.snapEnd+w.snapEvery
+}
+
+// hold keeps a captured snapshot until every index it covers is
+// confirmed (rule 7): a deposed leader's unconfirmed entries never reach a
+// snapshot.
+func (w *window) hold(s *rsmpb.Snapshot) {
+	w.snapBusy, w.snapHeld = true, s
+}
+
+// snapshotToWrite returns the held snapshot once it may be written, with
+// the end and version of the stored one it replaces by compare-and-swap.
+func (w *window) snapshotToWrite() (s *rsmpb.Snapshot, end uint64, version string) {
+	if w.snapHeld == nil || w.confirmed < w.snapHeld.EndIndex {
+		return nil, 0, ""
+	}
+	s, w.snapHeld = w.snapHeld, nil
+	return s, w.snapEnd, w.snapVersion
+}
+
+// snapshotWritten records a snapshot written (or found) at end.
+func (w *window) snapshotWritten(end uint64, version string) {
+	if end > w.snapEnd {
+		w.snapEnd, w.snapVersion = end, version
+	}
+}
+
+// register adds or replaces a follower; it reports whether it is new.
+func (w *window) register(f followerInfo) bool {
+	old := w.followers[f.ID]
+	nf := &follower{info: f, next: f.ApplyIndex + 1, applied: f.ApplyIndex}
+	if old != nil {
+		nf.gen = old.gen + 1
+	}
+	w.followers[f.ID] = nf
+	return old == nil
+}
+
+// syncJob is what to send one follower next: entries from the cache, then
+// from the store if the cache misses (fetchFrom > 0), or the signal to
+// catch up from the store.
+type syncJob struct {
+	id        string
+	gen       uint64
+	from      uint64
+	confirmed uint64
+	entries   []*rsmpb.Entry
+	fetchFrom uint64 // first index to read from the store (rule 8), 0 for none
+	fetchTo   uint64
+	tooFar    bool
+}
+
+// syncPlan decides what f is sent now, if anything: confirmed entries it
+// lacks (at most maxEntries, within budget bytes), or a heartbeat when
+// hb has passed since the last send. Entries the cache misses are read
+// from the store; indexes a known snapshot covers are not read at all,
+// the follower is told to catch up from the store.
+func (w *window) syncPlan(f *follower, now time.Time, hb time.Duration, maxEntries, budget int) *syncJob {
+	if f.inflight || now.Before(f.retryAt) {
+		return nil
+	}
+	if f.next > w.confirmed && now.Sub(f.lastSent) < hb {
+		return nil
+	}
+	j := &syncJob{id: f.info.ID, gen: f.gen, from: f.next, confirmed: w.confirmed}
+	for i := f.next; i <= w.confirmed && len(j.entries) < maxEntries; i++ {
+		e := w.cache[i]
+		if e == nil {
+			if i <= w.snapEnd {
+				j.tooFar = true
+			} else {
+				j.fetchFrom, j.fetchTo = i, min(w.confirmed, f.next+uint64(maxEntries)-1)
+			}
+			break
+		}
+		size := proto.Size(e)
+		if size > budget && len(j.entries) > 0 {
+			break
+		}
+		budget -= size
+		j.entries = append(j.entries, e)
+	}
+	f.inflight, f.lastSent = true, now
+	return j
+}
+
+// synced records a follower's answer: ok moves it on to applied+1; a
+// failure backs it off until retryAt. It reports whether the follower is
+// done with this leader (told to catch up from the store).
+func (w *window) synced(id string, gen uint64, ok, tooFar bool, applied uint64, retryAt time.Time) (known, gone bool) {
+	f := w.followers[id]
+	if f == nil || f.gen != gen {
+		return false, false
+	}
+	f.inflight = false
+	if !ok {
+		f.failures++
+		f.retryAt = retryAt
+		return true, false
+	}
+	f.failures = 0
+	if tooFar {
+		delete(w.followers, id)
+		return true, true
+	}
+	f.next, f.applied = applied+1, applied
+	return true, false
+}
+
+// nextSync is when a follower is next due a send; zero if none waits on
+// time.
+func (w *window) nextSync(hb time.Duration) time.Time {
+	var at time.Time
+	for _, f := range w.followers {
+		if f.inflight {
+			continue
+		}
+		t := f.lastSent.Add(hb)
+		if f.retryAt.After(t) {
+			t = f.retryAt
+		}
+		if at.IsZero() || t.Before(at) {
+			at = t
+		}
+	}
+	return at
+}
+
+// answer is how one outstanding request is answered when leadership ends.
+type answer struct {
+	p      *pending
+	status rsmpb.Status
+	msg    string
+}
+
+// drain empties the window when leadership ends and says how every
+// outstanding request is answered: a command not yet written was not
+// committed; one written or being written may have been (its outcome is
+// unknown); a read is retried on the next leader.
+func (w *window) drain() []answer {
+	var out []answer
+	add := func(ps []*pending, st rsmpb.Status, msg string) {
+		for _, p := range ps {
+			out = append(out, answer{p, st, msg})
+		}
+	}
+	add(w.reads, rsmpb.Status_NOT_LEADER, "leadership ended")
+	add(w.cmds, rsmpb.Status_NOT_COMMITTED, "leadership ended before the batch was written")
+	for _, b := range w.ready {
+		add(b, rsmpb.Status_NOT_COMMITTED, "leadership ended before the batch was written")
+	}
+	for _, wr := range w.writes {
+		add(wr.batch, rsmpb.Status_UNKNOWN_OUTCOME, "leadership ended with this batch in flight")
+	}
+	waiters := w.waiting
+	for _, r := range w.rounds {
+		waiters = append(waiters, r.ws...)
+	}
+	for _, wt := range waiters {
+		if wt.entry != nil {
+			add(wt.batch, rsmpb.Status_UNKNOWN_OUTCOME, "leadership ended before the batch was confirmed")
+		} else {
+			add(wt.batch, rsmpb.Status_NOT_LEADER, "leadership ended before the read was confirmed")
+		}
+	}
+	w.reads, w.cmds, w.ready, w.writes, w.waiting, w.rounds = nil, nil, nil, nil, nil, nil
+	return out
+}

@@ -1,0 +1,423 @@
+package rsm
+
+// Unit tests of the leader's decisions (window): no store, no goroutine,
+// no clock.
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/store/memstore"
+)
+
+func testWindow(depth, minBatch int) *window {
+	o := Options{PipelineDepth: depth, BatchMinCount: minBatch, LogCacheSize: 4, SnapshotThreshold: 10}
+	w := newWindow(5, o)
+	w.next, w.confirmed = 11, 10
+	return w
+}
+
+func cmd(seq uint64) *pending {
+	return &pending{req: &rsmpb.StateRequest{Type: rsmpb.RequestType_COMMAND, Machine: "c", Client: "x", Seq: seq}}
+}
+
+func rd() *pending {
+	return &pending{req: &rsmpb.StateRequest{Type: rsmpb.RequestType_READ, Machine: "c"}}
+}
+
+func TestWindowBatching(t *testing.T) {
+	w := testWindow(2, 3)
+	if read, started, full := w.take(cmd(1)); read || !started || full {
+		t.Fatalf("first command: read %v started %v full %v", read, started, full)
+	}
+	if _, started, full := w.take(cmd(2)); started || full {
+		t.Fatalf("second command: started %v full %v", started, full)
+	}
+	if read, started, _ := w.take(rd()); !read || !started {
+		t.Fatal("a read opens its own batch")
+	}
+	if _, _, full := w.take(cmd(3)); !full {
+		t.Fatal("the third command fills a batch of BatchMinCount 3")
+	}
+	w.cutCommands()
+	w.cutCommands() // nothing more to cut
+	if len(w.ready) != 1 || len(w.ready[0]) != 3 {
+		t.Fatalf("ready batches %d, want one of 3", len(w.ready))
+	}
+	if b := w.cutReads(); len(b) != 1 {
+		t.Fatalf("cut %d reads, want 1", len(b))
+	}
+}
+
+// Writes take consecutive indexes, at most PipelineDepth in flight, and
+// are settled strictly in index order whatever order results come in.
+func TestWindowPipelineInOrder(t *testing.T) {
+	w := testWindow(2, 1)
+	for i := uint64(1); i <= 3; i++ {
+		w.take(cmd(i))
+		w.cutCommands()
+	}
+	a, b := w.nextWrite(), w.nextWrite()
+	if a == nil || b == nil || a.entry.Index != 11 || b.entry.Index != 12 {
+		t.Fatal("two writes at 11 and 12")
+	}
+	if a.entry.Term != 5 || len(a.entry.Commands) != 1 || a.entry.Commands[0].Seq != 1 {
+		t.Fatalf("entry %+v", a.entry)
+	}
+	if w.nextWrite() != nil {
+		t.Fatal("a third write with PipelineDepth 2")
+	}
+	w.wrote(12, nil, nil)
+	if w.settle() != nil {
+		t.Fatal("12 settled before 11")
+	}
+	w.wrote(11, nil, nil)
+	if s := w.settle(); s != a {
+		t.Fatal("11 settles first")
+	}
+	if s := w.settle(); s != b {
+		t.Fatal("then 12")
+	}
+	if c := w.nextWrite(); c == nil || c.entry.Index != 13 {
+		t.Fatal("room again: the third batch goes to 13")
+	}
+	w.wrote(99, nil, nil) // unknown index: ignored
+	w.wrote(1, nil, nil)
+}
+
+func TestWindowWriteOutcome(t *testing.T) {
+	w := testWindow(1, 1)
+	e := func(term uint64) *rsmpb.Entry { return &rsmpb.Entry{Index: 11, Term: term} }
+	for _, tc := range []struct {
+		name string
+		wr   write
+		want writeOutcome
+	}{
+		{"landed", write{}, landed},
+		{"lower term took the slot", write{found: e(4)}, skipped},
+		{"same term took the slot", write{found: e(5)}, overtaken},
+		{"higher term took the slot", write{found: e(6)}, overtaken},
+		{"outcome unknown", write{err: errors.New("timeout")}, unsettled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := w.outcome(&tc.wr); got != tc.want {
+				t.Fatalf("outcome %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Rounds release their waiters in issue order; a failed round stops the
+// release, and it and every later round stay to be failed.
+func TestWindowRounds(t *testing.T) {
+	w := testWindow(2, 1)
+	if w.startRound() != nil {
+		t.Fatal("a round with nothing to confirm")
+	}
+	w.wait(waiter{entry: &rsmpb.Entry{Index: 11}})
+	r1 := w.startRound()
+	w.wait(waiter{entry: &rsmpb.Entry{Index: 12}})
+	r2 := w.startRound()
+	w.wait(waiter{batch: []*pending{rd()}, answers: []*rsmpb.StateResponse{{}}})
+	if w.startRound() != nil {
+		t.Fatal("a third round with PipelineDepth 2")
+	}
+	w.roundDone(r2.id, nil)
+	if out, err := w.released(); len(out) != 0 || err != nil {
+		t.Fatal("round 2 released before round 1")
+	}
+	w.roundDone(r1.id, nil)
+	out, err := w.released()
+	if err != nil || len(out) != 2 || out[0] != r1 || out[1] != r2 {
+		t.Fatalf("released %d rounds (%v), want 1 then 2", len(out), err)
+	}
+	for _, r := range out {
+		for _, wt := range r.ws {
+			w.confirm(wt)
+		}
+	}
+	if w.confirmed != 12 || w.cache[12] == nil {
+		t.Fatalf("confirmed %d, want 12 and cached", w.confirmed)
+	}
+	r3 := w.startRound()
+	w.wait(waiter{entry: &rsmpb.Entry{Index: 13}})
+	r4 := w.startRound()
+	w.roundDone(r4.id, nil)
+	w.roundDone(r3.id, errDeposed)
+	if out, err := w.released(); len(out) != 0 || !errors.Is(err, errDeposed) {
+		t.Fatalf("a failed round: released %d, err %v", len(out), err)
+	}
+	if len(w.rounds) != 2 {
+		t.Fatalf("%d rounds left to fail, want 2", len(w.rounds))
+	}
+}
+
+func TestWindowIdleProbe(t *testing.T) {
+	w := testWindow(1, 1)
+	w.idleTick()
+	r := w.startRound()
+	if r == nil || len(r.ws) != 0 {
+		t.Fatal("an idle leader checks its term with an empty round")
+	}
+	w.roundDone(r.id, nil)
+	w.released()
+	w.idleTick() // a round was issued since the last tick
+	if w.startRound() != nil {
+		t.Fatal("a probe although a round was issued in the period")
+	}
+}
+
+func TestWindowSnapshotWaitsForConfirmation(t *testing.T) {
+	w := testWindow(1, 1)
+	w.snapEnd = 1
+	if w.snapshotDue() {
+		t.Fatal("due with 9 entries since the last snapshot, threshold 10")
+	}
+	w.confirmed = 11
+	if !w.snapshotDue() {
+		t.Fatal("not due with 10 entries since the last snapshot")
+	}
+	w.hold(&rsmpb.Snapshot{EndIndex: 13})
+	if w.snapshotDue() {
+		t.Fatal("due again while one is under way")
+	}
+	if s, _, _ := w.snapshotToWrite(); s != nil {
+		t.Fatal("a snapshot ending at 13 written with 11 confirmed")
+	}
+	w.confirmed = 13
+	w.snapVersion = "v1"
+	s, end, version := w.snapshotToWrite()
+	if s == nil || end != 1 || version != "v1" {
+		t.Fatalf("snapshot %v over end %d version %q", s != nil, end, version)
+	}
+	w.snapshotWritten(13, "v2")
+	w.snapshotWritten(12, "v0") // never backwards
+	if w.snapEnd != 13 || w.snapVersion != "v2" {
+		t.Fatalf("snapshot end %d version %q", w.snapEnd, w.snapVersion)
+	}
+}
+
+func TestWindowSyncPlan(t *testing.T) {
+	hb := time.Second
+	t0 := time.Unix(1000, 0)
+	w := testWindow(1, 1)
+	w.cacheSize = 10
+	for i := uint64(8); i <= 10; i++ {
+		w.cacheEntry(&rsmpb.Entry{Index: i, Term: 5})
+	}
+	w.snapEnd = 5
+	w.register(followerInfo{ID: "f", ApplyIndex: 7})
+	f := w.followers["f"]
+	j := w.syncPlan(f, t0, hb, 100, 1<<20)
+	if j == nil || len(j.entries) != 3 || j.entries[0].Index != 8 || j.fetchFrom != 0 || j.tooFar {
+		t.Fatalf("plan %+v, want 8..10 from the cache", j)
+	}
+	if w.syncPlan(f, t0, hb, 100, 1<<20) != nil {
+		t.Fatal("a second send while one is in flight")
+	}
+	if known, gone := w.synced("f", f.gen, true, false, 10, time.Time{}); !known || gone {
+		t.Fatal("the answer was not taken")
+	}
+	if w.syncPlan(f, t0.Add(hb/2), hb, 100, 1<<20) != nil {
+		t.Fatal("a heartbeat before HeartbeatInterval")
+	}
+	if j := w.syncPlan(f, t0.Add(hb), hb, 100, 1<<20); j == nil || len(j.entries) != 0 {
+		t.Fatal("no heartbeat after HeartbeatInterval")
+	}
+	// A failure backs off until retryAt.
+	w.synced("f", f.gen, false, false, 0, t0.Add(3*hb))
+	if w.syncPlan(f, t0.Add(2*hb), hb, 100, 1<<20) != nil {
+		t.Fatal("a send before retryAt")
+	}
+	if got := w.nextSync(hb); !got.Equal(t0.Add(3 * hb)) {
+		t.Fatalf("next sync at %v, want retryAt", got)
+	}
+	// A result of an earlier registration is ignored.
+	w.register(followerInfo{ID: "f", ApplyIndex: 5})
+	if known, _ := w.synced("f", f.gen, true, false, 10, time.Time{}); known {
+		t.Fatal("a stale registration's result was taken")
+	}
+
+	t.Run("cache miss above the snapshot: read from the store", func(t *testing.T) {
+		w.register(followerInfo{ID: "g", ApplyIndex: 6})
+		j := w.syncPlan(w.followers["g"], t0, hb, 100, 1<<20)
+		if j.fetchFrom != 7 || j.fetchTo != 10 || len(j.entries) != 0 || j.tooFar {
+			t.Fatalf("plan %+v, want a store read of 7..10", j)
+		}
+	})
+	t.Run("below the known snapshot: catch up from the store", func(t *testing.T) {
+		w.register(followerInfo{ID: "h", ApplyIndex: 2})
+		j := w.syncPlan(w.followers["h"], t0, hb, 100, 1<<20)
+		if !j.tooFar || j.fetchFrom != 0 || len(j.entries) != 0 {
+			t.Fatalf("plan %+v, want too far behind", j)
+		}
+		if _, gone := w.synced("h", j.gen, true, true, 0, time.Time{}); !gone {
+			t.Fatal("a follower sent to catch up stays registered")
+		}
+	})
+	t.Run("at most maxEntries", func(t *testing.T) {
+		w.register(followerInfo{ID: "i", ApplyIndex: 7})
+		if j := w.syncPlan(w.followers["i"], t0, hb, 2, 1<<20); len(j.entries) != 2 {
+			t.Fatalf("%d entries, want 2", len(j.entries))
+		}
+	})
+}
+
+// Every outstanding request gets an answer when leadership ends, and the
+// status says what is known: not written, maybe written, read refused.
+func TestWindowDrain(t *testing.T) {
+	w := testWindow(2, 2)
+	queued := cmd(1)
+	w.take(queued)
+	w.cutCommands()
+	inflight := cmd(2)
+	w.take(inflight)
+	w.take(cmd(3))
+	w.cutCommands()
+	batching := cmd(4)
+	w.take(batching)
+	reading := rd()
+	w.take(reading)
+	// Pipeline of 1 in flight: queued goes to 11, inflight's batch waits.
+	w.depth = 1
+	wr := w.nextWrite()
+	w.depth = 2
+	w.wait(waiter{batch: []*pending{cmd(9)}, entry: &rsmpb.Entry{Index: 10}})
+	confirmedRead := rd()
+	w.wait(waiter{batch: []*pending{confirmedRead}, answers: []*rsmpb.StateResponse{{}}})
+	w.startRound()
+	unconfirmed := cmd(10)
+	w.wait(waiter{batch: []*pending{unconfirmed}, entry: &rsmpb.Entry{Index: 9}})
+
+	got := map[*pending]rsmpb.Status{}
+	for _, a := range w.drain() {
+		if _, dup := got[a.p]; dup {
+			t.Fatal("a request answered twice")
+		}
+		got[a.p] = a.status
+	}
+	want := map[*pending]rsmpb.Status{
+		wr.batch[0]:   rsmpb.Status_UNKNOWN_OUTCOME,
+		inflight:      rsmpb.Status_NOT_COMMITTED,
+		batching:      rsmpb.Status_NOT_COMMITTED,
+		reading:       rsmpb.Status_NOT_LEADER,
+		confirmedRead: rsmpb.Status_NOT_LEADER,
+		unconfirmed:   rsmpb.Status_UNKNOWN_OUTCOME,
+	}
+	for p, st := range want {
+		if got[p] != st {
+			t.Errorf("request %d (%v): %v, want %v", p.req.Seq, p.req.Type, got[p], st)
+		}
+	}
+	if len(got) != 8 {
+		t.Fatalf("%d answers, want 8", len(got))
+	}
+	if len(w.drain()) != 0 {
+		t.Fatal("a second drain answers again")
+	}
+}
+
+func TestSupersedes(t *testing.T) {
+	for _, tc := range []struct {
+		snap *rsmpb.Snapshot
+		from uint64
+		want bool
+	}{
+		{nil, 1, false},
+		{&rsmpb.Snapshot{EndIndex: 3}, 4, false},
+		{&rsmpb.Snapshot{EndIndex: 4}, 4, true},
+		{&rsmpb.Snapshot{EndIndex: 9}, 4, true},
+	} {
+		if got := supersedes(tc.snap, tc.from); got != tc.want {
+			t.Errorf("snapshot %v, from %d: %v, want %v", tc.snap.GetEndIndex(), tc.from, got, tc.want)
+		}
+	}
+}
+
+func TestMembership(t *testing.T) {
+	ls := leaderState{Term: 3, Followers: []followerInfo{{ID: "a", Addr: "x:1"}}, CommitIndex: 9}
+	if _, changed := membership(ls, followerInfo{ID: "a", Addr: "x:1", ApplyIndex: 5}, 10); changed {
+		t.Fatal("a known follower at the same address changes the membership")
+	}
+	next, changed := membership(ls, followerInfo{ID: "a", Addr: "x:2"}, 10)
+	if !changed || len(next.Followers) != 1 || next.Followers[0].Addr != "x:2" || next.CommitIndex != 10 {
+		t.Fatalf("a moved follower: %+v", next)
+	}
+	if len(ls.Followers) != 1 || ls.Followers[0].Addr != "x:1" {
+		t.Fatal("membership changed its argument")
+	}
+	next, _ = membership(ls, followerInfo{ID: "b"}, 4)
+	if len(next.Followers) != 2 || next.CommitIndex != 9 {
+		t.Fatalf("a new follower: %+v (the commit index never decreases)", next)
+	}
+}
+
+// Batching in virtual time: a partial batch is cut after FlushInterval,
+// a full one at once, each one log write.
+func TestLoopBatchingInVirtualTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		opts := testOptions()
+		opts.BatchMinCount, opts.FlushInterval = 3, time.Second
+		a := newTestNode(t, mem, "a", opts)
+		ls, version, _ := a.gs.readLeaderState(t.Context())
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			_ = a.lead(ls, version)
+		}()
+		synctest.Wait()
+		if a.Status().Role != "LEADER" {
+			t.Fatal("a does not lead")
+		}
+		l := leaderOf(t, a)
+		// A session first, through the log like any command: at index 2.
+		reg := &pending{req: &rsmpb.StateRequest{Type: rsmpb.RequestType_COMMAND, Register: true, Client: "v#1"},
+			start: time.Now(), done: make(chan *rsmpb.StateResponse, 1)}
+		l.enqueue(reg)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		r := <-reg.done
+		if r.Status != rsmpb.Status_OK || r.Index != 2 || len(r.Result) != 8 {
+			t.Fatalf("registration: %v at %d, want OK at 2", r.Status, r.Index)
+		}
+		session := binary.BigEndian.Uint64(r.Result)
+		cmd := func(seq uint64) *pending {
+			p := newCommand("v#1", seq)
+			p.req.Session = session
+			return p
+		}
+		ps := []*pending{cmd(1), cmd(2)}
+		for _, p := range ps {
+			l.enqueue(p)
+		}
+		time.Sleep(999 * time.Millisecond)
+		synctest.Wait()
+		if _, _, err := mem.Get(t.Context(), logKey(testGroup, 3)); err == nil {
+			t.Fatal("a partial batch was written before FlushInterval")
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		for _, p := range ps {
+			if r := <-p.done; r.Status != rsmpb.Status_OK || r.Index != 3 {
+				t.Fatalf("answer %v at %d, want OK at 3", r.Status, r.Index)
+			}
+		}
+		full := []*pending{cmd(3), cmd(4), cmd(5)}
+		for _, p := range full {
+			l.enqueue(p)
+		}
+		synctest.Wait()
+		for _, p := range full {
+			if r := <-p.done; r.Status != rsmpb.Status_OK || r.Index != 4 {
+				t.Fatalf("answer %v at %d, want OK at 4 without waiting", r.Status, r.Index)
+			}
+		}
+		a.Node.cancel()
+		a.wg.Wait()
+	})
+}
