@@ -114,7 +114,7 @@ func (f *electFlags) config(ctx context.Context, e *env, observer func(store.Cal
 	if err := probe.Validate(); err != nil {
 		return election.Config{}, nil, err
 	}
-	var opts []store.Option
+	opts := []store.Option{store.WithLogger(log)}
 	if observer != nil {
 		opts = append(opts, store.WithObserver(observer))
 	}
