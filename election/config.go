@@ -59,13 +59,14 @@ type Config struct {
 
 	// FrequentInterval is the polling interval during transitions, and the
 	// leader's renewal interval: it renews 90-100 % of it after the start
-	// of its last renewal. Default 5 s.
+	// of its last renewal. Default 5 s, or RenewDeadline/2 if that is less.
 	FrequentInterval time.Duration
 	// InfrequentInterval is the longest pause between a follower's reads
 	// while leadership is stable; a polling follower also reads at least
 	// four times per holder's lease (every 3.75 s at the defaults), so that
 	// a crashed leader is replaced within the lease and one poll. It also
-	// bounds a peer long-poll. Default 30 s.
+	// bounds a peer long-poll. Default 30 s, or FrequentInterval if that
+	// is more.
 	InfrequentInterval time.Duration
 	// LeaderTimeout is this member's lease: it is written in the records
 	// it writes (leaseMillis), and a follower takes the lock when the
@@ -77,7 +78,7 @@ type Config struct {
 	// RenewDeadline: the leader stops acting when this long has passed
 	// since the start of its last successful renewal. It must be below
 	// LeaderTimeout by at least a tenth of LeaderTimeout, the margin for
-	// clock-rate drift. Default 10 s.
+	// clock-rate drift. Default two thirds of LeaderTimeout (10 s).
 	RenewDeadline time.Duration
 	// RetrySchedule is the pause before each attempt of a store call:
 	// default at once, 100 ms, 1 s; each pause gets RetryJitter.
@@ -181,17 +182,20 @@ func (c Config) withDefaults() Config {
 			c.ServerID = h
 		}
 	}
-	if c.FrequentInterval == 0 {
-		c.FrequentInterval = DefaultFrequentInterval
-	}
-	if c.InfrequentInterval == 0 {
-		c.InfrequentInterval = DefaultInfrequentInterval
-	}
+	// Timings left zero follow the ones set, so that setting LeaderTimeout
+	// alone gives a valid configuration; at LeaderTimeout's default they
+	// are the documented defaults (15 s, 10 s, 5 s, 30 s).
 	if c.LeaderTimeout == 0 {
 		c.LeaderTimeout = DefaultLeaderTimeout
 	}
 	if c.RenewDeadline == 0 {
-		c.RenewDeadline = DefaultRenewDeadline
+		c.RenewDeadline = c.LeaderTimeout * 2 / 3
+	}
+	if c.FrequentInterval == 0 {
+		c.FrequentInterval = min(DefaultFrequentInterval, c.RenewDeadline/2)
+	}
+	if c.InfrequentInterval == 0 {
+		c.InfrequentInterval = max(DefaultInfrequentInterval, c.FrequentInterval)
 	}
 	if c.RetrySchedule == nil {
 		c.RetrySchedule = DefaultRetrySchedule

@@ -30,6 +30,9 @@ var (
 	// ErrConditionsIgnored: the store accepted a write whose condition did
 	// not hold. tenure refuses to run on such a store.
 	ErrConditionsIgnored = errors.New("store: conditional writes are not enforced")
+	// ErrReadOnly: a write through a Store opened with ReadOnly(). Nothing
+	// was sent to the store. It comes with ErrInvalidArgument.
+	ErrReadOnly = errors.New("store: read-only")
 	// ErrUnknownScheme: Open was given a URL whose scheme no driver registered.
 	ErrUnknownScheme = errors.New("store: unknown URL scheme")
 )

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"sort"
 	"strings"
@@ -11,8 +12,23 @@ import (
 	"github.com/tenure-io/tenure/store/driver"
 )
 
-// Opener opens a driver for a URL of its scheme.
-type Opener func(ctx context.Context, u *url.URL) (driver.Store, error)
+// Opener opens a driver for a URL of its scheme, as o asks.
+type Opener func(ctx context.Context, u *url.URL, o OpenOptions) (driver.Store, error)
+
+// OpenOptions is what Open tells a driver's Opener beyond the URL.
+type OpenOptions struct {
+	// ReadOnly: the caller will only read (Open was given ReadOnly()). The
+	// opener must then create and write nothing: no directory, table,
+	// bucket or probe file. It fails, naming what is missing, when the
+	// store does not exist, and it must work with credentials or
+	// permissions that allow reading only. The portable layer refuses
+	// writes through the Store it returns.
+	ReadOnly bool
+	// Logger receives what the driver, or the SDK under it, logs (the AWS
+	// SDK's warnings, for one), so that it follows the program's log
+	// format (Open was given WithLogger). Nil: slog.Default().
+	Logger *slog.Logger
+}
 
 // The URL registry is the only global mutable state in tenure.
 var (
@@ -48,6 +64,8 @@ func Schemes() []string {
 // "mem://", or "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1".
 // The driver for the scheme must be registered, usually by importing its
 // package (or github.com/tenure-io/tenure/store/all for every driver).
+// With ReadOnly() the driver creates nothing and Open fails if the store
+// does not exist.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -64,7 +82,11 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: open %q: %w %q (registered: %s)",
 			rawURL, ErrUnknownScheme, u.Scheme, strings.Join(Schemes(), ", "))
 	}
-	drv, err := open(ctx, u)
+	var asked Store // only to read the options
+	for _, o := range opts {
+		o(&asked)
+	}
+	drv, err := open(ctx, u, OpenOptions{ReadOnly: asked.readOnly, Logger: asked.logger})
 	if err != nil {
 		return nil, &Error{Op: "open", Key: u.Redacted(), Kind: driver.Classify(nil, err), Err: err}
 	}

@@ -79,11 +79,20 @@ func stats(ds []time.Duration) LatencyStats {
 	return LatencyStats{N: len(s), Min: s[0], P50: s[len(s)/2], Max: s[len(s)-1]}
 }
 
+// probeCleanupTries and probeCleanupTimeout bound how hard Probe tries to
+// remove a scratch key after a failure: the store may be failing, and the
+// caller's context may have ended, so each attempt gets a context of its own.
+const (
+	probeCleanupTries   = 3
+	probeCleanupTimeout = 10 * time.Second
+)
+
 // Probe checks on scratch keys under ProbePrefix that the store enforces
 // conditional writes (a second create-if-absent fails, a compare-and-swap
 // on a stale version fails), reports whether a delete on a stale version
 // fails, and measures round-trip latency over rounds rounds (5 if rounds <
-// 1). It removes its scratch keys.
+// 1). It removes its scratch keys, on failure too (even after ctx ended,
+// within a bounded time); a key it could not remove is named in its error.
 //
 // If the store accepted a write it should have refused, Probe returns the
 // result with an error matching ErrConditionsIgnored; every long-lived tenure
@@ -92,112 +101,145 @@ func Probe(ctx context.Context, s *Store, rounds int) (ProbeResult, error) {
 	if rounds < 1 {
 		rounds = 5
 	}
-	res := ProbeResult{CreateIfAbsent: true, IfMatch: true, DeleteIfMatch: true, Rounds: rounds}
-	var get, create, cas, refused, del []time.Duration
-	timed := func(dst *[]time.Duration, f func() error) error {
-		start := time.Now()
-		err := f()
-		*dst = append(*dst, time.Since(start))
-		return err
-	}
-	var ignored []string
+	p := prober{s: s, res: ProbeResult{CreateIfAbsent: true, IfMatch: true, DeleteIfMatch: true, Rounds: rounds}}
 	for i := 0; i < rounds; i++ {
 		key := ProbePrefix + randomHex(12)
-		record := func(step string) []byte { return []byte(fmt.Sprintf(`{"probe":%q,"nonce":%q}`, step, randomHex(16))) }
-
-		var v1 string
-		if err := timed(&create, func() (err error) {
-			v1, err = s.Put(ctx, key, record("create"), IfAbsent())
-			return err
-		}); err != nil {
-			// The create may have landed (an ambiguous failure): remove it.
-			_ = s.Delete(context.WithoutCancel(ctx), key, Cond{})
-			return res, fmt.Errorf("probe: create-if-absent on a fresh key: %w", err)
+		removed, err := p.round(ctx, key)
+		if !removed {
+			// Whatever happened, the key may exist: an ambiguous create
+			// may have landed, a failed delete may not have.
+			err = errors.Join(err, removeScratch(ctx, s, key))
 		}
-		cleanup := func() { _ = s.Delete(context.WithoutCancel(ctx), key, Cond{}) }
-
-		err := timed(&refused, func() error {
-			_, err := s.Put(ctx, key, record("second-create"), IfAbsent())
-			return err
-		})
-		switch {
-		case err == nil:
-			res.CreateIfAbsent = false
-			ignored = append(ignored, "a second create-if-absent on an existing key succeeded")
-			// The store overwrote our record: read the current version.
-			if _, v1, err = s.GetLimited(ctx, key, probeMaxSize); err != nil {
-				cleanup()
-				return res, fmt.Errorf("probe: read back: %w", err)
-			}
-		case !errors.Is(err, ErrPreconditionFailed):
-			cleanup()
-			return res, fmt.Errorf("probe: second create-if-absent: %w", err)
-		}
-
-		var v2 string
-		if err := timed(&cas, func() (err error) {
-			v2, err = s.Put(ctx, key, record("swap"), IfMatch(v1))
-			return err
-		}); err != nil {
-			cleanup()
-			return res, fmt.Errorf("probe: compare-and-swap on the current version: %w", err)
-		}
-		if v2 == v1 {
-			cleanup()
-			return res, fmt.Errorf("probe: %w: a write of new bytes returned the old version %q", ErrConditionsIgnored, v1)
-		}
-
-		err = timed(&refused, func() error {
-			_, err := s.Put(ctx, key, record("stale-swap"), IfMatch(v1))
-			return err
-		})
-		switch {
-		case err == nil:
-			res.IfMatch = false
-			ignored = append(ignored, "a compare-and-swap on a stale version succeeded")
-			if _, v2, err = s.GetLimited(ctx, key, probeMaxSize); err != nil {
-				cleanup()
-				return res, fmt.Errorf("probe: read back: %w", err)
-			}
-		case !errors.Is(err, ErrPreconditionFailed):
-			cleanup()
-			return res, fmt.Errorf("probe: compare-and-swap on a stale version: %w", err)
-		}
-
-		if err := timed(&get, func() error {
-			_, v, err := s.GetLimited(ctx, key, probeMaxSize)
-			if err == nil && v != v2 {
-				err = fmt.Errorf("read version %q after writing %q", v, v2)
-			}
-			return err
-		}); err != nil {
-			cleanup()
-			return res, fmt.Errorf("probe: get: %w", err)
-		}
-
-		err = s.Delete(ctx, key, IfMatch(v1))
-		switch {
-		case err == nil:
-			// Reported, not refused: no tenure component relies on a
-			// conditional delete for safety (MinIO ignores it).
-			res.DeleteIfMatch = false
-			continue
-		case !errors.Is(err, ErrPreconditionFailed):
-			cleanup()
-			return res, fmt.Errorf("probe: delete on a stale version: %w", err)
-		}
-		if err := timed(&del, func() error { return s.Delete(ctx, key, IfMatch(v2)) }); err != nil {
-			cleanup()
-			return res, fmt.Errorf("probe: delete on the current version: %w", err)
+		if err != nil {
+			return p.res, err
 		}
 	}
-	res.Get, res.CreatePut, res.CASPut, res.RefusedPut, res.DeleteMatch = stats(get), stats(create), stats(cas), stats(refused), stats(del)
-	if len(ignored) > 0 {
-		slices.Sort(ignored)
-		ignored = slices.Compact(ignored)
+	res := p.res
+	res.Get, res.CreatePut, res.CASPut, res.RefusedPut, res.DeleteMatch = stats(p.get), stats(p.create), stats(p.cas), stats(p.refused), stats(p.del)
+	if len(p.ignored) > 0 {
+		slices.Sort(p.ignored)
+		ignored := slices.Compact(p.ignored)
 		return res, fmt.Errorf("probe: %w: %s; tenure cannot keep leases or a log safely on this store", ErrConditionsIgnored, strings.Join(ignored, "; "))
 	}
 	return res, nil
+}
+
+// prober holds what Probe's rounds find out.
+type prober struct {
+	s                              *Store
+	res                            ProbeResult
+	get, create, cas, refused, del []time.Duration
+	ignored                        []string
+}
+
+func (p *prober) timed(dst *[]time.Duration, f func() error) error {
+	start := time.Now()
+	err := f()
+	*dst = append(*dst, time.Since(start))
+	return err
+}
+
+// round runs one round on key and reports whether it removed the key itself.
+func (p *prober) round(ctx context.Context, key string) (removed bool, err error) {
+	s := p.s
+	record := func(step string) []byte { return []byte(fmt.Sprintf(`{"probe":%q,"nonce":%q}`, step, randomHex(16))) }
+
+	var v1 string
+	if err := p.timed(&p.create, func() (err error) {
+		v1, err = s.Put(ctx, key, record("create"), IfAbsent())
+		return err
+	}); err != nil {
+		return false, fmt.Errorf("probe: create-if-absent on a fresh key: %w", err)
+	}
+
+	err = p.timed(&p.refused, func() error {
+		_, err := s.Put(ctx, key, record("second-create"), IfAbsent())
+		return err
+	})
+	switch {
+	case err == nil:
+		p.res.CreateIfAbsent = false
+		p.ignored = append(p.ignored, "a second create-if-absent on an existing key succeeded")
+		// The store overwrote our record: read the current version.
+		if _, v1, err = s.GetLimited(ctx, key, probeMaxSize); err != nil {
+			return false, fmt.Errorf("probe: read back: %w", err)
+		}
+	case !errors.Is(err, ErrPreconditionFailed):
+		return false, fmt.Errorf("probe: second create-if-absent: %w", err)
+	}
+
+	var v2 string
+	if err := p.timed(&p.cas, func() (err error) {
+		v2, err = s.Put(ctx, key, record("swap"), IfMatch(v1))
+		return err
+	}); err != nil {
+		return false, fmt.Errorf("probe: compare-and-swap on the current version: %w", err)
+	}
+	if v2 == v1 {
+		return false, fmt.Errorf("probe: %w: a write of new bytes returned the old version %q", ErrConditionsIgnored, v1)
+	}
+
+	err = p.timed(&p.refused, func() error {
+		_, err := s.Put(ctx, key, record("stale-swap"), IfMatch(v1))
+		return err
+	})
+	switch {
+	case err == nil:
+		p.res.IfMatch = false
+		p.ignored = append(p.ignored, "a compare-and-swap on a stale version succeeded")
+		if _, v2, err = s.GetLimited(ctx, key, probeMaxSize); err != nil {
+			return false, fmt.Errorf("probe: read back: %w", err)
+		}
+	case !errors.Is(err, ErrPreconditionFailed):
+		return false, fmt.Errorf("probe: compare-and-swap on a stale version: %w", err)
+	}
+
+	if err := p.timed(&p.get, func() error {
+		_, v, err := s.GetLimited(ctx, key, probeMaxSize)
+		if err == nil && v != v2 {
+			err = fmt.Errorf("read version %q after writing %q", v, v2)
+		}
+		return err
+	}); err != nil {
+		return false, fmt.Errorf("probe: get: %w", err)
+	}
+
+	err = s.Delete(ctx, key, IfMatch(v1))
+	switch {
+	case err == nil:
+		// Reported, not refused: no tenure component relies on a
+		// conditional delete for safety (MinIO ignores it).
+		p.res.DeleteIfMatch = false
+		return true, nil
+	case !errors.Is(err, ErrPreconditionFailed):
+		return false, fmt.Errorf("probe: delete on a stale version: %w", err)
+	}
+	if err := p.timed(&p.del, func() error { return s.Delete(ctx, key, IfMatch(v2)) }); err != nil {
+		return false, fmt.Errorf("probe: delete on the current version: %w", err)
+	}
+	return true, nil
+}
+
+// removeScratch deletes key unconditionally (a missing key is success),
+// retrying a few times on contexts of its own, and says so if it cannot.
+func removeScratch(ctx context.Context, s *Store, key string) error {
+	base := context.WithoutCancel(ctx)
+	var err error
+	for try := 0; try < probeCleanupTries; try++ {
+		if try > 0 {
+			time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+		}
+		c, cancel := context.WithTimeout(base, probeCleanupTimeout)
+		err = s.Delete(c, key, Cond{})
+		cancel()
+		if err == nil || !IsRetryable(err) || errors.Is(err, ErrClosed) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("probe: could not remove its scratch key %q (delete it by hand): %w", key, err)
+	}
+	return nil
 }
 
 func randomHex(n int) string {

@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/driver"
 	"github.com/tenure-io/tenure/store/faultstore"
+	"github.com/tenure-io/tenure/store/filestore"
 	"github.com/tenure-io/tenure/store/memstore"
 )
 
@@ -142,5 +144,81 @@ func TestProbeRefusesIgnoredConditions(t *testing.T) {
 				t.Errorf("Probe left scratch keys: %+v", left)
 			}
 		})
+	}
+}
+
+// TestProbeRemovesScratchKeyOnFailure fails the probe at each step, with the
+// store also failing the first attempt to clean up, and checks that no
+// scratch key is left, on memory and on a directory.
+func TestProbeRemovesScratchKeyOnFailure(t *testing.T) {
+	fail := func(ops faultstore.Op, skip int, kind driver.Kind) faultstore.Rule {
+		return faultstore.Rule{Ops: ops, Skip: skip, P: 1, Times: 1, Action: faultstore.Fail, Kind: kind}
+	}
+	steps := []struct {
+		name  string
+		fault faultstore.Rule
+		// deletes the round makes before its clean-up that the clean-up
+		// rule sees (those the fault hits are not counted)
+		deletesBefore int
+	}{
+		{"create lands but its answer is lost", faultstore.Rule{Ops: faultstore.OpPutCreate, P: 1, Times: 1, Action: faultstore.ApplyThenFail}, 0},
+		{"second create fails", fail(faultstore.OpPutCreate, 1, driver.Transient), 0},
+		{"swap fails", fail(faultstore.OpPutCAS, 0, driver.Transient), 0},
+		{"get fails", fail(faultstore.OpGet, 0, driver.Transient), 0},
+		{"stale delete fails", fail(faultstore.OpDelete, 0, driver.Permanent), 0},
+		{"last delete fails", fail(faultstore.OpDelete, 1, driver.Transient), 1},
+	}
+	drivers := map[string]func(t *testing.T) driver.Store{
+		"mem":  func(*testing.T) driver.Store { return memstore.New() },
+		"file": func(t *testing.T) driver.Store { return newFileDriver(t, t.TempDir()) },
+	}
+	for dname, newDrv := range drivers {
+		for _, step := range steps {
+			t.Run(dname+"/"+step.name, func(t *testing.T) {
+				fs := faultstore.New(newDrv(t))
+				s := store.New(fs)
+				defer s.Close()
+				if _, err := fs.AddRule(step.fault); err != nil {
+					t.Fatal(err)
+				}
+				// The clean-up's first delete fails too.
+				if _, err := fs.AddRule(fail(faultstore.OpDelete, step.deletesBefore, driver.Transient)); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := store.Probe(t.Context(), s, 2); err == nil {
+					t.Fatal("Probe succeeded despite the injected fault")
+				}
+				fs.ClearFaults()
+				if left := probeLeftovers(t, s); len(left) != 0 {
+					t.Errorf("Probe left scratch keys: %+v", left)
+				}
+			})
+		}
+	}
+}
+
+func newFileDriver(t *testing.T, dir string) driver.Store {
+	t.Helper()
+	d, err := filestore.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestProbeFileLeavesNothing: after a probe of a directory, listing it
+// finds no key.
+func TestProbeFileLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	s, err := store.Open(t.Context(), "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := store.Probe(t.Context(), s, 3); err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	if items, err := s.ListAll(t.Context(), "", 100); err != nil || len(items) != 0 {
+		t.Fatalf("after Probe the store lists %+v, %v; want nothing", items, err)
 	}
 }

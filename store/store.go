@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -36,6 +37,8 @@ func IfMatch(version string) Cond { return Cond{Kind: driver.IfMatch, Version: v
 type Store struct {
 	drv      driver.Store
 	observer func(Call)
+	readOnly bool
+	logger   *slog.Logger // for Open's driver only
 
 	mu       sync.RWMutex // held shared by each call, exclusively by Close
 	closed   bool
@@ -59,6 +62,19 @@ type Option func(*Store)
 // WithObserver calls f after every call that reached the driver. f must be
 // safe for concurrent use and quick.
 func WithObserver(f func(Call)) Option { return func(s *Store) { s.observer = f } }
+
+// WithLogger gives Open's driver l for what it, or the SDK under it, logs
+// (the AWS SDK's warnings, for one), so that those lines follow the
+// program's log format instead of going to stderr as they are. Without it,
+// drivers log to slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.logger = l } }
+
+// ReadOnly makes a Store that only reads: Put and Delete fail with an error
+// matching ErrReadOnly (and ErrInvalidArgument) before reaching the driver.
+// Given to Open, it also tells the driver to create nothing: a file store
+// does not make its directory, lock or temp directories, and fails if the
+// directory is missing.
+func ReadOnly() Option { return func(s *Store) { s.readOnly = true } }
 
 // New returns a Store backed by drv. The Store owns drv: Close closes it.
 func New(drv driver.Store, opts ...Option) *Store {
@@ -147,6 +163,9 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond Cond) (st
 	default:
 		return "", invalid("put", key, "every write must carry a condition: IfAbsent() or IfMatch(version)")
 	}
+	if s.readOnly {
+		return "", errReadOnly("put", key)
+	}
 	start := time.Now()
 	version, err := s.drv.Put(ctx, key, data, cond)
 	if err != nil {
@@ -174,6 +193,9 @@ func (s *Store) Delete(ctx context.Context, key string, cond Cond) error {
 		return invalid("delete", key, "IfMatch with an empty version")
 	default:
 		return invalid("delete", key, "Delete accepts IfMatch(version) or no condition")
+	}
+	if s.readOnly {
+		return errReadOnly("delete", key)
 	}
 	start := time.Now()
 	err := s.drv.Delete(ctx, key, cond)
@@ -277,6 +299,10 @@ func (s *Store) enterList(prefix, after string, limit int) error {
 
 func (s *Store) wrap(op, key string, err error) error {
 	return &Error{Op: op, Key: key, Kind: driver.Classify(s.drv, err), Err: err}
+}
+
+func errReadOnly(op, key string) error {
+	return &Error{Op: op, Key: key, Kind: driver.InvalidArgument, Err: fmt.Errorf("%w: it was opened with store.ReadOnly()", ErrReadOnly)}
 }
 
 func invalid(op, key, msg string) error {

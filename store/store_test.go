@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
+	"github.com/tenure-io/tenure/store/faultstore"
 	"github.com/tenure-io/tenure/store/memstore"
 )
 
@@ -47,7 +48,7 @@ var openerScheme atomic.Int32
 func TestOpenerErrorsAreClassified(t *testing.T) {
 	// A scheme of its own on every run, so -count=N does not register twice.
 	scheme := fmt.Sprintf("test-failing-opener-%d", openerScheme.Add(1))
-	store.Register(scheme, func(context.Context, *url.URL) (driver.Store, error) {
+	store.Register(scheme, func(context.Context, *url.URL, store.OpenOptions) (driver.Store, error) {
 		return nil, driver.Errorf(driver.Permanent, "bucket %q does not exist", "b")
 	})
 	_, err := store.Open(t.Context(), scheme+"://user:secret@b/prefix")
@@ -181,5 +182,23 @@ func TestObserverSeesEveryCall(t *testing.T) {
 		if c.Op != w.op || c.Cond != w.cond || (w.err == nil) != (c.Err == nil) || (w.err != nil && !errors.Is(c.Err, w.err)) {
 			t.Errorf("call %d = %+v; want %s %v %v", i, c, w.op, w.cond, w.err)
 		}
+	}
+}
+
+func TestReadOnlyRefusesWritesBeforeTheDriver(t *testing.T) {
+	fs := faultstore.New(memstore.New())
+	s := store.New(fs, store.ReadOnly())
+	defer s.Close()
+	if _, err := s.Put(t.Context(), "k", []byte("v"), store.IfAbsent()); !errors.Is(err, store.ErrReadOnly) || !errors.Is(err, store.ErrInvalidArgument) || store.IsAmbiguous(err) {
+		t.Errorf("Put = %v; want ErrReadOnly, ErrInvalidArgument, not ambiguous", err)
+	}
+	if err := s.Delete(t.Context(), "k", store.IfMatch("v1")); !errors.Is(err, store.ErrReadOnly) {
+		t.Errorf("Delete = %v; want ErrReadOnly", err)
+	}
+	if _, _, err := s.Get(t.Context(), "k"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Get = %v; want ErrNotFound", err)
+	}
+	if n := fs.Counts().OpTotal(faultstore.Writes); n != 0 {
+		t.Errorf("%d writes reached the driver", n)
 	}
 }

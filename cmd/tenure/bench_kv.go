@@ -569,6 +569,34 @@ func (b *kvTenureBench) start(ctx context.Context) (*kvChild, error) {
 			return nil, ctx.Err()
 		}
 	}
+	// The API answers before the node has joined its group (503 until
+	// then): serving means ready.
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.api+"/readyz", nil)
+		if err != nil {
+			c.kill()
+			return nil, err
+		}
+		if resp, err := b.client.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				c.serving = time.Since(c.started)
+				break
+			}
+		}
+		select {
+		case <-c.exited:
+			return nil, fmt.Errorf("the node exited at start (%v); its output ends:\n%s", c.err, c.logTail())
+		case <-timer.C:
+			c.kill()
+			return nil, fmt.Errorf("the node was not ready within 2 minutes; its output ends:\n%s", c.logTail())
+		case <-ctx.Done():
+			c.kill()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	b.node = c
 	return c, nil
 }

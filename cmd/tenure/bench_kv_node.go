@@ -64,7 +64,7 @@ func runBenchKVNode(ctx context.Context, e *env, args []string) error {
 	return runKVServe(ctx, e, args[2:])
 }
 
-func openCountedStore(ctx context.Context, u *url.URL) (driver.Store, error) {
+func openCountedStore(ctx context.Context, u *url.URL, _ store.OpenOptions) (driver.Store, error) {
 	inner := u.Query().Get("url")
 	if inner == "" {
 		return nil, errors.New("benchkv: the URL has no url parameter")

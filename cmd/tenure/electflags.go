@@ -24,6 +24,7 @@ type electFlags struct {
 	clientCertFile, clientKeyFile           *string
 	frequent, infrequent, timeout, deadline *time.Duration
 	peerTimeout                             *time.Duration
+	priority                                *int
 	retry                                   *string
 	logFormat, logLevel                     *string
 }
@@ -44,11 +45,12 @@ func addElectFlags(fs *flag.FlagSet) *electFlags {
 		clientCAFile:   fs.String("tls-client-ca", "", "require peer client certificates signed by these CAs (PEM)"),
 		clientCertFile: fs.String("tls-client-cert", "", "client certificate to present to peers (PEM)"),
 		clientKeyFile:  fs.String("tls-client-key", "", "key of --tls-client-cert (PEM)"),
-		frequent:       fs.Duration("frequent", election.DefaultFrequentInterval, "FrequentInterval: polling during transitions, and the leader's renewal interval"),
-		infrequent:     fs.Duration("infrequent", election.DefaultInfrequentInterval, "InfrequentInterval: polling while leadership is stable"),
+		frequent:       fs.Duration("frequent", 0, "FrequentInterval: polling during transitions, and the leader's renewal interval (default 5s, or --renew-deadline/2 if less)"),
+		infrequent:     fs.Duration("infrequent", 0, "InfrequentInterval: the longest pause between reads while leadership is stable (default 30s)"),
 		timeout:        fs.Duration("leader-timeout", election.DefaultLeaderTimeout, "LeaderTimeout: take the lock when it has not changed for this long"),
-		deadline:       fs.Duration("renew-deadline", election.DefaultRenewDeadline, "RenewDeadline: stop leading this long after the last successful renewal began"),
+		deadline:       fs.Duration("renew-deadline", 0, "RenewDeadline: stop leading this long after the last successful renewal began (default 2/3 of --leader-timeout)"),
 		peerTimeout:    fs.Duration("peer-timeout", election.DefaultPeerTimeout, "PeerTimeout: bound on each peer request"),
+		priority:       fs.Int("priority", 0, "Priority: a live member above the leader's priority asks it to hand over"),
 		retry:          fs.String("retry", "0,100ms,1s", "RetrySchedule: pauses before each attempt of a store call, comma-separated"),
 		logFormat:      fs.String("log-format", "text", "log format: text or json"),
 		logLevel:       fs.String("log-level", "info", "log level: debug, info, warn or error"),
@@ -107,7 +109,7 @@ func (f *electFlags) config(ctx context.Context, e *env, observer func(store.Cal
 		LockfilePath:  key, ServerID: *f.id, ServerAddr: *f.addr, PeerListenAddr: listen,
 		FrequentInterval: *f.frequent, InfrequentInterval: *f.infrequent,
 		LeaderTimeout: *f.timeout, RenewDeadline: *f.deadline, PeerTimeout: *f.peerTimeout,
-		PeerMode: *f.peer, PeerDisabled: *f.noPeer, Logger: log,
+		PeerMode: *f.peer, PeerDisabled: *f.noPeer, Priority: *f.priority, Logger: log,
 	}
 	if *f.certFile != "" || *f.keyFile != "" {
 		if cfg.PeerServerTLS, err = tlsutil.LoadServer(*f.certFile, *f.keyFile, *f.clientCAFile); err != nil {
@@ -125,7 +127,7 @@ func (f *electFlags) config(ctx context.Context, e *env, observer func(store.Cal
 	if err := probe.Validate(); err != nil {
 		return election.Config{}, nil, err
 	}
-	var opts []store.Option
+	opts := []store.Option{store.WithLogger(log)}
 	if observer != nil {
 		opts = append(opts, store.WithObserver(observer))
 	}

@@ -336,7 +336,7 @@ func (e loggedError) Unwrap() error { return e.err }
 // ctx's end, as a nil store.
 func kvConnect(ctx context.Context, log *slog.Logger, ks *kvServer, storeURL string, hcfg rsm.HostConfig, observe func(store.Call)) (*store.Store, *rsm.Host, error) {
 	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
-		st, err := store.Open(ctx, storeURL, store.WithObserver(observe))
+		st, err := store.Open(ctx, storeURL, store.WithObserver(observe), store.WithLogger(log))
 		if err == nil {
 			var host *rsm.Host
 			if host, err = rsm.NewHost(ctx, st, hcfg); err == nil {

@@ -54,11 +54,7 @@ unchanged for --lease (a live member renewing it must be stopped first).`)
 		fmt.Fprintf(e.stderr, "tenure lock repair: --lease must be positive, got %v\n", *lease)
 		return errUsage
 	}
-	storeURL, key, err := store.SplitKeyURL(pos[0])
-	if err != nil {
-		return err
-	}
-	s, err := store.Open(ctx, storeURL)
+	s, key, err := store.OpenKey(ctx, pos[0])
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -10,8 +11,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"syscall"
+
+	"github.com/tenure-io/tenure/store"
 
 	_ "github.com/tenure-io/tenure/store/all" // every store driver, for URLs
 )
@@ -108,11 +112,30 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Store URLs:")
-	fmt.Fprintln(w, "  file:///var/lib/tenure  or  file://./data      a local directory (the embedded default)")
-	fmt.Fprintln(w, "  s3://bucket/prefix?endpoint=URL&region=R       S3 or an S3-compatible server (MinIO, R2, ...)")
-	fmt.Fprintln(w, "  mem://                                          in memory, gone when the process exits")
+	for _, s := range store.Schemes() {
+		ex, ok := schemeHelp[s]
+		if !ok {
+			ex = [2]string{s + "://...", ""}
+		}
+		fmt.Fprintf(w, "  %-50s %s\n", ex[0], ex[1])
+	}
+	fmt.Fprintln(w, "A lock URL is a store URL followed by the lock's key: file://./data/leader.json, or")
+	fmt.Fprintln(w, "file://./data//jobs/leader.json for a key with \"/\" in it.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'tenure <command> --help' for a command's flags.")
+}
+
+// schemeHelp is the example and description of each store URL scheme the
+// top help lists (every registered scheme is listed).
+var schemeHelp = map[string][2]string{
+	"file":     {"file:///var/lib/tenure  or  file://./data", "a local directory (the embedded default)"},
+	"s3":       {"s3://bucket/prefix?endpoint=URL&region=R", "S3 or an S3-compatible server (MinIO, R2, ...)"},
+	"gs":       {"gs://bucket/prefix", "Google Cloud Storage"},
+	"azblob":   {"azblob://container/prefix?account=A", "Azure Blob Storage"},
+	"dynamodb": {"dynamodb://table/namespace?region=R", "DynamoDB (items up to 400 KB)"},
+	"etcd":     {"etcd://host:2379/prefix", "etcd 3.4+ (followers watch instead of polling)"},
+	"route53":  {"route53://ZONEID/name", "Route 53 TXT records (small values; not for kv)"},
+	"mem":      {"mem://  or  mem://name", "in memory, gone when the process exits"},
 }
 
 // newFlags returns a FlagSet that prints its usage to e.stderr and returns
@@ -144,7 +167,12 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 			}
 			return nil, errUsage
 		}
-		args = fs.Args()
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			// "--" ends the flags: everything after it is positional.
+			return append(positional, rest...), nil
+		}
+		args = rest
 		if len(args) == 0 {
 			return positional, nil
 		}
@@ -153,13 +181,48 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-var version = "dev"
+// version is set at link time (-ldflags "-X main.version=v1.2.3") or read
+// from the build information the go tool records.
+var version = ""
+
+// versionString is the module version (set by go install MODULE@VERSION),
+// else the VCS revision the binary was built from, and the Go version.
+func versionString() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return cmp.Or(version, "unknown (no build information)")
+	}
+	v := version
+	if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	var rev, at, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = " with local changes"
+			}
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+		if rev != "" {
+			v = fmt.Sprintf("(devel) %.12s %s%s", rev, at, dirty)
+		}
+	}
+	return fmt.Sprintf("%s, %s", v, bi.GoVersion)
+}
 
 func runVersion(_ context.Context, e *env, args []string) error {
 	fs := newFlags(e, "version", "version")
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "tenure %s\n", version)
+	fmt.Fprintf(e.stdout, "tenure %s\n", versionString())
 	return nil
 }

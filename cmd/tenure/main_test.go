@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/tenure-io/tenure/store"
 )
 
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -36,7 +38,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"store", "probe", "--help"}, 0, "-json"},
 		{[]string{"store", "probe", "mem://", "--rounds", "0"}, 2, "--rounds must be at least 1"},
 		{[]string{"store", "probe", "mem://", "--bogus"}, 2, "flag provided but not defined"},
-		{[]string{"version"}, 0, "tenure dev"},
+		{[]string{"version"}, 0, ", go1."},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -99,5 +101,46 @@ func TestGetAndList(t *testing.T) {
 	code, out, errs := runCmd(t, "store", "list", "mem://")
 	if code != 0 || !strings.HasPrefix(out, "KEY") {
 		t.Fatalf("list: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+// "--" ends the flags: what follows is positional, even if it looks like a
+// flag; flags may still follow positional arguments before it.
+func TestParseDoubleDash(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+		json bool
+	}{
+		{[]string{"put", "--", "neg", "-5"}, []string{"put", "neg", "-5"}, false},
+		{[]string{"put", "k", "--json", "--", "--json"}, []string{"put", "k", "--json"}, true},
+		{[]string{"--", "-x"}, []string{"-x"}, false},
+		{[]string{"a", "--json", "b"}, []string{"a", "b"}, true},
+	} {
+		e := &env{stdout: &strings.Builder{}, stderr: &strings.Builder{}}
+		fs := newFlags(e, "t", "t")
+		j := fs.Bool("json", false, "")
+		got, err := parse(fs, c.args)
+		if err != nil || strings.Join(got, "|") != strings.Join(c.want, "|") || *j != c.json {
+			t.Errorf("parse(%q) = %q, %v, json %v; want %q, json %v", c.args, got, err, *j, c.want, c.json)
+		}
+	}
+}
+
+// The top help names every store scheme the binary can open.
+func TestHelpListsEveryScheme(t *testing.T) {
+	_, out, _ := runCmd(t, "help")
+	for _, s := range store.Schemes() {
+		if _, ok := schemeHelp[s]; !ok {
+			t.Errorf("scheme %q has no line in schemeHelp", s)
+		}
+		if !strings.Contains(out, s+"://") {
+			t.Errorf("the help does not show %s:// URLs:\n%s", s, out)
+		}
+	}
+	for _, c := range commands() {
+		if !strings.Contains(out, "  "+c.name+" ") {
+			t.Errorf("the help does not list %q", c.name)
+		}
 	}
 }

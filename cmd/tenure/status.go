@@ -25,7 +25,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	s, key, err := store.OpenKey(ctx, pos[0])
+	s, key, err := store.OpenKey(ctx, pos[0], store.ReadOnly())
 	if err != nil {
 		return err
 	}

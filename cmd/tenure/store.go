@@ -122,12 +122,15 @@ func runStoreGet(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	s, err := store.Open(ctx, pos[0])
+	s, err := store.Open(ctx, pos[0], store.ReadOnly())
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	data, version, err := s.Get(ctx, pos[1])
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("the key %q is absent from %s: %w", pos[1], pos[0], err)
+	}
 	if err != nil {
 		return err
 	}
@@ -151,7 +154,7 @@ func runStoreList(ctx context.Context, e *env, args []string) error {
 	if len(pos) == 2 {
 		prefix = pos[1]
 	}
-	s, err := store.Open(ctx, pos[0])
+	s, err := store.Open(ctx, pos[0], store.ReadOnly())
 	if err != nil {
 		return err
 	}

@@ -19,11 +19,14 @@ import (
 // and no d.DefaultRegion, or if there are no usable credentials; if ctx ends
 // while it retrieves them, with an error that matches ctx.Err().
 //
-// s.Endpoint is not applied: see the package documentation.
+// s.Endpoint is not applied: see the package documentation. The SDK logs
+// through Logger(s.Logger), never to stderr directly.
 func (d Driver) LoadConfig(ctx context.Context, s Settings) (aws.Config, error) {
 	// The configuration builds its own HTTP client: it must, to honour
 	// AWS_CA_BUNDLE.
-	var load []func(*config.LoadOptions) error
+	// The SDK's own lines go to slog, not to stderr in a format of their
+	// own.
+	load := []func(*config.LoadOptions) error{config.WithLogger(Logger(s.Logger))}
 	if s.Region != "" {
 		load = append(load, config.WithRegion(s.Region))
 	}

@@ -34,6 +34,14 @@
 // A driver names only the sets whose codes its service sends: each code in
 // a set changes what an error with that code means to the driver.
 //
+// # Logging
+//
+// LoadConfig sets the configuration's logger to Logger(Settings.Logger),
+// which the driver's opener fills from store.OpenOptions.Logger: the lines
+// the SDK would print on stderr in a format of its own become slog records
+// (its warnings at WARN, the rest at DEBUG, with source=aws-sdk), so a
+// program logging JSON keeps logging JSON.
+//
 // # Errors
 //
 // Every error from CheckHost, Query, Errorf and LoadConfig is a

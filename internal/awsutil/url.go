@@ -1,6 +1,7 @@
 package awsutil
 
 import (
+	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
@@ -49,6 +50,10 @@ type Settings struct {
 	// Profile is the shared-configuration profile to load (?profile=).
 	// Empty: AWS_PROFILE, else "default".
 	Profile string
+	// Logger receives the SDK's own log lines (see Logger); not from the
+	// URL: the driver's opener sets it from store.OpenOptions. Nil:
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Errorf returns the Permanent error for u that the driver refuses, as

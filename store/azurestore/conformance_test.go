@@ -1,13 +1,18 @@
 package azurestore_test
 
 import (
+	"net/http"
 	"os"
 	"testing"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
 	"github.com/tenure-io/tenure/internal/testutil"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/azurestore"
 	"github.com/tenure-io/tenure/store/drivertest"
+	"github.com/tenure-io/tenure/store/faultstore"
 )
 
 // knownDefects are conformance cases that fail through no fault of the
@@ -40,8 +45,28 @@ func TestConformanceRun(t *testing.T) {
 	if os.Getenv(conformanceChild) == "" {
 		t.Skip("run by TestConformance in a child process")
 	}
-	open := openOn(t, testutil.Azurite(t))
+	srv := testutil.Azurite(t)
+	open := openOn(t, srv)
 	drivertest.RunConformanceTests(t, func(t *testing.T) *store.Store { return open(t) }, drivertest.Options{
-		MaxKeyLen: azurestore.MaxBlobNameLen - prefixLen,
+		MaxKeyLen:  azurestore.MaxBlobNameLen - prefixLen,
+		LostAnswer: func(t *testing.T) (*store.Store, func()) { return openLosingAnswers(t, srv) },
 	})
+}
+
+// openLosingAnswers opens a fresh store on srv whose transport, once armed,
+// applies the next conditional PUT and drops its answer.
+func openLosingAnswers(t *testing.T, srv testutil.AzuriteServer) (*store.Store, func()) {
+	tr := faultstore.NewTransport(http.DefaultTransport.(*http.Transport).Clone())
+	hc := &http.Client{Transport: tr}
+	t.Cleanup(hc.CloseIdleConnections)
+	client := clientFor(t, srv, &container.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: hc}})
+	d, err := azurestore.New(client, newPrefix(), azurestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store.New(d), func() {
+		if _, err := tr.AddRule(faultstore.HTTPRule{Method: http.MethodPut, Cond: faultstore.Conditional, P: 1, Times: 1, Action: faultstore.HTTPApplyThenDrop}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

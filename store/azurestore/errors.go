@@ -154,6 +154,11 @@ func classify(err error) driver.Kind {
 		return driver.InvalidArgument
 	case status >= 400:
 		return driver.Unknown
+	case status >= 200:
+		// A success the SDK did not expect (Put Blob answers 201, not
+		// 200): the service, or something before it, accepted the
+		// request, which may have been applied.
+		return driver.Transient
 	}
 
 	// No response: a token could not be had, or the connection failed.

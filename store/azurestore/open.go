@@ -22,7 +22,7 @@ import (
 const Scheme = "azblob"
 
 func init() {
-	store.Register(Scheme, func(ctx context.Context, u *url.URL) (driver.Store, error) {
+	store.Register(Scheme, func(ctx context.Context, u *url.URL, _ store.OpenOptions) (driver.Store, error) {
 		s, err := OpenURL(ctx, u)
 		if err != nil {
 			return nil, err

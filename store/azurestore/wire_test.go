@@ -521,3 +521,22 @@ func TestCheckContainer(t *testing.T) {
 		})
 	}
 }
+
+// TestUnexpectedSuccessIsAmbiguous: a write answered with a success status
+// the SDK does not expect (200 where Put Blob answers 201, as a proxy in
+// front of the service might) may have been applied.
+func TestUnexpectedSuccessIsAmbiguous(t *testing.T) {
+	for _, body := range []string{"", "<html>ok</html>"} {
+		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("ETag", `"0x1"`)
+			_, _ = io.WriteString(w, body)
+		})
+		s := f.store(t, "p")
+		for _, cond := range []store.Cond{store.IfAbsent(), store.IfMatch(`"0x1"`)} {
+			_, err := s.Put(ctx(t), "k", []byte("x"), cond)
+			if !errors.Is(err, store.ErrTransient) || !store.IsAmbiguous(err) {
+				t.Errorf("%v put answered 200 with %q: %v; want an ambiguous transient error", cond.Kind, body, err)
+			}
+		}
+	}
+}

@@ -2,8 +2,10 @@
 // passes. A driver's tests call RunConformanceTests with a function that
 // opens a fresh, empty store; the suite then checks the whole contract of
 // store.Store through the portable layer: every error case, awkward keys and
-// values, List paging and order, cancellation, Close, and races in which many
-// goroutines create and compare-and-swap one key and exactly one must win.
+// values, List paging and order, cancellation, Close, races in which many
+// goroutines create and compare-and-swap one key and exactly one must win,
+// and, where the harness can lose a write's answer (Options.LostAnswer), that
+// such a write is reported as ambiguous and store.PutResolved finds it landed.
 package drivertest
 
 import (
@@ -16,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tenure-io/tenure/store"
 )
@@ -38,6 +41,15 @@ type Options struct {
 	RaceRounds int
 	// RaceWorkers is the number of goroutines in each race (default 16).
 	RaceWorkers int
+	// LostAnswer, if set, opens a fresh, empty store that can lose the
+	// answer to a write: after loseNext, the next conditional write
+	// reaches the store and is applied, and its answer never reaches the
+	// driver (an HTTP driver gets this from faultstore.Transport's
+	// HTTPApplyThenDrop rule). The suite then checks that such a write is
+	// reported as ambiguous, never as failed, and that store.PutResolved
+	// finds that it landed. Drivers without a transport to break leave it
+	// nil and the case is skipped.
+	LostAnswer func(t *testing.T) (s *store.Store, loseNext func())
 }
 
 func (o Options) withDefaults() Options {
@@ -79,6 +91,53 @@ func RunConformanceTests(t *testing.T, open func(t *testing.T) *store.Store, opt
 	t.Run("Close", func(t *testing.T) { testClose(t, open(t)) })
 	t.Run("RaceCreate", func(t *testing.T) { testRaceCreate(t, mk(t), opts) })
 	t.Run("RaceCompareAndSwap", func(t *testing.T) { testRaceCAS(t, mk(t), opts) })
+	t.Run("LostAnswer", func(t *testing.T) {
+		if opts.LostAnswer == nil {
+			t.Skip("the harness cannot lose an answer (Options.LostAnswer is nil)")
+		}
+		s, loseNext := opts.LostAnswer(t)
+		t.Cleanup(func() { _ = s.Close() })
+		testLostAnswer(t, s, loseNext)
+	})
+}
+
+// testLostAnswer: a write applied whose answer was lost is ambiguous, not a
+// failure, and PutResolved settles it as landed, for a create and a
+// compare-and-swap.
+func testLostAnswer(t *testing.T, s *store.Store, loseNext func()) {
+	want := []byte(`{"nonce":"lost-1"}`)
+	loseNext()
+	_, err := s.Put(ctxFor(t), "lost/plain", want, store.IfAbsent())
+	if err == nil || !store.IsAmbiguous(err) || errors.Is(err, store.ErrPreconditionFailed) || errors.Is(err, store.ErrPermanent) {
+		t.Fatalf("create whose answer was lost: %v; want an ambiguous error", err)
+	}
+	if data, _ := mustGet(t, s, "lost/plain"); !bytes.Equal(data, want) {
+		t.Fatalf("the create whose answer was lost holds %q; it reached the store with %q", data, want)
+	}
+
+	for _, c := range []struct {
+		name string
+		cond func(v string) store.Cond
+	}{
+		{"create", func(string) store.Cond { return store.IfAbsent() }},
+		{"compare-and-swap", func(v string) store.Cond { return store.IfMatch(v) }},
+	} {
+		key := "lost/resolved-" + strings.ReplaceAll(c.name, " ", "-")
+		v := ""
+		if c.name != "create" {
+			v = mustPut(t, s, key, []byte(`{"nonce":"before"}`), store.IfAbsent())
+		}
+		data := []byte(`{"nonce":"` + c.name + `"}`)
+		loseNext()
+		nv, err := store.PutResolved(ctxFor(t), s, key, data, c.cond(v), store.ResolveOptions{Backoff: func(int) time.Duration { return 0 }})
+		if err != nil {
+			t.Fatalf("PutResolved %s whose answer was lost: %v; want it settled as landed", c.name, err)
+		}
+		got, gv := mustGet(t, s, key)
+		if !bytes.Equal(got, data) || gv != nv {
+			t.Fatalf("after PutResolved %s: Get = %q, version %q; want %q, version %q", c.name, got, gv, data, nv)
+		}
+	}
 }
 
 func ctxFor(t *testing.T) context.Context { return t.Context() }

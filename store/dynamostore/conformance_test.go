@@ -1,13 +1,20 @@
 package dynamostore_test
 
 import (
+	"net/http"
 	"os"
+	"strings"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/tenure-io/tenure/internal/testutil"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/drivertest"
 	"github.com/tenure-io/tenure/store/dynamostore"
+	"github.com/tenure-io/tenure/store/faultstore"
 )
 
 // knownDefects are conformance cases that fail through no fault of the
@@ -41,8 +48,11 @@ func TestConformanceRun(t *testing.T) {
 	if os.Getenv(conformanceChild) == "" {
 		t.Skip("run by TestConformance in a child process")
 	}
-	open := openOn(t, testutil.Moto(t).Serialized(t))
+	srv := testutil.Moto(t).Serialized(t)
+	open := openOn(t, srv)
+	table := motoTable(t, srv)
 	drivertest.RunConformanceTests(t, func(t *testing.T) *store.Store { return open(t) }, drivertest.Options{
+		LostAnswer: func(t *testing.T) (*store.Store, func()) { return openLosingAnswers(t, srv, table) },
 		// Every namespace newNamespace returns has the same length.
 		MaxValueSize: maxValueSize(t),
 		// Each request costs moto about 10 ms when serialised; 50 rounds
@@ -60,3 +70,36 @@ func maxValueSize(t *testing.T) int {
 	}
 	return d.MaxValueSize()
 }
+
+// openLosingAnswers opens a fresh store on srv whose transport, once armed,
+// applies the next PutItem and drops its answer. Every DynamoDB request is
+// a POST to "/", so PutItem is told apart by its X-Amz-Target header.
+func openLosingAnswers(t *testing.T, srv testutil.MotoServer, table string) (*store.Store, func()) {
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(base.CloseIdleConnections)
+	tr := faultstore.NewTransport(base)
+	client := dynamodb.New(dynamodb.Options{
+		Region:       srv.Region,
+		BaseEndpoint: aws.String(srv.Endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider(srv.AccessKey, srv.SecretKey, ""),
+		HTTPClient: &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".PutItem") {
+				return tr.RoundTrip(r)
+			}
+			return base.RoundTrip(r)
+		})},
+	})
+	d, err := dynamostore.New(client, table, newNamespace(), dynamostore.Options{Endpoint: srv.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store.New(d), func() {
+		if _, err := tr.AddRule(faultstore.HTTPRule{Method: http.MethodPost, P: 1, Times: 1, Action: faultstore.HTTPApplyThenDrop}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -306,3 +306,20 @@ func TestRaceAcrossClients(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenReadOnlyCreatesNoTable: a read-only open ignores create=true, so
+// a missing table stays missing and the open says so.
+func TestOpenReadOnlyCreatesNoTable(t *testing.T) {
+	srv := testutil.Moto(t)
+	testutil.IsolateAWSConfig(t)
+	srv.SetEnv(t)
+
+	missing := newTable()
+	_, err := store.Open(ctx(t), motoURL(srv, missing, "", "create=true"), store.ReadOnly())
+	if !errors.Is(err, store.ErrPermanent) || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("read-only Open of a missing table with create=true: %v; want a permanent error saying it does not exist", err)
+	}
+	if _, err := clientFor(srv).DescribeTable(ctx(t), &dynamodb.DescribeTableInput{TableName: aws.String(missing)}); err == nil {
+		t.Fatalf("a read-only Open created the table %s", missing)
+	}
+}

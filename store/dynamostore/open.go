@@ -22,8 +22,8 @@ import (
 const Scheme = "dynamodb"
 
 func init() {
-	store.Register(Scheme, func(ctx context.Context, u *url.URL) (driver.Store, error) {
-		s, err := OpenURL(ctx, u)
+	store.Register(Scheme, func(ctx context.Context, u *url.URL, o store.OpenOptions) (driver.Store, error) {
+		s, err := openURL(ctx, u, o)
 		if err != nil {
 			return nil, err
 		}
@@ -51,10 +51,20 @@ var awsDriver = awsutil.Driver{
 // ?create=true, which creates it), has another key schema, or the
 // credentials are refused.
 func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
+	return openURL(ctx, u, store.OpenOptions{})
+}
+
+// openURL is OpenURL with what store.Open passes: read-only, it never
+// creates the table, whatever ?create= says; the SDK logs to o.Logger.
+func openURL(ctx context.Context, u *url.URL, o store.OpenOptions) (*Store, error) {
 	c, err := parseURL(u)
 	if err != nil {
 		return nil, err
 	}
+	if o.ReadOnly {
+		c.create = false
+	}
+	c.Settings.Logger = o.Logger
 	cfg, err := awsDriver.LoadConfig(ctx, c.Settings)
 	if err != nil {
 		return nil, err

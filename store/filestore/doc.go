@@ -10,6 +10,12 @@
 // The directory is created if missing. Open fails with a clear error if the
 // path is a regular file or the directory cannot be written.
 //
+// Opened with store.ReadOnly() (or by NewReadOnly), the store creates and
+// writes nothing: not the directory, nor <dir>/.locks or <dir>/.tmp, and it
+// works on a directory the process cannot write. Open then fails when the
+// directory does not exist (the error matches fs.ErrNotExist), and Put and
+// Delete fail with store.ErrReadOnly.
+//
 // # Guarantees
 //
 // Every write is atomic and durable when it returns. Writes of a key hold an

@@ -25,7 +25,7 @@ import (
 )
 
 func init() {
-	store.Register("file", func(ctx context.Context, u *url.URL) (driver.Store, error) {
+	store.Register("file", func(ctx context.Context, u *url.URL, o store.OpenOptions) (driver.Store, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -33,7 +33,11 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		s, err := New(dir)
+		open := New
+		if o.ReadOnly {
+			open = NewReadOnly
+		}
+		s, err := open(dir)
 		if err != nil {
 			return nil, err // not s: a nil *Store in a driver.Store is not nil
 		}
@@ -87,10 +91,11 @@ func dirFromURL(u *url.URL) (string, error) {
 // (and multiple Stores in one process) on the same directory of a local file
 // system.
 type Store struct {
-	root   string // absolute
-	tmp    string
-	locks  string
-	closed atomic.Bool
+	root     string // absolute
+	tmp      string
+	locks    string
+	readOnly bool
+	closed   atomic.Bool
 
 	stripes [numStripes]stripe
 }
@@ -143,6 +148,35 @@ func New(dir string) (*Store, error) {
 		return nil, err
 	}
 	s.removeStaleTemps()
+	return s, nil
+}
+
+// NewReadOnly opens the store in dir for reading only: it creates and writes
+// nothing (not the directory, nor its lock or temp directories), so it works
+// on a directory the process cannot write. It fails with a Permanent error
+// that matches fs.ErrNotExist when dir does not exist. Put and Delete fail
+// with an InvalidArgument error matching store.ErrReadOnly.
+func NewReadOnly(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, driver.Errorf(driver.InvalidArgument, "filestore: empty directory name")
+	}
+	root, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, driver.Errorf(driver.InvalidArgument, "filestore: directory %q: %w", dir, err)
+	}
+	fi, err := os.Stat(root)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, driver.Errorf(driver.Permanent, "filestore: the store's directory %s does not exist (a read-only open creates nothing): %w", root, err)
+	case err != nil:
+		return nil, driver.Errorf(kindOr(err, driver.Permanent), "filestore: the store's directory %s: %w", root, err)
+	case !fi.IsDir():
+		return nil, driver.Errorf(driver.Permanent, "filestore: %s (the store's directory) is not a directory", root)
+	}
+	s := &Store{root: root, tmp: filepath.Join(root, tmpDirName), locks: filepath.Join(root, lockDirName), readOnly: true}
+	for i := range s.stripes {
+		s.stripes[i] = stripe{mu: make(chan struct{}, 1), fd: -1}
+	}
 	return s, nil
 }
 
@@ -249,6 +283,18 @@ func (s *Store) begin(ctx context.Context) error {
 	return nil
 }
 
+// beginWrite is begin for Put and Delete, which a read-only store refuses
+// before touching the file system (they would create lock files).
+func (s *Store) beginWrite(ctx context.Context) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	if s.readOnly {
+		return driver.Errorf(driver.InvalidArgument, "filestore: %w: %s was opened read-only", store.ErrReadOnly, s.root)
+	}
+	return nil
+}
+
 func errClosed() error { return driver.Errorf(driver.Permanent, "filestore: %w", store.ErrClosed) }
 
 // Get reads the file without a lock: files are only ever replaced whole by
@@ -289,7 +335,7 @@ func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, 
 // Put creates by link(2) and swaps by rename(2), under the key's lock. It
 // returns once the new value is durable.
 func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
-	if err := s.begin(ctx); err != nil {
+	if err := s.beginWrite(ctx); err != nil {
 		return "", err
 	}
 	path := s.path(key)
@@ -370,7 +416,7 @@ func (s *Store) commit(ctx context.Context, path string, data []byte, create boo
 // Delete removes the key's file under its lock and returns once the removal
 // is durable.
 func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error {
-	if err := s.begin(ctx); err != nil {
+	if err := s.beginWrite(ctx); err != nil {
 		return err
 	}
 	if cond.Kind != driver.Unconditional && cond.Kind != driver.IfMatch {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -75,7 +76,20 @@ func openTemp(t *testing.T) *store.Store {
 func fileURL(dir string) string { return (&url.URL{Scheme: "file", Path: dir}).String() }
 
 func TestConformance(t *testing.T) {
-	drivertest.RunConformanceTests(t, openTemp, drivertest.Options{})
+	drivertest.RunConformanceTests(t, openTemp, drivertest.Options{
+		// An answer is lost when the directory sync after the rename or
+		// link fails: the write is visible, its caller hears an error.
+		LostAnswer: func(t *testing.T) (*store.Store, func()) {
+			var lose atomic.Bool
+			t.Cleanup(SetSyncCommitted(func(dir string) error {
+				if lose.Swap(false) {
+					return &fs.PathError{Op: "sync", Path: dir, Err: syscall.EIO}
+				}
+				return syncDir(dir)
+			}))
+			return openTemp(t), func() { lose.Store(true) }
+		},
+	})
 }
 
 func TestOpen(t *testing.T) {
@@ -573,5 +587,119 @@ func TestFailureAfterCommitIsAmbiguous(t *testing.T) {
 	}
 	if _, _, err := s.Get(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the delete is not visible: %v", err)
+	}
+}
+
+// tree lists every path under dir, with its mode, to compare before and
+// after an operation that must not write.
+func tree(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		out = append(out, fmt.Sprintf("%s %v", p, d.Type()))
+		return nil
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestOpenReadOnlyCreatesNothing(t *testing.T) {
+	parent := t.TempDir()
+	missing := filepath.Join(parent, "typo", "sub")
+	_, err := store.Open(t.Context(), "file://"+missing, store.ReadOnly())
+	if !errors.Is(err, store.ErrPermanent) || !errors.Is(err, fs.ErrNotExist) ||
+		!strings.Contains(err.Error(), missing+" does not exist") {
+		t.Fatalf("read-only Open of a missing directory = %v; want ErrPermanent and fs.ErrNotExist naming %s", err, missing)
+	}
+	if got := tree(t, parent); len(got) != 1 {
+		t.Fatalf("read-only Open of a missing directory created %v", got[1:])
+	}
+
+	// An existing store with a key, made by a writer.
+	dir := filepath.Join(parent, "store")
+	w, err := store.Open(t.Context(), "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Put(t.Context(), "a/b", []byte("v"), store.IfAbsent()); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	// Without .locks and .tmp, as a store copied by hand or on a read-only
+	// mount would be.
+	for _, d := range []string{lockDirName, tmpDirName} {
+		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := tree(t, dir)
+	s, err := store.Open(t.Context(), "file://"+dir, store.ReadOnly())
+	if err != nil {
+		t.Fatalf("read-only Open: %v", err)
+	}
+	defer s.Close()
+	if data, _, err := s.Get(t.Context(), "a/b"); err != nil || string(data) != "v" {
+		t.Fatalf("Get = %q, %v", data, err)
+	}
+	if _, _, err := s.Get(t.Context(), "no/such/key"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Get of a missing key = %v; want ErrNotFound", err)
+	}
+	if items, err := s.ListAll(t.Context(), "", 10); err != nil || len(items) != 1 {
+		t.Fatalf("List = %+v, %v", items, err)
+	}
+	_, err = s.Put(t.Context(), "c", []byte("v"), store.IfAbsent())
+	if !errors.Is(err, store.ErrReadOnly) || !errors.Is(err, store.ErrInvalidArgument) {
+		t.Fatalf("Put through a read-only store = %v; want ErrReadOnly", err)
+	}
+	if err := s.Delete(t.Context(), "a/b", store.Cond{}); !errors.Is(err, store.ErrReadOnly) {
+		t.Fatalf("Delete through a read-only store = %v; want ErrReadOnly", err)
+	}
+	// The driver refuses too, for callers that use it directly.
+	d, err := NewReadOnly(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.Put(t.Context(), "c", []byte("v"), driver.Cond{Kind: driver.IfAbsent}); !errors.Is(err, store.ErrReadOnly) || driver.Classify(d, err) != driver.InvalidArgument {
+		t.Fatalf("driver Put on a read-only store = %v; want ErrReadOnly, invalid argument", err)
+	}
+	if err := d.Delete(t.Context(), "a/b", driver.Cond{}); !errors.Is(err, store.ErrReadOnly) {
+		t.Fatalf("driver Delete on a read-only store = %v; want ErrReadOnly", err)
+	}
+	if after := tree(t, dir); !slices.Equal(before, after) {
+		t.Fatalf("a read-only store changed its directory:\nbefore %v\nafter  %v", before, after)
+	}
+
+	if _, err := NewReadOnly(filepath.Join(dir, "a.d", "b.k")); err == nil || !strings.Contains(err.Error(), "is not a directory") {
+		t.Fatalf("NewReadOnly of a file = %v; want it to say it is not a directory", err)
+	}
+}
+
+func TestOpenReadOnlyUnwritableDirectory(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root can write to any directory; TestOpenReadOnlyCreatesNothing shows that nothing is written")
+	}
+	dir := t.TempDir()
+	w := newDriver(t, dir)
+	if _, err := w.Put(t.Context(), "k", []byte("v"), driver.Cond{Kind: driver.IfAbsent}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if err := os.Chmod(dir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(dir, 0o755) })
+	s, err := store.Open(t.Context(), "file://"+dir, store.ReadOnly())
+	if err != nil {
+		t.Fatalf("read-only Open of an unwritable directory: %v", err)
+	}
+	defer s.Close()
+	if data, _, err := s.Get(t.Context(), "k"); err != nil || string(data) != "v" {
+		t.Fatalf("Get = %q, %v", data, err)
 	}
 }

@@ -1,12 +1,17 @@
 package gcsstore_test
 
 import (
+	"net/http"
 	"os"
 	"testing"
+
+	"cloud.google.com/go/storage"
+	"google.golang.org/api/option"
 
 	"github.com/tenure-io/tenure/internal/testutil"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/drivertest"
+	"github.com/tenure-io/tenure/store/faultstore"
 	"github.com/tenure-io/tenure/store/gcsstore"
 )
 
@@ -40,8 +45,32 @@ func TestConformanceRun(t *testing.T) {
 	if os.Getenv(conformanceChild) == "" {
 		t.Skip("run by TestConformance in a child process")
 	}
-	open := openOn(testutil.FakeGCS(t))
+	srv := testutil.FakeGCS(t)
+	open := openOn(srv)
 	drivertest.RunConformanceTests(t, func(t *testing.T) *store.Store { return open(t) }, drivertest.Options{
-		MaxKeyLen: gcsstore.MaxObjectNameLen - prefixLen,
+		MaxKeyLen:  gcsstore.MaxObjectNameLen - prefixLen,
+		LostAnswer: func(t *testing.T) (*store.Store, func()) { return openLosingAnswers(t, srv) },
 	})
+}
+
+// openLosingAnswers opens a fresh store on srv whose transport, once armed,
+// applies the next upload and drops its answer.
+func openLosingAnswers(t *testing.T, srv testutil.GCSServer) (*store.Store, func()) {
+	tr := faultstore.NewTransport(http.DefaultTransport.(*http.Transport).Clone())
+	hc := &http.Client{Transport: tr}
+	t.Cleanup(hc.CloseIdleConnections)
+	client, err := storage.NewClient(ctx(t), append(gcsstore.ClientOptions(srv.Endpoint), option.WithHTTPClient(hc))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	d, err := gcsstore.New(client, srv.Bucket, newPrefix(), gcsstore.Options{Endpoint: srv.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store.New(d), func() {
+		if _, err := tr.AddRule(faultstore.HTTPRule{Method: http.MethodPost, Path: "/upload/", P: 1, Times: 1, Action: faultstore.HTTPApplyThenDrop}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

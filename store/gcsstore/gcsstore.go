@@ -218,11 +218,19 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 	return version(attrs.Generation), nil
 }
 
-// writeError gives the classification that depends on the request: an
-// upload has no object to miss, so a 404 means the bucket is gone.
+// writeError gives the classifications that depend on the request: an
+// upload has no object to miss, so a 404 means the bucket is gone; and an
+// error that is neither the service's error answer nor the context's (an answer
+// that does not parse: a proxy's page, a cut or malformed document) leaves
+// the upload's outcome unknown, so it is Transient, for PutResolved to
+// settle.
 func (s *Store) writeError(err error) error {
-	if classify(err) == driver.NotFound {
+	status, _ := statusAndReason(err)
+	switch k := classify(err); {
+	case k == driver.NotFound:
 		return driver.Errorf(driver.Permanent, "gcsstore: bucket %q does not exist at %s: %w", s.name, s.where(), err)
+	case k == driver.Unknown && status == 0:
+		return driver.Errorf(driver.Transient, "gcsstore: the upload may have been applied: %w", err)
 	}
 	return err
 }

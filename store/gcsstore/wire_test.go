@@ -424,3 +424,28 @@ func TestCloseLeavesTheCallersClient(t *testing.T) {
 	}
 	r.Close()
 }
+
+// TestAnswersThatDoNotParseAreAmbiguous: an upload answered with a success
+// whose body is not the object's JSON (a proxy's page, an empty or cut
+// document) may have been applied.
+func TestAnswersThatDoNotParseAreAmbiguous(t *testing.T) {
+	for name, body := range map[string]string{"html": "<html>ok</html>", "empty": "", "cut": `{"kind":"storage#object","generation":`, "wrong type": `{"generation":[1]}`} {
+		t.Run(name, func(t *testing.T) {
+			f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+				if op(r) != "upload" {
+					serveOK(w, r)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, body)
+			})
+			s := f.store(t, "")
+			for _, cond := range []store.Cond{store.IfAbsent(), store.IfMatch("1000")} {
+				_, err := s.Put(ctx(t), "k", []byte("x"), cond)
+				if !errors.Is(err, store.ErrTransient) || !store.IsAmbiguous(err) {
+					t.Errorf("%v upload answered 200 with %q: %v; want an ambiguous transient error", cond.Kind, body, err)
+				}
+			}
+		})
+	}
+}

@@ -23,7 +23,7 @@ import (
 )
 
 func init() {
-	store.Register("mem", func(_ context.Context, u *url.URL) (driver.Store, error) {
+	store.Register("mem", func(_ context.Context, u *url.URL, _ store.OpenOptions) (driver.Store, error) {
 		name := u.Host + u.Path
 		if name == "" {
 			return New(), nil

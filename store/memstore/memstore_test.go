@@ -5,13 +5,19 @@ import (
 
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/drivertest"
+	"github.com/tenure-io/tenure/store/faultstore"
 	"github.com/tenure-io/tenure/store/memstore"
 )
 
 func TestConformance(t *testing.T) {
 	drivertest.RunConformanceTests(t, func(t *testing.T) *store.Store {
 		return store.New(memstore.New())
-	}, drivertest.Options{})
+	}, drivertest.Options{
+		LostAnswer: func(t *testing.T) (*store.Store, func()) {
+			fs := faultstore.New(memstore.New())
+			return store.New(fs), func() { fs.AmbiguousNext(faultstore.Writes, 1) }
+		},
+	})
 }
 
 func TestNamedStoresAreShared(t *testing.T) {

@@ -1,12 +1,18 @@
 package route53store_test
 
 import (
+	"net/http"
 	"os"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/route53"
 
 	"github.com/tenure-io/tenure/internal/testutil"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/drivertest"
+	"github.com/tenure-io/tenure/store/faultstore"
 	"github.com/tenure-io/tenure/store/route53store"
 )
 
@@ -58,6 +64,9 @@ func TestConformanceRun(t *testing.T) {
 	var (
 		open     func(testing.TB) *store.Store
 		zoneName string
+		// lost opens a store whose next change batch is applied and
+		// its answer dropped.
+		lost func(t *testing.T) (*store.Store, func())
 	)
 	switch name := os.Getenv(conformanceChild); name {
 	case "":
@@ -65,9 +74,17 @@ func TestConformanceRun(t *testing.T) {
 	case "fake":
 		f := newFakeRoute53(t)
 		open, zoneName = openFake(f), f.zoneName
+		lost = func(t *testing.T) (*store.Store, func()) {
+			return openLosingAnswers(t, f.srv.URL, f.zoneID, f.zoneName, "AKID", "SECRET")
+		}
 	case "moto":
 		// Serialised: moto applies a change batch without a lock.
-		open, zoneName = openMoto(t, testutil.Moto(t).Serialized(t)), motoZoneName
+		srv := testutil.Moto(t).Serialized(t)
+		open, zoneName = openMoto(t, srv), motoZoneName
+		zone := motoZone(t, srv)
+		lost = func(t *testing.T) (*store.Store, func()) {
+			return openLosingAnswers(t, srv.Endpoint, zone, motoZoneName, srv.AccessKey, srv.SecretKey)
+		}
 	default:
 		t.Fatalf("%s=%q names no server", conformanceChild, name)
 	}
@@ -76,5 +93,30 @@ func TestConformanceRun(t *testing.T) {
 		MaxKeyLen:    route53store.MaxKeyLenFor(prefixLen + len(zoneName)),
 		MaxValueSize: route53store.MaxValueSize,
 		RaceRounds:   50,
+		LostAnswer:   lost,
 	})
+}
+
+// openLosingAnswers opens a fresh store in the zone at endpoint whose
+// transport, once armed, applies the next change batch (the only POST the
+// driver sends) and drops its answer.
+func openLosingAnswers(t *testing.T, endpoint, zoneID, zoneName, key, secret string) (*store.Store, func()) {
+	tr := faultstore.NewTransport(http.DefaultTransport.(*http.Transport).Clone())
+	hc := &http.Client{Transport: tr}
+	t.Cleanup(hc.CloseIdleConnections)
+	client := route53.New(route53.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider(key, secret, ""),
+		HTTPClient:   hc,
+	})
+	d, err := route53store.New(client, zoneID, zoneName, newPrefix(), unpaced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store.New(d), func() {
+		if _, err := tr.AddRule(faultstore.HTTPRule{Method: http.MethodPost, P: 1, Times: 1, Action: faultstore.HTTPApplyThenDrop}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

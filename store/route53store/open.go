@@ -21,8 +21,8 @@ import (
 const Scheme = "route53"
 
 func init() {
-	store.Register(Scheme, func(ctx context.Context, u *url.URL) (driver.Store, error) {
-		s, err := OpenURL(ctx, u)
+	store.Register(Scheme, func(ctx context.Context, u *url.URL, o store.OpenOptions) (driver.Store, error) {
+		s, err := openURL(ctx, u, o)
 		if err != nil {
 			return nil, err
 		}
@@ -55,10 +55,16 @@ var awsDriver = awsutil.Driver{
 // a Permanent error naming the problem if the zone does not exist or the
 // credentials are refused.
 func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
+	return openURL(ctx, u, store.OpenOptions{})
+}
+
+// openURL is OpenURL with what store.Open passes: the SDK logs to o.Logger.
+func openURL(ctx context.Context, u *url.URL, o store.OpenOptions) (*Store, error) {
 	c, err := parseURL(u)
 	if err != nil {
 		return nil, err
 	}
+	c.Settings.Logger = o.Logger
 	cfg, err := awsDriver.LoadConfig(ctx, c.Settings)
 	if err != nil {
 		return nil, err

@@ -1,12 +1,14 @@
 package s3store_test
 
 import (
+	"net/http"
 	"os"
 	"testing"
 
 	"github.com/tenure-io/tenure/internal/testutil"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/drivertest"
+	"github.com/tenure-io/tenure/store/faultstore"
 	"github.com/tenure-io/tenure/store/s3store"
 )
 
@@ -64,12 +66,31 @@ func TestConformanceRun(t *testing.T) {
 	}
 	for _, server := range servers {
 		if server.name == name {
-			open := openOn(server.start(t))
+			srv := server.start(t)
+			open := openOn(srv)
 			drivertest.RunConformanceTests(t, func(t *testing.T) *store.Store { return open(t) }, drivertest.Options{
-				MaxKeyLen: s3store.MaxObjectKeyLen - prefixLen,
+				MaxKeyLen:  s3store.MaxObjectKeyLen - prefixLen,
+				LostAnswer: func(t *testing.T) (*store.Store, func()) { return openLosingAnswers(t, srv) },
 			})
 			return
 		}
 	}
 	t.Fatalf("%s=%q names no server", conformanceChild, name)
+}
+
+// openLosingAnswers opens a fresh store on srv whose transport, once armed,
+// applies the next conditional PUT and drops its answer.
+func openLosingAnswers(t *testing.T, srv testutil.S3Server) (*store.Store, func()) {
+	tr := faultstore.NewTransport(http.DefaultTransport.(*http.Transport).Clone())
+	hc := &http.Client{Transport: tr}
+	t.Cleanup(hc.CloseIdleConnections)
+	d, err := s3store.New(clientFor(srv, hc), srv.Bucket, newPrefix(), s3store.Options{Endpoint: srv.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store.New(d), func() {
+		if _, err := tr.AddRule(faultstore.HTTPRule{Method: http.MethodPut, Cond: faultstore.Conditional, P: 1, Times: 1, Action: faultstore.HTTPApplyThenDrop}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -1,8 +1,16 @@
 package s3store_test
 
 import (
+	"bytes"
 	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/tenure-io/tenure/internal/testutil"
@@ -112,4 +120,49 @@ func TestOpen(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestSDKLogsGoToTheStoreLogger: a warning the SDK would print on stderr (a
+// Date header it cannot parse) reaches the logger given to store.Open as a
+// slog record.
+func TestSDKLogsGoToTheStoreLogger(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKID")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "SECRET")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Date", "not a date")
+		w.Header().Set("ETag", `"e"`)
+		_, _ = io.WriteString(w, "x")
+	}))
+	defer srv.Close()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))
+	s, err := store.Open(ctx(t), "s3://bucket/p?region=us-east-1&endpoint="+url.QueryEscape(srv.URL), store.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, _, err := s.Get(ctx(t), "k"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), `"level":"WARN","msg":"failed to parse response Date header value`) ||
+		!strings.Contains(logs.String(), `"source":"aws-sdk"`) {
+		t.Fatalf("the SDK's warning is not in the store's logger:\n%s", logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

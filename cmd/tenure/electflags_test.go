@@ -1,0 +1,40 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Short timings are valid on their own: the intervals left unset follow
+// RenewDeadline, and PeerTimeout matters only in peer mode.
+func TestElectFlagsShortTimings(t *testing.T) {
+	for _, args := range [][]string{
+		{"--leader-timeout", "2s", "--renew-deadline", "1500ms"},
+		{"--leader-timeout", "2s"},
+		{"--leader-timeout", "90s"},
+		{},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			e := &env{stdout: &strings.Builder{}, stderr: &strings.Builder{}}
+			fs := newFlags(e, "t", "t")
+			ef := addElectFlags(fs)
+			lock := fmt.Sprintf("mem://short-%d/leader.json", time.Now().UnixNano())
+			if err := fs.Parse(append([]string{"--lock", lock, "--priority", "2"}, args...)); err != nil {
+				t.Fatal(err)
+			}
+			cfg, st, err := ef.config(t.Context(), e, nil)
+			if err != nil {
+				t.Fatalf("tenure elect %v: %v", args, err)
+			}
+			defer st.Close()
+			if err := cfg.Validate(); err != nil {
+				t.Fatalf("tenure elect %v: %v", args, err)
+			}
+			if cfg.Priority != 2 {
+				t.Fatalf("--priority 2 gave Priority %d", cfg.Priority)
+			}
+		})
+	}
+}
