@@ -65,39 +65,43 @@ const maxRecordSize = 16 << 20
 // DecodeAssignment parses an assignment record, refusing anything that is
 // not one with an error that says why.
 func DecodeAssignment(data []byte) (Assignment, error) {
-	var a Assignment
+	a, _, err := decodeAssignment(data)
+	return a, err
+}
+
+// decodeAssignment also returns the shards' IDs in sorted order when the
+// record lists them so (as Encode writes them), else nil.
+func decodeAssignment(data []byte) (Assignment, []string, error) {
 	if len(data) > maxRecordSize {
-		return a, fmt.Errorf("lease: assignment record is %d bytes; the limit is %d", len(data), maxRecordSize)
+		return Assignment{}, nil, fmt.Errorf("lease: assignment record is %d bytes; the limit is %d", len(data), maxRecordSize)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&a); err != nil {
-		return Assignment{}, fmt.Errorf("lease: assignment record: %w", err)
-	}
-	if dec.More() {
-		return Assignment{}, fmt.Errorf("lease: assignment record has data after the JSON object")
+	a, ids, ok := decodeFast(data)
+	if !ok {
+		a, ids = Assignment{}, nil
+		dec := json.NewDecoder(bytes.NewReader(data))
+		if err := dec.Decode(&a); err != nil {
+			return Assignment{}, nil, fmt.Errorf("lease: assignment record: %w", err)
+		}
+		if dec.More() {
+			return Assignment{}, nil, fmt.Errorf("lease: assignment record has data after the JSON object")
+		}
 	}
 	for id, e := range a.Shards {
 		if id == "" || !utf8.ValidString(id) {
-			return Assignment{}, fmt.Errorf("lease: assignment record has an invalid shard ID %q", id)
+			return Assignment{}, nil, fmt.Errorf("lease: assignment record has an invalid shard ID %q", id)
 		}
 		if (e.Owner == "") != (e.Session == "") {
-			return Assignment{}, fmt.Errorf("lease: assignment record: shard %q has an owner without a session or the reverse", id)
+			return Assignment{}, nil, fmt.Errorf("lease: assignment record: shard %q has an owner without a session or the reverse", id)
 		}
 	}
 	if a.Shards == nil {
 		a.Shards = map[string]Entry{}
 	}
-	return a, nil
+	return a, ids, nil
 }
 
 // Encode returns the record's JSON.
-func (a Assignment) Encode() []byte {
-	b, err := json.Marshal(a)
-	if err != nil {
-		panic("lease: encoding an assignment: " + err.Error())
-	}
-	return b
-}
+func (a Assignment) Encode() []byte { return a.encode(nil) }
 
 // balance computes the assignment that should follow cur, given the live
 // members (owner -> session) and the set of shards. It is deterministic, so
@@ -109,9 +113,12 @@ func (a Assignment) Encode() []byte {
 // cur; if not, next is cur.
 func balance(cur Assignment, live map[string]string, shards []string) (next Assignment, changed bool) {
 	next = Assignment{Epoch: cur.Epoch, Shards: make(map[string]Entry, len(shards))}
-	ids := slices.Clone(shards)
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
+	ids := shards
+	if !sortedUnique(ids) {
+		ids = slices.Clone(shards)
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+	}
 
 	owners := make([]string, 0, len(live))
 	for o := range live {

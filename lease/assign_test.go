@@ -151,18 +151,3 @@ func TestBalanceProperties(t *testing.T) {
 		cur = next
 	}
 }
-
-func FuzzDecodeAssignment(f *testing.F) {
-	f.Add([]byte(`{"epoch":3,"shards":{"s1":{"owner":"a","session":"x","term":2,"waits":[{"owner":"b","session":"y","term":1}]}}}`))
-	f.Add([]byte(`{}`))
-	f.Add([]byte(`{"shards":{"":{}}}`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		a, err := lease.DecodeAssignment(data)
-		if err != nil {
-			return
-		}
-		if _, err := lease.DecodeAssignment(a.Encode()); err != nil {
-			t.Fatalf("re-encoded assignment does not decode: %v", err)
-		}
-	})
-}

@@ -12,3 +12,15 @@ var Balance = balance
 // SetHookStep installs a function run at the top of every round of a
 // MemberLeases coordinator, before Start.
 func SetHookStep(c *Coordinator, f func()) { c.impl.(*memberMode).hookStep = f }
+
+// DecodeFast is the one-pass decoder of assignment records; DecodeReflect
+// is encoding/json's decoding of the same.
+func DecodeFast(data []byte) (Assignment, bool) {
+	a, ids, ok := decodeFast(data)
+	if ok && ids != nil && !sortedUnique(ids) {
+		panic("decodeFast returned unsorted ids")
+	}
+	return a, ok
+}
+
+func EncodeReflect(a Assignment) []byte { return a.encodeReflect() }

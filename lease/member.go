@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
 	"slices"
@@ -208,6 +209,7 @@ type memberMode struct {
 	assignFound  bool
 	assignBad    bool
 	assignGen    uint64                 // grows whenever assign or session changes
+	assignIDs    []string               // assign's shards, sorted
 	views        map[string]*memberView // by relative key
 	firstSeen    map[string]seenAt      // shard -> when we first saw it assigned to us at a term
 	ranTerm      map[string]uint64      // shard -> the last term we ran it at
@@ -583,7 +585,7 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 	switch {
 	case assignVer == "":
 		if m.assignVer != "" || m.assignBad {
-			m.setAssign(Assignment{Shards: map[string]Entry{}}, "", false, false)
+			m.setAssign(Assignment{Shards: map[string]Entry{}}, nil, "", false, false)
 		}
 		m.confirmStart = start
 	case assignVer == m.assignVer:
@@ -594,23 +596,23 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 		getEnd := m.now()
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			m.setAssign(Assignment{Shards: map[string]Entry{}}, "", false, false)
+			m.setAssign(Assignment{Shards: map[string]Entry{}}, nil, "", false, false)
 			m.confirmStart = getStart
 		case err != nil:
 			m.setErr(err)
 			m.retrySoon = true
 			return
 		default:
-			a, derr := DecodeAssignment(data)
+			a, ids, derr := decodeAssignment(data)
 			if derr != nil {
 				if !m.assignBad || m.assignVer != v {
 					m.c.log.Error("the assignment record is corrupt; acting on no shard until it is repaired", "version", v, "err", derr)
 				}
 				m.setErr(derr)
-				m.setAssign(Assignment{Shards: map[string]Entry{}}, v, true, true)
+				m.setAssign(Assignment{Shards: map[string]Entry{}}, nil, v, true, true)
 				return
 			}
-			m.setAssign(a, v, true, false)
+			m.setAssign(a, ids, v, true, false)
 			m.confirmStart = getStart
 			m.noteAssigned(getEnd)
 			m.markEvicted()
@@ -618,9 +620,13 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 	}
 }
 
-// setAssign replaces the assignment this member acts on.
-func (m *memberMode) setAssign(a Assignment, version string, found, bad bool) {
-	m.assign, m.assignVer, m.assignFound, m.assignBad = a, version, found, bad
+// setAssign replaces the assignment this member acts on; ids are its
+// shards in sorted order, or nil to compute them.
+func (m *memberMode) setAssign(a Assignment, ids []string, version string, found, bad bool) {
+	if ids == nil {
+		ids = sortedKeys(a.Shards)
+	}
+	m.assign, m.assignIDs, m.assignVer, m.assignFound, m.assignBad = a, ids, version, found, bad
 	m.assignGen++
 	m.lastChange = m.now()
 }
@@ -716,20 +722,22 @@ func (m *memberMode) evictDead(ctx context.Context) {
 }
 
 // noteAssigned records when we first saw each shard assigned to us at its
-// term: a handoff from a live member waits a lease from then at most.
+// term: a handoff from a live member waits a lease from then at most. Only
+// shards that wait for a handoff need it.
 func (m *memberMode) noteAssigned(at time.Time) {
+	// A new map each time: maps do not shrink, and most handoffs end
+	// before the next change.
+	seen := map[string]seenAt{}
 	for id, e := range m.assign.Shards {
-		if e.Owner == m.c.cfg.OwnerID && e.Session == m.session {
-			if s, ok := m.firstSeen[id]; !ok || s.term != e.Term {
-				m.firstSeen[id] = seenAt{term: e.Term, at: at}
+		if len(e.Waits) > 0 && e.Owner == m.c.cfg.OwnerID && e.Session == m.session {
+			if s, ok := m.firstSeen[id]; ok && s.term == e.Term {
+				seen[id] = s
+			} else {
+				seen[id] = seenAt{term: e.Term, at: at}
 			}
 		}
 	}
-	for id, s := range m.firstSeen {
-		if e, ok := m.assign.Shards[id]; !ok || e.Term != s.term {
-			delete(m.firstSeen, id)
-		}
-	}
+	m.firstSeen = seen
 }
 
 // live returns the members that have not been evicted or left, owner ->
@@ -828,19 +836,20 @@ func (m *memberMode) rebalance(ctx context.Context) {
 		// needed no change: skip computing it over every shard again.
 		return
 	}
-	set := map[string]bool{}
-	for id := range m.assign.Shards {
-		set[id] = true
-	}
-	for _, id := range adds {
-		set[id] = true
-	}
-	for _, id := range removes {
-		delete(set, id)
-	}
-	shards := make([]string, 0, len(set))
-	for id := range set {
-		shards = append(shards, id)
+	// The shards, sorted: the keys of the assignment written are these.
+	shards := m.assignIDs
+	if len(adds) > 0 || len(removes) > 0 {
+		set := make(map[string]bool, len(m.assign.Shards)+len(adds))
+		for id := range m.assign.Shards {
+			set[id] = true
+		}
+		for _, id := range adds {
+			set[id] = true
+		}
+		for _, id := range removes {
+			delete(set, id)
+		}
+		shards = sortedKeys(set)
 	}
 	next, changed := balance(m.assign, live, shards)
 	if !slices.Equal(evicted, m.assign.Evicted) {
@@ -881,12 +890,12 @@ func (m *memberMode) rebalance(ctx context.Context) {
 	}
 	start := m.now()
 	wctx, cancel := context.WithTimeout(ctx, cfg.renewDeadline())
-	v, err := store.PutResolved(wctx, cfg.Store, m.key(assignmentKey), next.Encode(), cond, store.ResolveOptions{Attempts: 3, MaxSize: maxRecordSize})
+	v, err := store.PutResolved(wctx, cfg.Store, m.key(assignmentKey), next.encode(shards), cond, store.ResolveOptions{Attempts: 3, MaxSize: maxRecordSize})
 	cancel()
 	end := m.now()
 	switch {
 	case err == nil:
-		m.setAssign(next, v, true, false)
+		m.setAssign(next, shards, v, true, false)
 		m.confirmStart = start
 		m.noteAssigned(end)
 		m.clearPending(adds, removes)
@@ -925,6 +934,13 @@ func (m *memberMode) clearPending(adds, removes []string) {
 		done[s] = true
 	}
 	m.removes = slices.DeleteFunc(m.removes, func(s string) bool { return done[s] })
+	// The initial shards are all pending adds: do not keep their room.
+	if len(m.adds) == 0 {
+		m.adds = nil
+	}
+	if len(m.removes) == 0 {
+		m.removes = nil
+	}
 	m.pendGen++
 }
 
@@ -981,20 +997,35 @@ func (m *memberMode) reconcile(ctx context.Context) {
 				stopped++
 			}
 		}
+		if stopped > len(m.runs) {
+			// Maps do not shrink: a member that held every shard
+			// before the others joined would keep room for them all.
+			runs := make(map[string]*shardRun, len(m.runs))
+			maps.Copy(runs, m.runs)
+			m.runs = runs
+		}
+	}
+	if rescan {
+		// A term we ran that the shard has since moved past can never
+		// come back: forget it.
+		for id, t := range m.ranTerm {
+			if e, ok := m.assign.Shards[id]; ok && e.Term > t {
+				delete(m.ranTerm, id)
+			}
+		}
 	}
 	// Every shard of ours is either running or pending, unless runs
 	// stopped (the deadline passed) since pending was computed.
 	if rescan || len(m.runs)+len(m.pending) != m.mine {
 		m.pending, m.mine = m.pending[:0], 0
-		for id, e := range m.assign.Shards {
-			if e.Owner == cfg.OwnerID && e.Session == m.session {
+		for _, id := range m.assignIDs {
+			if e := m.assign.Shards[id]; e.Owner == cfg.OwnerID && e.Session == m.session {
 				m.mine++
 				if m.runs[id] == nil {
 					m.pending = append(m.pending, id)
 				}
 			}
 		}
-		sort.Strings(m.pending)
 	}
 	m.mu.Unlock()
 	m.reconciledEpoch = m.assign.Epoch
@@ -1020,6 +1051,7 @@ func (m *memberMode) reconcile(ctx context.Context) {
 				ready = append(ready, id)
 			}
 		}
+		requeued := len(keep)
 		m.mu.Lock()
 		// The checks above may have made store calls: the rights may
 		// have lapsed meanwhile.
@@ -1040,7 +1072,9 @@ func (m *memberMode) reconcile(ctx context.Context) {
 		}
 		m.mu.Unlock()
 		m.pending = keep
-		sort.Strings(m.pending)
+		if len(keep) > requeued {
+			sort.Strings(m.pending)
+		}
 	}
 	m.updateApplied()
 
@@ -1051,13 +1085,13 @@ func (m *memberMode) reconcile(ctx context.Context) {
 	sort.Strings(members)
 	m.mu.Lock()
 	if rescan || m.pubGen != m.pendGen {
-		shards := make([]string, 0, len(m.assign.Shards)+len(m.adds))
-		for id := range m.assign.Shards {
-			shards = append(shards, id)
+		shards := m.assignIDs
+		if len(m.adds) > 0 {
+			shards = append(slices.Clone(m.assignIDs), m.adds...)
+			sort.Strings(shards)
+			shards = slices.Compact(shards)
 		}
-		shards = append(shards, m.adds...)
-		sort.Strings(shards)
-		m.pubShards, m.pubGen = slices.Compact(shards), m.pendGen
+		m.pubShards, m.pubGen = shards, m.pendGen
 	}
 	m.members, m.epoch = members, m.assign.Epoch
 	held := len(m.runs)
