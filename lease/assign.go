@@ -112,13 +112,21 @@ func (a Assignment) Encode() []byte { return a.encode(nil) }
 // waits for its release. changed reports whether the result differs from
 // cur; if not, next is cur.
 func balance(cur Assignment, live map[string]string, shards []string) (next Assignment, changed bool) {
-	next = Assignment{Epoch: cur.Epoch, Shards: make(map[string]Entry, len(shards))}
 	ids := shards
 	if !sortedUnique(ids) {
 		ids = slices.Clone(shards)
 		slices.Sort(ids)
 		ids = slices.Compact(ids)
 	}
+	if balanced(cur, live, ids) {
+		return cur, false
+	}
+	return balanceAll(cur, live, ids)
+}
+
+// balanceAll is balance over ids, sorted and unique, computed in full.
+func balanceAll(cur Assignment, live map[string]string, ids []string) (next Assignment, changed bool) {
+	next = Assignment{Epoch: cur.Epoch, Shards: make(map[string]Entry, len(ids))}
 
 	owners := make([]string, 0, len(live))
 	for o := range live {
@@ -200,6 +208,33 @@ func balance(cur Assignment, live map[string]string, shards []string) (next Assi
 	}
 	next.Epoch = cur.Epoch + 1
 	return next, true
+}
+
+// balanced reports, without building the next assignment, whether balance
+// would leave cur as it is: it holds exactly the shards ids (sorted,
+// unique), each owned by a live session and waiting only for live ones,
+// and no member holds more than its share.
+func balanced(cur Assignment, live map[string]string, ids []string) bool {
+	if len(live) == 0 || len(cur.Shards) != len(ids) {
+		return false
+	}
+	share := (len(ids) + len(live) - 1) / len(live)
+	count := make(map[string]int, len(live))
+	for _, id := range ids {
+		e, ok := cur.Shards[id]
+		if !ok || e.Owner == "" || live[e.Owner] != e.Session {
+			return false
+		}
+		for _, h := range e.Waits {
+			if live[h.Owner] != h.Session {
+				return false
+			}
+		}
+		if count[e.Owner]++; count[e.Owner] > share {
+			return false
+		}
+	}
+	return true
 }
 
 // appendHolder adds h to hs, keeping one entry per owner session: the one

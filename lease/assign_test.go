@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -112,7 +113,12 @@ func TestBalanceProperties(t *testing.T) {
 		if rng.IntN(10) == 0 {
 			shards = append(shards, fmt.Sprintf("x%d", round))
 		}
-		next, _ := lease.Balance(cur, live, shards)
+		next, changed := lease.Balance(cur, live, shards)
+		// The shortcut for an assignment that needs no change agrees
+		// with computing it.
+		if full, fullChanged := lease.BalanceFull(cur, live, shards); fullChanged != changed || string(full.Encode()) != string(next.Encode()) {
+			t.Fatalf("round %d: balance says changed=%v; computed in full, changed=%v", round, changed, fullChanged)
+		}
 		if len(live) > 0 {
 			share := (len(shards) + len(live) - 1) / len(live)
 			for o, n := range counts(next) {
@@ -149,5 +155,44 @@ func TestBalanceProperties(t *testing.T) {
 			t.Fatalf("round %d: balance is not deterministic", round)
 		}
 		cur = next
+	}
+}
+
+// TestBalanceShortcut: the check that an assignment needs no change agrees
+// with computing the change, case by case.
+func TestBalanceShortcut(t *testing.T) {
+	live := map[string]string{"a": "sa", "b": "sb"}
+	fair := lease.Assignment{Epoch: 1, Shards: map[string]lease.Entry{
+		"s1": {Owner: "a", Session: "sa", Term: 1}, "s2": {Owner: "a", Session: "sa", Term: 1},
+		"s3": {Owner: "b", Session: "sb", Term: 1, Waits: []lease.Holder{{Owner: "a", Session: "sa", Term: 0}}},
+	}}
+	ids := []string{"s1", "s2", "s3"}
+	with := func(id string, e lease.Entry) lease.Assignment {
+		a := lease.Assignment{Epoch: 1, Shards: maps.Clone(fair.Shards)}
+		a.Shards[id] = e
+		return a
+	}
+	for _, tc := range []struct {
+		name    string
+		cur     lease.Assignment
+		live    map[string]string
+		ids     []string
+		changed bool
+	}{
+		{"fair", fair, live, ids, false},
+		{"over its share", with("s3", lease.Entry{Owner: "a", Session: "sa", Term: 1}), live, ids, true},
+		{"owner gone", fair, map[string]string{"a": "sa", "c": "sc"}, ids, true},
+		{"owner restarted", fair, map[string]string{"a": "sa", "b": "sb2"}, ids, true},
+		{"waits for a dead session", fair, map[string]string{"a": "sa2", "b": "sb"}, ids, true},
+		{"unassigned", with("s2", lease.Entry{Term: 3}), live, ids, true},
+		{"a shard added", fair, live, []string{"s1", "s2", "s3", "s4"}, true},
+		{"a shard removed", fair, live, []string{"s1", "s2"}, true},
+		{"nobody live", fair, map[string]string{}, ids, true},
+	} {
+		_, changed := lease.Balance(tc.cur, tc.live, tc.ids)
+		_, full := lease.BalanceFull(tc.cur, tc.live, tc.ids)
+		if changed != tc.changed || full != tc.changed {
+			t.Errorf("%s: balance changed=%v, in full %v; want %v", tc.name, changed, full, tc.changed)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"bytes"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -289,9 +288,7 @@ func (p *parser) shards() (m map[string]Entry, ids []string, sorted, ok bool) {
 	if !p.lit('{') {
 		return nil, nil, false, false
 	}
-	// Room for every entry at once: a map grown by doubling would keep
-	// up to twice the room. Entries, waits and evictions each have a term.
-	m = make(map[string]Entry, bytes.Count(p.b[p.i:], []byte(`"term":`)))
+	m = map[string]Entry{}
 	sorted = true
 	if p.lit('}') {
 		return m, ids, sorted, true

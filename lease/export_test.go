@@ -1,6 +1,9 @@
 package lease
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // SetHook installs a test hook on a MemberLeases coordinator before Start.
 func SetHook(c *Coordinator, f func(shard string, leading bool, term uint64, at, deadline time.Time)) {
@@ -8,6 +11,13 @@ func SetHook(c *Coordinator, f func(shard string, leading bool, term uint64, at,
 }
 
 var Balance = balance
+
+// BalanceFull is balance without its shortcut for an assignment that needs
+// no change.
+func BalanceFull(cur Assignment, live map[string]string, shards []string) (Assignment, bool) {
+	ids := slices.Sorted(slices.Values(shards))
+	return balanceAll(cur, live, slices.Compact(ids))
+}
 
 // SetHookStep installs a function run at the top of every round of a
 // MemberLeases coordinator, before Start.

@@ -603,6 +603,9 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 			m.retrySoon = true
 			return
 		default:
+			// The assignment read replaces ours whatever it holds: let
+			// ours go first, so that two of them are never held at once.
+			m.setAssign(Assignment{Shards: map[string]Entry{}}, nil, m.assignVer, m.assignFound, true)
 			a, ids, derr := decodeAssignment(data)
 			if derr != nil {
 				if !m.assignBad || m.assignVer != v {

@@ -53,7 +53,7 @@ func runBenchShards(ctx context.Context, e *env, args []string) error {
 	window := fs.Duration("window", 2*time.Minute, "stable window over which requests, CPU and memory are measured")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	memProfile := fs.String("memprofile", "", "write a heap profile, taken when the group has settled, to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile, taken at the end of the run (four members, one dead), to this file")
 	logLevel := fs.String("log-level", "", "log the members to stderr at this level (debug, info, warn, error); none by default")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -290,11 +290,6 @@ func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, 
 		return r, err
 	}
 	r.Settle = d
-	if memProfile != "" {
-		if err := writeHeapProfile(memProfile); err != nil {
-			return r, err
-		}
-	}
 	time.Sleep(leaseDur) // let followers reach their stable polling
 
 	// The stable window: requests, CPU and memory.
@@ -334,6 +329,9 @@ func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, 
 	live = live[1:]
 	if r.Death, err = wait(live, false, 20*leaseDur); err != nil {
 		return r, err
+	}
+	if memProfile != "" {
+		return r, writeHeapProfile(memProfile)
 	}
 	return r, nil
 }
