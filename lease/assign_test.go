@@ -119,6 +119,14 @@ func TestBalanceProperties(t *testing.T) {
 		if full, fullChanged := lease.BalanceFull(cur, live, shards); fullChanged != changed || string(full.Encode()) != string(next.Encode()) {
 			t.Fatalf("round %d: balance says changed=%v; computed in full, changed=%v", round, changed, fullChanged)
 		}
+		// A member keeps the assignment in a compact form: it holds the
+		// same record, and its shortcut agrees.
+		if string(lease.ThroughTable(next).Encode()) != string(next.Encode()) {
+			t.Fatalf("round %d: the compact form changes the assignment", round)
+		}
+		if _, again := lease.Balance(cur, live, shards); lease.TableBalanced(cur, live, shards) == again {
+			t.Fatalf("round %d: the compact form's shortcut says balanced=%v, balance changed=%v", round, !again, again)
+		}
 		if len(live) > 0 {
 			share := (len(shards) + len(live) - 1) / len(live)
 			for o, n := range counts(next) {
@@ -191,8 +199,9 @@ func TestBalanceShortcut(t *testing.T) {
 	} {
 		_, changed := lease.Balance(tc.cur, tc.live, tc.ids)
 		_, full := lease.BalanceFull(tc.cur, tc.live, tc.ids)
-		if changed != tc.changed || full != tc.changed {
-			t.Errorf("%s: balance changed=%v, in full %v; want %v", tc.name, changed, full, tc.changed)
+		table := !lease.TableBalanced(tc.cur, tc.live, tc.ids)
+		if changed != tc.changed || full != tc.changed || table != tc.changed {
+			t.Errorf("%s: balance changed=%v, in full %v, over the compact form %v; want %v", tc.name, changed, full, table, tc.changed)
 		}
 	}
 }

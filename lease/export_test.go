@@ -34,3 +34,12 @@ func DecodeFast(data []byte) (Assignment, bool) {
 }
 
 func EncodeReflect(a Assignment) []byte { return a.encodeReflect() }
+
+// ThroughTable keeps a as a member keeps it and rebuilds it; TableBalanced
+// is the shortcut over that form.
+func ThroughTable(a Assignment) Assignment { return newTable(a, nil).assignment() }
+
+func TableBalanced(a Assignment, live map[string]string, shards []string) bool {
+	ids := slices.Compact(slices.Sorted(slices.Values(shards)))
+	return newTable(a, nil).balanced(live, ids)
+}

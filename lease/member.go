@@ -162,7 +162,7 @@ func (m *memberMode) dead(v *memberView) bool {
 
 // markEvicted flags the views of sessions the assignment lists as evicted.
 func (m *memberMode) markEvicted() {
-	for _, h := range m.assign.Evicted {
+	for _, h := range m.assign.hdr.Evicted {
 		if v := m.views[memberKey(h.Owner, h.Session)]; v != nil {
 			v.evicted = true
 		}
@@ -204,15 +204,13 @@ type memberMode struct {
 	counter      uint64
 	renewStart   time.Time // start of the last successful renewal of our record
 	confirmStart time.Time // start of the last read that confirmed the assignment
-	assign       Assignment
+	assign       *table    // the assignment we act on
 	assignVer    string
 	assignFound  bool
 	assignBad    bool
 	assignGen    uint64                 // grows whenever assign or session changes
-	assignIDs    []string               // assign's shards, sorted
 	views        map[string]*memberView // by relative key
 	firstSeen    map[string]seenAt      // shard -> when we first saw it assigned to us at a term
-	ranTerm      map[string]uint64      // shard -> the last term we ran it at
 	bumps        map[string]bool        // our shards to move to a new term before running again
 	fenceTimer   interface{ Stop() bool }
 	nextRenew    time.Time // when the regular renewal is due
@@ -245,8 +243,12 @@ type memberMode struct {
 	runs      map[string]*shardRun // shards we lead
 	finishing map[*shardRun]bool   // runs stopped whose callbacks have not returned yet
 	busy      map[string]int       // shard -> its runs in finishing
-	heldGen   uint64               // grows with every start and stop
-	notified  uint64               // the heldGen OnChange last reported
+	// ended maps shards to the last term of ours that ended, while the
+	// shard may still be assigned to us at it: such a term is never
+	// resumed.
+	ended     map[string]uint64
+	heldGen   uint64 // grows with every start and stop
+	notified  uint64 // the heldGen OnChange last reported
 	pubShards []string
 	pubGen    uint64 // the pendingGen pubShards was built with
 	deadline  time.Time
@@ -264,9 +266,9 @@ func newMemberMode(c *Coordinator) *memberMode {
 	m := &memberMode{
 		c: c, session: rand.Text()[:16],
 		views: map[string]*memberView{}, firstSeen: map[string]seenAt{},
-		ranTerm: map[string]uint64{}, bumps: map[string]bool{},
+		ended: map[string]uint64{}, bumps: map[string]bool{},
 		runs: map[string]*shardRun{}, finishing: map[*shardRun]bool{}, busy: map[string]int{},
-		wake: make(chan struct{}, 1), pendGen: 1,
+		wake: make(chan struct{}, 1), pendGen: 1, assign: emptyTable(),
 	}
 	m.adds = slices.Clone(c.cfg.ShardIDs)
 	m.pubShards = slices.Compact(slices.Sorted(slices.Values(c.cfg.ShardIDs)))
@@ -530,7 +532,9 @@ func (m *memberMode) abandon() {
 	m.myVersion, m.renewStart, m.needRead = "", time.Time{}, false
 	m.applied, m.published, m.reconciledEpoch = 0, 0, 0
 	m.assignGen++
-	clear(m.ranTerm)
+	m.mu.Lock()
+	clear(m.ended)
+	m.mu.Unlock()
 	clear(m.bumps)
 	clear(m.firstSeen)
 }
@@ -626,10 +630,7 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 // setAssign replaces the assignment this member acts on; ids are its
 // shards in sorted order, or nil to compute them.
 func (m *memberMode) setAssign(a Assignment, ids []string, version string, found, bad bool) {
-	if ids == nil {
-		ids = sortedKeys(a.Shards)
-	}
-	m.assign, m.assignIDs, m.assignVer, m.assignFound, m.assignBad = a, ids, version, found, bad
+	m.assign, m.assignVer, m.assignFound, m.assignBad = newTable(a, ids), version, found, bad
 	m.assignGen++
 	m.lastChange = m.now()
 }
@@ -731,8 +732,8 @@ func (m *memberMode) noteAssigned(at time.Time) {
 	// A new map each time: maps do not shrink, and most handoffs end
 	// before the next change.
 	seen := map[string]seenAt{}
-	for id, e := range m.assign.Shards {
-		if len(e.Waits) > 0 && e.Owner == m.c.cfg.OwnerID && e.Session == m.session {
+	for i, id := range m.assign.ids {
+		if e := m.assign.at(i); len(e.Waits) > 0 && e.Owner == m.c.cfg.OwnerID && e.Session == m.session {
 			if s, ok := m.firstSeen[id]; ok && s.term == e.Term {
 				seen[id] = s
 			} else {
@@ -751,9 +752,9 @@ func (m *memberMode) noteAssigned(at time.Time) {
 func (m *memberMode) live() map[string]string {
 	if m.incumbent == nil || m.incGen != m.assignGen {
 		m.incumbent, m.incGen = map[string]string{}, m.assignGen
-		for _, e := range m.assign.Shards {
-			if e.Owner != "" {
-				m.incumbent[e.Owner] = e.Session
+		for _, te := range m.assign.ents {
+			if n := m.assign.names[te.name]; n.Owner != "" {
+				m.incumbent[n.Owner] = n.Session
 			}
 		}
 	}
@@ -840,10 +841,10 @@ func (m *memberMode) rebalance(ctx context.Context) {
 		return
 	}
 	// The shards, sorted: the keys of the assignment written are these.
-	shards := m.assignIDs
+	shards := m.assign.ids
 	if len(adds) > 0 || len(removes) > 0 {
-		set := make(map[string]bool, len(m.assign.Shards)+len(adds))
-		for id := range m.assign.Shards {
+		set := make(map[string]bool, m.assign.len()+len(adds))
+		for _, id := range m.assign.ids {
 			set[id] = true
 		}
 		for _, id := range adds {
@@ -854,26 +855,43 @@ func (m *memberMode) rebalance(ctx context.Context) {
 		}
 		shards = sortedKeys(set)
 	}
-	next, changed := balance(m.assign, live, shards)
-	if !slices.Equal(evicted, m.assign.Evicted) {
+	var next Assignment
+	changed, haveNext := false, false
+	if !m.assign.balanced(live, shards) {
+		next, changed = balance(m.assign.assignment(), live, shards)
+		haveNext = true
+	}
+	// change makes next a new version of the assignment, if it is not one
+	// already.
+	change := func() {
 		if !changed {
-			next = cloneAssignment(m.assign)
+			if !haveNext {
+				next, haveNext = m.assign.assignment(), true
+			}
 			next.Epoch++
 			changed = true
 		}
 	}
-	next.Evicted = evicted
+	if !slices.Equal(evicted, m.assign.hdr.Evicted) {
+		change()
+	}
+	m.mu.Lock()
+	ended := maps.Clone(m.ended)
+	m.mu.Unlock()
 	for id := range m.bumps {
-		e, ok := next.Shards[id]
-		if !ok || e.Owner != cfg.OwnerID || e.Session != m.session || e.Term != m.ranTerm[id] {
+		var e Entry
+		var ok bool
+		if changed {
+			e, ok = next.Shards[id]
+		} else {
+			e, ok = m.assign.get(id)
+		}
+		if !ok || e.Owner != cfg.OwnerID || e.Session != m.session || e.Term != ended[id] {
 			delete(m.bumps, id)
 			continue
 		}
-		if !changed {
-			next = cloneAssignment(m.assign)
-			next.Epoch++
-			changed = true
-		}
+		change()
+		e = next.Shards[id]
 		e.Term++
 		next.Shards[id] = e
 	}
@@ -881,6 +899,10 @@ func (m *memberMode) rebalance(ctx context.Context) {
 		m.clearPending(adds, removes)
 		m.balanced = key
 		return
+	}
+	next.Evicted = evicted
+	if len(shards) != len(next.Shards) {
+		shards = sortedKeys(next.Shards)
 	}
 	// Only a member that is itself live and current writes.
 	if live[cfg.OwnerID] != m.session {
@@ -910,15 +932,6 @@ func (m *memberMode) rebalance(ctx context.Context) {
 	default:
 		m.setErr(err)
 	}
-}
-
-func cloneAssignment(a Assignment) Assignment {
-	out := a
-	out.Shards = make(map[string]Entry, len(a.Shards))
-	for id, e := range a.Shards {
-		out.Shards[id] = e
-	}
-	return out
 }
 
 func (m *memberMode) clearPending(adds, removes []string) {
@@ -993,7 +1006,7 @@ func (m *memberMode) reconcile(ctx context.Context) {
 	stopped := 0
 	if rescan || !valid {
 		for id, r := range m.runs {
-			e, ok := m.assign.Shards[id]
+			e, ok := m.assign.get(id)
 			mine := ok && e.Owner == cfg.OwnerID && e.Session == m.session && e.Term == r.term
 			if !mine || !valid {
 				m.stopRunLocked(r)
@@ -1009,20 +1022,23 @@ func (m *memberMode) reconcile(ctx context.Context) {
 		}
 	}
 	if rescan {
-		// A term we ran that the shard has since moved past can never
-		// come back: forget it.
-		for id, t := range m.ranTerm {
-			if e, ok := m.assign.Shards[id]; ok && e.Term > t {
-				delete(m.ranTerm, id)
+		// A term that ended and that the shard has since moved past can
+		// never come back: forget it.
+		for id, t := range m.ended {
+			if e, ok := m.assign.get(id); ok && e.Term > t {
+				delete(m.ended, id)
 			}
+		}
+		if len(m.ended) == 0 {
+			m.ended = map[string]uint64{}
 		}
 	}
 	// Every shard of ours is either running or pending, unless runs
 	// stopped (the deadline passed) since pending was computed.
 	if rescan || len(m.runs)+len(m.pending) != m.mine {
 		m.pending, m.mine = m.pending[:0], 0
-		for _, id := range m.assignIDs {
-			if e := m.assign.Shards[id]; e.Owner == cfg.OwnerID && e.Session == m.session {
+		for i, id := range m.assign.ids {
+			if m.assign.isOwner(i, cfg.OwnerID, m.session) {
 				m.mine++
 				if m.runs[id] == nil {
 					m.pending = append(m.pending, id)
@@ -1031,7 +1047,7 @@ func (m *memberMode) reconcile(ctx context.Context) {
 		}
 	}
 	m.mu.Unlock()
-	m.reconciledEpoch = m.assign.Epoch
+	m.reconciledEpoch = m.assign.hdr.Epoch
 	m.valid = valid
 
 	started := 0
@@ -1039,10 +1055,13 @@ func (m *memberMode) reconcile(ctx context.Context) {
 		var ready []string
 		keep := m.pending[:0]
 		handoffs := map[[2]string]*handoff{}
+		m.mu.Lock()
+		ended := maps.Clone(m.ended)
+		m.mu.Unlock()
 		for _, id := range m.pending {
-			e := m.assign.Shards[id]
+			e, _ := m.assign.get(id)
 			switch {
-			case m.ranTerm[id] == e.Term:
+			case ended[id] == e.Term:
 				// A term that ended (our rights lapsed) is never
 				// resumed: the next rebalance moves the shard to a new
 				// term.
@@ -1068,8 +1087,7 @@ func (m *memberMode) reconcile(ctx context.Context) {
 				keep = append(keep, id)
 				continue
 			}
-			e := m.assign.Shards[id]
-			m.ranTerm[id] = e.Term
+			e, _ := m.assign.get(id)
 			m.startRunLocked(id, e.Term, deadline)
 			started++
 		}
@@ -1088,15 +1106,15 @@ func (m *memberMode) reconcile(ctx context.Context) {
 	sort.Strings(members)
 	m.mu.Lock()
 	if rescan || m.pubGen != m.pendGen {
-		shards := m.assignIDs
+		shards := m.assign.ids
 		if len(m.adds) > 0 {
-			shards = append(slices.Clone(m.assignIDs), m.adds...)
+			shards = append(slices.Clone(m.assign.ids), m.adds...)
 			sort.Strings(shards)
 			shards = slices.Compact(shards)
 		}
 		m.pubShards, m.pubGen = shards, m.pendGen
 	}
-	m.members, m.epoch = members, m.assign.Epoch
+	m.members, m.epoch = members, m.assign.hdr.Epoch
 	held := len(m.runs)
 	if m.hook != nil && moved {
 		for _, r := range m.runs {
@@ -1112,7 +1130,7 @@ func (m *memberMode) reconcile(ctx context.Context) {
 	if started > 0 || stopped > 0 {
 		// One line per change, whatever the number of shards; each
 		// shard's start and stop is logged at debug level.
-		m.c.log.Info("shards changed", "epoch", m.assign.Epoch, "started", started, "stopped", stopped, "held", held, "waiting", len(m.pending))
+		m.c.log.Info("shards changed", "epoch", m.assign.hdr.Epoch, "started", started, "stopped", stopped, "held", held, "waiting", len(m.pending))
 	}
 	if changed {
 		m.c.changed(after)
@@ -1148,6 +1166,7 @@ func (m *memberMode) stopRunLocked(r *shardRun) {
 		m.hook(r.id, false, r.term, m.now(), m.deadline)
 	}
 	delete(m.runs, r.id)
+	m.ended[r.id] = r.term
 	m.heldGen++
 	m.c.log.Debug("stopped leading shard", "shard", r.id, "term", r.term)
 	if r.cancel == nil {
@@ -1195,7 +1214,7 @@ func (m *memberMode) handoffDone(ctx context.Context, id string, e Entry, live m
 			st = &handoff{v: m.views[memberKey(h.Owner, h.Session)]}
 			if st.v != nil {
 				st.read = st.v.recVersion == st.v.version || m.fetch(ctx, memberKey(h.Owner, h.Session), st.v)
-				st.applied = st.read && st.v.rec.Applied >= m.assign.Epoch
+				st.applied = st.read && st.v.rec.Applied >= m.assign.hdr.Epoch
 			}
 			cache[k] = st
 		}
