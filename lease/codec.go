@@ -126,7 +126,13 @@ func appendString(b []byte, s string) []byte {
 // else, which encoding/json then decides. ids are the shards' keys if they
 // came in strictly increasing order (as encode writes them), else nil.
 func decodeFast(data []byte) (a Assignment, ids []string, ok bool) {
-	p := parser{b: data, intern: map[string]string{}}
+	return decodeFastWith(data, nil)
+}
+
+// decodeFastWith is decodeFast; if add is not nil, it receives each shard's
+// entry in order instead of a.Shards.
+func decodeFastWith(data []byte, add func(id string, e Entry)) (a Assignment, ids []string, ok bool) {
+	p := parser{b: data, intern: map[string]string{}, add: add}
 	if !p.lit('{') {
 		return a, nil, false
 	}
@@ -187,6 +193,7 @@ type parser struct {
 	b      []byte
 	i      int
 	intern map[string]string // owner and session names, shared by every entry
+	add    func(id string, e Entry)
 }
 
 func (p *parser) ws() {
@@ -303,11 +310,15 @@ func (p *parser) shards() (m map[string]Entry, ids []string, sorted, ok bool) {
 			return nil, nil, false, false
 		}
 		id := string(key)
-		if n := len(ids); n > 0 && ids[n-1] >= id {
-			sorted = false
+		if p.add != nil {
+			p.add(id, e)
+		} else {
+			if n := len(ids); n > 0 && ids[n-1] >= id {
+				sorted = false
+			}
+			ids = append(ids, id)
+			m[id] = e
 		}
-		ids = append(ids, id)
-		m[id] = e
 		if p.lit(',') {
 			continue
 		}
@@ -422,4 +433,29 @@ func sortedUnique(ids []string) bool {
 		}
 	}
 	return true
+}
+
+// decodeTable reads an assignment record into the form members keep,
+// straight from the bytes when it is what encode writes, without building
+// the map of every shard first.
+func decodeTable(data []byte) (*table, error) {
+	if len(data) <= maxRecordSize {
+		b := newTableBuilder(nil)
+		valid := true
+		a, _, ok := decodeFastWith(data, func(id string, e Entry) {
+			valid = valid && id != "" && (e.Owner == "") == (e.Session == "")
+			b.add(id, e)
+		})
+		if ok && valid && b.sorted {
+			b.t.hdr = a
+			b.t.hdr.Shards = nil
+			return b.t, nil
+		}
+	}
+	// Anything else, errors included, as DecodeAssignment decides it.
+	a, ids, err := decodeAssignment(data)
+	if err != nil {
+		return nil, err
+	}
+	return newTable(a, ids), nil
 }

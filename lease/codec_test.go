@@ -111,6 +111,12 @@ func FuzzDecodeAssignment(f *testing.F) {
 			}
 		}
 		a, err := lease.DecodeAssignment(data)
+		// Members read records straight into their compact form: the
+		// same record, the same errors.
+		viaTable, terr := lease.DecodeTable(data)
+		if (err == nil) != (terr == nil) || err == nil && string(viaTable.Encode()) != string(a.Encode()) {
+			t.Fatalf("DecodeAssignment (%v) and the compact form (%v) differ on %q", err, terr, data)
+		}
 		if err != nil {
 			return
 		}

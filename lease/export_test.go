@@ -43,3 +43,13 @@ func TableBalanced(a Assignment, live map[string]string, shards []string) bool {
 	ids := slices.Compact(slices.Sorted(slices.Values(shards)))
 	return newTable(a, nil).balanced(live, ids)
 }
+
+// DecodeTable reads a record as members do, into the compact form, and
+// rebuilds it.
+func DecodeTable(data []byte) (Assignment, error) {
+	t, err := decodeTable(data)
+	if err != nil {
+		return Assignment{}, err
+	}
+	return t.assignment(), nil
+}

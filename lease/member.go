@@ -589,7 +589,7 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 	switch {
 	case assignVer == "":
 		if m.assignVer != "" || m.assignBad {
-			m.setAssign(Assignment{Shards: map[string]Entry{}}, nil, "", false, false)
+			m.setAssign(emptyTable(), "", false, false)
 		}
 		m.confirmStart = start
 	case assignVer == m.assignVer:
@@ -600,7 +600,7 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 		getEnd := m.now()
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			m.setAssign(Assignment{Shards: map[string]Entry{}}, nil, "", false, false)
+			m.setAssign(emptyTable(), "", false, false)
 			m.confirmStart = getStart
 		case err != nil:
 			m.setErr(err)
@@ -609,17 +609,17 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 		default:
 			// The assignment read replaces ours whatever it holds: let
 			// ours go first, so that two of them are never held at once.
-			m.setAssign(Assignment{Shards: map[string]Entry{}}, nil, m.assignVer, m.assignFound, true)
-			a, ids, derr := decodeAssignment(data)
+			m.setAssign(emptyTable(), m.assignVer, m.assignFound, true)
+			a, derr := decodeTable(data)
 			if derr != nil {
 				if !m.assignBad || m.assignVer != v {
 					m.c.log.Error("the assignment record is corrupt; acting on no shard until it is repaired", "version", v, "err", derr)
 				}
 				m.setErr(derr)
-				m.setAssign(Assignment{Shards: map[string]Entry{}}, nil, v, true, true)
+				m.setAssign(emptyTable(), v, true, true)
 				return
 			}
-			m.setAssign(a, ids, v, true, false)
+			m.setAssign(a, v, true, false)
 			m.confirmStart = getStart
 			m.noteAssigned(getEnd)
 			m.markEvicted()
@@ -627,10 +627,9 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 	}
 }
 
-// setAssign replaces the assignment this member acts on; ids are its
-// shards in sorted order, or nil to compute them.
-func (m *memberMode) setAssign(a Assignment, ids []string, version string, found, bad bool) {
-	m.assign, m.assignVer, m.assignFound, m.assignBad = newTable(a, ids), version, found, bad
+// setAssign replaces the assignment this member acts on.
+func (m *memberMode) setAssign(t *table, version string, found, bad bool) {
+	m.assign, m.assignVer, m.assignFound, m.assignBad = t, version, found, bad
 	m.assignGen++
 	m.lastChange = m.now()
 }
@@ -920,7 +919,7 @@ func (m *memberMode) rebalance(ctx context.Context) {
 	end := m.now()
 	switch {
 	case err == nil:
-		m.setAssign(next, shards, v, true, false)
+		m.setAssign(newTable(next, shards), v, true, false)
 		m.confirmStart = start
 		m.noteAssigned(end)
 		m.clearPending(adds, removes)

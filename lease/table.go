@@ -29,31 +29,58 @@ func newTable(a Assignment, ids []string) *table {
 	if ids == nil || len(ids) != len(a.Shards) {
 		ids = sortedKeys(a.Shards)
 	}
-	t := &table{hdr: a, ids: ids, ents: make([]tentry, len(ids)), names: []Holder{{}}, waits: [][]Holder{nil}}
-	t.hdr.Shards = nil
-	nameIdx := map[Holder]uint32{{}: 0}
-	for i, id := range ids {
-		e := a.Shards[id]
-		n, ok := nameIdx[Holder{Owner: e.Owner, Session: e.Session}]
-		if !ok {
-			n = uint32(len(t.names))
-			t.names = append(t.names, Holder{Owner: e.Owner, Session: e.Session})
-			nameIdx[t.names[n]] = n
-		}
-		w := uint32(0)
-		if len(e.Waits) > 0 {
-			// Most moved shards wait for the same earlier owner: share
-			// equal lists with the previous one.
-			if last := t.waits[len(t.waits)-1]; len(t.waits) > 1 && slices.Equal(last, e.Waits) {
-				w = uint32(len(t.waits) - 1)
-			} else {
-				w = uint32(len(t.waits))
-				t.waits = append(t.waits, slices.Clone(e.Waits))
-			}
-		}
-		t.ents[i] = tentry{name: n, waits: w, term: e.Term}
+	b := newTableBuilder(ids)
+	for _, id := range ids {
+		b.add(id, a.Shards[id])
 	}
-	return t
+	b.t.hdr = a
+	b.t.hdr.Shards = nil
+	return b.t
+}
+
+// tableBuilder builds a table one shard at a time, in order.
+type tableBuilder struct {
+	t       *table
+	nameIdx map[Holder]uint32
+	sorted  bool // every ID added was above the one before
+	n       int
+}
+
+// newTableBuilder starts a table; ids, if known, are those to be added.
+func newTableBuilder(ids []string) *tableBuilder {
+	t := &table{ids: ids, ents: make([]tentry, 0, len(ids)), names: []Holder{{}}, waits: [][]Holder{nil}}
+	if ids == nil {
+		t.ids = []string{}
+	}
+	return &tableBuilder{t: t, nameIdx: map[Holder]uint32{{}: 0}, sorted: true, n: len(ids)}
+}
+
+func (b *tableBuilder) add(id string, e Entry) {
+	t := b.t
+	if b.n == 0 {
+		if k := len(t.ids); k > 0 && t.ids[k-1] >= id {
+			b.sorted = false
+		}
+		t.ids = append(t.ids, id)
+	}
+	n, ok := b.nameIdx[Holder{Owner: e.Owner, Session: e.Session}]
+	if !ok {
+		n = uint32(len(t.names))
+		t.names = append(t.names, Holder{Owner: e.Owner, Session: e.Session})
+		b.nameIdx[t.names[n]] = n
+	}
+	w := uint32(0)
+	if len(e.Waits) > 0 {
+		// Most moved shards wait for the same earlier owner: share equal
+		// lists with the previous one.
+		if last := t.waits[len(t.waits)-1]; len(t.waits) > 1 && slices.Equal(last, e.Waits) {
+			w = uint32(len(t.waits) - 1)
+		} else {
+			w = uint32(len(t.waits))
+			t.waits = append(t.waits, slices.Clone(e.Waits))
+		}
+	}
+	t.ents = append(t.ents, tentry{name: n, waits: w, term: e.Term})
 }
 
 func emptyTable() *table { return newTable(Assignment{Shards: map[string]Entry{}}, []string{}) }

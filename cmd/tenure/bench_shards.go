@@ -260,7 +260,7 @@ func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, 
 	}
 	// Each check reads every member's held set: space them out with many
 	// shards, so that the bench does not compete with what it measures.
-	poll := max(10*time.Millisecond, time.Duration(nShards)*time.Microsecond)
+	poll := max(10*time.Millisecond, time.Duration(nShards)*5*time.Microsecond/2)
 	wait := func(live []*shardMember, fair bool, limit time.Duration) (time.Duration, error) {
 		begin := time.Now()
 		for time.Since(begin) < limit {
