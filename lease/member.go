@@ -214,6 +214,7 @@ type memberMode struct {
 	bumps        map[string]bool        // our shards to move to a new term before running again
 	fenceTimer   interface{ Stop() bool }
 	nextRenew    time.Time // when the regular renewal is due
+	lapseLogged  bool      // the current lapse of our rights was logged
 	lastChange   time.Time // when membership or the assignment last changed, as we saw it
 	// incumbent maps owners to the session the assignment names, for
 	// assignment incGen.
@@ -422,8 +423,13 @@ func (m *memberMode) tick(ctx context.Context) {
 		m.evictDead(ctx)
 		m.rebalance(ctx)
 	}
-	if !renewed && !m.now().Before(m.rightsDeadline()) {
+	switch lapsed := !m.now().Before(m.rightsDeadline()); {
+	case !lapsed:
+		m.lapseLogged = false
+	case !renewed && !m.lapseLogged:
+		// Once per lapse, not every round until the store is back.
 		m.c.log.Warn("renew deadline passed; stopped acting on every shard")
+		m.lapseLogged = true
 	}
 	m.reconcile(ctx)
 }
