@@ -126,8 +126,23 @@ func balance(cur Assignment, live map[string]string, shards []string) (next Assi
 
 // balanceAll is balance over ids, sorted and unique, computed in full.
 func balanceAll(cur Assignment, live map[string]string, ids []string) (next Assignment, changed bool) {
-	next = Assignment{Epoch: cur.Epoch, Shards: make(map[string]Entry, len(ids))}
+	get := func(id string) (Entry, bool) { e, ok := cur.Shards[id]; return e, ok }
+	ents, changed := balanceEntries(get, len(cur.Shards), live, ids)
+	if !changed {
+		return cur, false
+	}
+	next = Assignment{Epoch: cur.Epoch + 1, Shards: make(map[string]Entry, len(ids))}
+	for i, id := range ids {
+		next.Shards[id] = ents[i]
+	}
+	return next, true
+}
 
+// balanceEntries computes balance's result over ids, sorted and unique,
+// as the entries of ids in order, from the current assignment's entries
+// (get) and their number (n).
+func balanceEntries(get func(id string) (Entry, bool), n int, live map[string]string, ids []string) (next []Entry, changed bool) {
+	next = make([]Entry, len(ids))
 	owners := make([]string, 0, len(live))
 	for o := range live {
 		owners = append(owners, o)
@@ -136,34 +151,39 @@ func balanceAll(cur Assignment, live map[string]string, ids []string) (next Assi
 	alive := func(h Holder) bool { return live[h.Owner] == h.Session }
 
 	count := map[string]int{}
-	var free []string // shards needing an owner
-	for _, id := range ids {
-		e := cur.Shards[id]
+	var free []int // shards needing an owner, by index
+	for i, id := range ids {
+		e, _ := get(id)
 		// Holders that died or left have no rights left: stop waiting
 		// for them.
-		var waits []Holder
-		for _, h := range e.Waits {
-			if alive(h) {
-				waits = append(waits, h)
+		if !slices.ContainsFunc(e.Waits, func(h Holder) bool { return !alive(h) }) {
+			// All alive: the list is kept as it is (lists are never
+			// changed in place; appendHolder copies).
+		} else {
+			var waits []Holder
+			for _, h := range e.Waits {
+				if alive(h) {
+					waits = append(waits, h)
+				}
 			}
+			e.Waits = waits
 		}
-		e.Waits = waits
 		switch {
 		case e.Owner == "":
-			next.Shards[id] = e
-			free = append(free, id)
+			next[i] = e
+			free = append(free, i)
 		case live[e.Owner] == "":
 			// The owner died or left: its rights have expired.
-			next.Shards[id] = Entry{Term: e.Term, Waits: e.Waits}
-			free = append(free, id)
+			next[i] = Entry{Term: e.Term, Waits: e.Waits}
+			free = append(free, i)
 		case live[e.Owner] != e.Session:
 			// The owner restarted: same member, new session, new term.
 			// The old session is dead (its record was observed dead).
 			e.Session, e.Term = live[e.Owner], e.Term+1
-			next.Shards[id] = e
+			next[i] = e
 			count[e.Owner]++
 		default:
-			next.Shards[id] = e
+			next[i] = e
 			count[e.Owner]++
 		}
 	}
@@ -173,19 +193,18 @@ func balanceAll(cur Assignment, live map[string]string, ids []string) (next Assi
 		// highest-sorting shards first, so that the choice is
 		// deterministic.
 		for i := len(ids) - 1; i >= 0; i-- {
-			id := ids[i]
-			e := next.Shards[id]
+			e := next[i]
 			if e.Owner != "" && count[e.Owner] > share {
 				count[e.Owner]--
 				e.Waits = appendHolder(e.Waits, Holder{Owner: e.Owner, Session: e.Session, Term: e.Term})
 				e.Owner, e.Session = "", ""
-				next.Shards[id] = e
-				free = append(free, id)
+				next[i] = e
+				free = append(free, i)
 			}
 		}
 		slices.Sort(free)
-		for _, id := range free {
-			e := next.Shards[id]
+		for _, i := range free {
+			e := next[i]
 			best := ""
 			for _, o := range owners {
 				if best == "" || count[o] < count[best] {
@@ -194,20 +213,17 @@ func balanceAll(cur Assignment, live map[string]string, ids []string) (next Assi
 			}
 			count[best]++
 			e.Owner, e.Session, e.Term = best, live[best], e.Term+1
-			next.Shards[id] = e
+			next[i] = e
 		}
 	}
-	changed = len(next.Shards) != len(cur.Shards)
-	for id, e := range next.Shards {
-		if old, ok := cur.Shards[id]; !ok || !old.equal(e) {
+	changed = len(ids) != n
+	for i, id := range ids {
+		if old, ok := get(id); !ok || !old.equal(next[i]) {
 			changed = true
+			break
 		}
 	}
-	if !changed {
-		return cur, false
-	}
-	next.Epoch = cur.Epoch + 1
-	return next, true
+	return next, changed
 }
 
 // balanced reports, without building the next assignment, whether balance

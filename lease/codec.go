@@ -22,20 +22,39 @@ func (a Assignment) encode(ids []string) []byte {
 	if ids == nil {
 		ids = sortedKeys(a.Shards)
 	}
-	ts, err := a.LastUpdated.MarshalJSON()
+	if a.Shards == nil {
+		ids = nil
+	}
+	return encodeRecord(a, a.Shards == nil, ids, func(i int) Entry { return a.Shards[ids[i]] })
+}
+
+// encode writes the table's record, as Assignment.encode does.
+func (t *table) encode() []byte {
+	return encodeRecord(t.hdr, false, t.ids, t.at)
+}
+
+// encodeRecord writes hdr with the shards ids, whose entries at returns
+// (or "null" for the shards if nullShards).
+func encodeRecord(hdr Assignment, nullShards bool, ids []string, at func(i int) Entry) []byte {
+	ts, err := hdr.LastUpdated.MarshalJSON()
 	if err != nil {
 		// A year outside 0-9999: let encoding/json report it.
+		a := hdr
+		a.Shards = make(map[string]Entry, len(ids))
+		for i, id := range ids {
+			a.Shards[id] = at(i)
+		}
 		return a.encodeReflect()
 	}
 	size := 256
-	for _, id := range ids {
-		size += len(id) + 64 + len(a.Shards[id].Waits)*64
+	for i, id := range ids {
+		size += len(id) + 64 + len(at(i).Waits)*64
 	}
 	b := make([]byte, 0, size)
 	b = append(b, `{"epoch":`...)
-	b = strconv.AppendUint(b, a.Epoch, 10)
+	b = strconv.AppendUint(b, hdr.Epoch, 10)
 	b = append(b, `,"shards":`...)
-	if a.Shards == nil {
+	if nullShards {
 		b = append(b, "null"...)
 	} else {
 		b = append(b, '{')
@@ -45,19 +64,19 @@ func (a Assignment) encode(ids []string) []byte {
 			}
 			b = appendString(b, id)
 			b = append(b, ':')
-			b = appendEntry(b, a.Shards[id])
+			b = appendEntry(b, at(i))
 		}
 		b = append(b, '}')
 	}
 	b = append(b, `,"updatedBy":`...)
-	b = appendString(b, a.UpdatedBy)
+	b = appendString(b, hdr.UpdatedBy)
 	b = append(b, `,"lastUpdated":`...)
 	b = append(b, ts...)
 	b = append(b, `,"nonce":`...)
-	b = appendString(b, a.Nonce)
-	if len(a.Evicted) > 0 {
+	b = appendString(b, hdr.Nonce)
+	if len(hdr.Evicted) > 0 {
 		b = append(b, `,"evicted":`...)
-		b = appendHolders(b, a.Evicted)
+		b = appendHolders(b, hdr.Evicted)
 	}
 	return append(b, '}')
 }

@@ -53,6 +53,9 @@ func TestEncodeIsEncodingJSON(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Fatalf("Encode:\n%s\nencoding/json:\n%s", got, want)
 		}
+		if tab := lease.TableEncode(a); a.Shards != nil && !bytes.Equal(tab, want) {
+			t.Fatalf("from the compact form:\n%s\nencoding/json:\n%s", tab, want)
+		}
 		back, err := lease.DecodeAssignment(got)
 		if err != nil {
 			// A shard ID with invalid UTF-8 comes back replaced and is

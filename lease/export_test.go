@@ -53,3 +53,6 @@ func DecodeTable(data []byte) (Assignment, error) {
 	}
 	return t.assignment(), nil
 }
+
+// TableEncode writes a's record from the compact form, as members write it.
+func TableEncode(a Assignment) []byte { return newTable(a, nil).encode() }

@@ -860,20 +860,22 @@ func (m *memberMode) rebalance(ctx context.Context) {
 		}
 		shards = sortedKeys(set)
 	}
-	var next Assignment
-	changed, haveNext := false, false
+	// The next assignment's entries, in the order of ids: computed only
+	// if the current one needs a change, over the compact form, without a
+	// map of every shard.
+	var ents []Entry
+	ids, changed := shards, false
 	if !m.assign.balanced(live, shards) {
-		next, changed = balance(m.assign.assignment(), live, shards)
-		haveNext = true
+		ents, changed = balanceEntries(m.assign.get, m.assign.len(), live, shards)
 	}
-	// change makes next a new version of the assignment, if it is not one
-	// already.
+	// change makes ents a new version of the assignment, if it is not one
+	// already. Unchanged, the shards are the current ones.
 	change := func() {
 		if !changed {
-			if !haveNext {
-				next, haveNext = m.assign.assignment(), true
+			ids, ents = m.assign.ids, make([]Entry, m.assign.len())
+			for i := range ents {
+				ents[i] = m.assign.at(i)
 			}
-			next.Epoch++
 			changed = true
 		}
 	}
@@ -887,7 +889,10 @@ func (m *memberMode) rebalance(ctx context.Context) {
 		var e Entry
 		var ok bool
 		if changed {
-			e, ok = next.Shards[id]
+			var i int
+			if i, ok = slices.BinarySearch(ids, id); ok {
+				e = ents[i]
+			}
 		} else {
 			e, ok = m.assign.get(id)
 		}
@@ -896,41 +901,43 @@ func (m *memberMode) rebalance(ctx context.Context) {
 			continue
 		}
 		change()
-		e = next.Shards[id]
-		e.Term++
-		next.Shards[id] = e
+		i, _ := slices.BinarySearch(ids, id)
+		ents[i].Term++
 	}
 	if !changed {
 		m.clearPending(adds, removes)
 		m.balanced = key
 		return
 	}
-	next.Evicted = evicted
-	if len(shards) != len(next.Shards) {
-		shards = sortedKeys(next.Shards)
-	}
 	// Only a member that is itself live and current writes.
 	if live[cfg.OwnerID] != m.session {
 		return
 	}
-	next.UpdatedBy, next.LastUpdated, next.Nonce = cfg.OwnerID, cfg.Clock.Wall(), rand.Text()
+	b := newTableBuilder(ids)
+	for i, id := range ids {
+		b.add(id, ents[i])
+	}
+	ents = nil
+	next := b.t
+	next.hdr = Assignment{Epoch: m.assign.hdr.Epoch + 1, Evicted: evicted,
+		UpdatedBy: cfg.OwnerID, LastUpdated: cfg.Clock.Wall(), Nonce: rand.Text()}
 	cond := store.IfAbsent()
 	if m.assignFound {
 		cond = store.IfMatch(m.assignVer)
 	}
 	start := m.now()
 	wctx, cancel := context.WithTimeout(ctx, cfg.renewDeadline())
-	v, err := store.PutResolved(wctx, cfg.Store, m.key(assignmentKey), next.encode(shards), cond, store.ResolveOptions{Attempts: 3, MaxSize: maxRecordSize})
+	v, err := store.PutResolved(wctx, cfg.Store, m.key(assignmentKey), next.encode(), cond, store.ResolveOptions{Attempts: 3, MaxSize: maxRecordSize})
 	cancel()
 	end := m.now()
 	switch {
 	case err == nil:
-		m.setAssign(newTable(next, shards), v, true, false)
+		m.setAssign(next, v, true, false)
 		m.confirmStart = start
 		m.noteAssigned(end)
 		m.clearPending(adds, removes)
 		clear(m.bumps)
-		m.c.log.Info("rebalanced shards", "epoch", next.Epoch, "members", len(live), "shards", len(next.Shards))
+		m.c.log.Info("rebalanced shards", "epoch", next.hdr.Epoch, "members", len(live), "shards", next.len())
 	case errors.Is(err, store.ErrPreconditionFailed):
 		// Someone else rebalanced first; the next listing shows it.
 		m.poke()
