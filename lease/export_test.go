@@ -37,7 +37,7 @@ func EncodeReflect(a Assignment) []byte { return a.encodeReflect() }
 
 // ThroughTable keeps a as a member keeps it and rebuilds it; TableBalanced
 // is the shortcut over that form.
-func ThroughTable(a Assignment) Assignment { return newTable(a, nil).assignment() }
+func ThroughTable(a Assignment) Assignment { return tableAssignment(newTable(a, nil)) }
 
 func TableBalanced(a Assignment, live map[string]string, shards []string) bool {
 	ids := slices.Compact(slices.Sorted(slices.Values(shards)))
@@ -51,8 +51,21 @@ func DecodeTable(data []byte) (Assignment, error) {
 	if err != nil {
 		return Assignment{}, err
 	}
-	return t.assignment(), nil
+	return tableAssignment(t), nil
 }
 
 // TableEncode writes a's record from the compact form, as members write it.
 func TableEncode(a Assignment) []byte { return newTable(a, nil).encode() }
+
+// tableAssignment rebuilds the full record from the compact form.
+func tableAssignment(t *table) Assignment {
+	a := t.hdr
+	a.Evicted = slices.Clone(t.hdr.Evicted)
+	a.Shards = make(map[string]Entry, len(t.ids))
+	for i, id := range t.ids {
+		e := t.at(i)
+		e.Waits = slices.Clone(e.Waits)
+		a.Shards[id] = e
+	}
+	return a
+}

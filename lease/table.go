@@ -110,19 +110,6 @@ func (t *table) isOwner(i int, owner, session string) bool {
 	return n.Owner == owner && n.Session == session
 }
 
-// assignment rebuilds the full record, for balance and for writing.
-func (t *table) assignment() Assignment {
-	a := t.hdr
-	a.Evicted = slices.Clone(t.hdr.Evicted)
-	a.Shards = make(map[string]Entry, len(t.ids))
-	for i, id := range t.ids {
-		e := t.at(i)
-		e.Waits = slices.Clone(e.Waits)
-		a.Shards[id] = e
-	}
-	return a
-}
-
 // balanced is the package's balanced over a table: whether balance would
 // leave it as it is.
 func (t *table) balanced(live map[string]string, ids []string) bool {
