@@ -65,39 +65,43 @@ const maxRecordSize = 16 << 20
 // DecodeAssignment parses an assignment record, refusing anything that is
 // not one with an error that says why.
 func DecodeAssignment(data []byte) (Assignment, error) {
-	var a Assignment
+	a, _, err := decodeAssignment(data)
+	return a, err
+}
+
+// decodeAssignment also returns the shards' IDs in sorted order when the
+// record lists them so (as Encode writes them), else nil.
+func decodeAssignment(data []byte) (Assignment, []string, error) {
 	if len(data) > maxRecordSize {
-		return a, fmt.Errorf("lease: assignment record is %d bytes; the limit is %d", len(data), maxRecordSize)
+		return Assignment{}, nil, fmt.Errorf("lease: assignment record is %d bytes; the limit is %d", len(data), maxRecordSize)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&a); err != nil {
-		return Assignment{}, fmt.Errorf("lease: assignment record: %w", err)
-	}
-	if dec.More() {
-		return Assignment{}, fmt.Errorf("lease: assignment record has data after the JSON object")
+	a, ids, ok := decodeFast(data)
+	if !ok {
+		a, ids = Assignment{}, nil
+		dec := json.NewDecoder(bytes.NewReader(data))
+		if err := dec.Decode(&a); err != nil {
+			return Assignment{}, nil, fmt.Errorf("lease: assignment record: %w", err)
+		}
+		if dec.More() {
+			return Assignment{}, nil, fmt.Errorf("lease: assignment record has data after the JSON object")
+		}
 	}
 	for id, e := range a.Shards {
 		if id == "" || !utf8.ValidString(id) {
-			return Assignment{}, fmt.Errorf("lease: assignment record has an invalid shard ID %q", id)
+			return Assignment{}, nil, fmt.Errorf("lease: assignment record has an invalid shard ID %q", id)
 		}
 		if (e.Owner == "") != (e.Session == "") {
-			return Assignment{}, fmt.Errorf("lease: assignment record: shard %q has an owner without a session or the reverse", id)
+			return Assignment{}, nil, fmt.Errorf("lease: assignment record: shard %q has an owner without a session or the reverse", id)
 		}
 	}
 	if a.Shards == nil {
 		a.Shards = map[string]Entry{}
 	}
-	return a, nil
+	return a, ids, nil
 }
 
 // Encode returns the record's JSON.
-func (a Assignment) Encode() []byte {
-	b, err := json.Marshal(a)
-	if err != nil {
-		panic("lease: encoding an assignment: " + err.Error())
-	}
-	return b
-}
+func (a Assignment) Encode() []byte { return a.encode(nil) }
 
 // balance computes the assignment that should follow cur, given the live
 // members (owner -> session) and the set of shards. It is deterministic, so
@@ -108,11 +112,37 @@ func (a Assignment) Encode() []byte {
 // waits for its release. changed reports whether the result differs from
 // cur; if not, next is cur.
 func balance(cur Assignment, live map[string]string, shards []string) (next Assignment, changed bool) {
-	next = Assignment{Epoch: cur.Epoch, Shards: make(map[string]Entry, len(shards))}
-	ids := slices.Clone(shards)
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
+	ids := shards
+	if !sortedUnique(ids) {
+		ids = slices.Clone(shards)
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+	}
+	if balanced(cur, live, ids) {
+		return cur, false
+	}
+	return balanceAll(cur, live, ids)
+}
 
+// balanceAll is balance over ids, sorted and unique, computed in full.
+func balanceAll(cur Assignment, live map[string]string, ids []string) (next Assignment, changed bool) {
+	get := func(id string) (Entry, bool) { e, ok := cur.Shards[id]; return e, ok }
+	ents, changed := balanceEntries(get, len(cur.Shards), live, ids)
+	if !changed {
+		return cur, false
+	}
+	next = Assignment{Epoch: cur.Epoch + 1, Shards: make(map[string]Entry, len(ids))}
+	for i, id := range ids {
+		next.Shards[id] = ents[i]
+	}
+	return next, true
+}
+
+// balanceEntries computes balance's result over ids, sorted and unique,
+// as the entries of ids in order, from the current assignment's entries
+// (get) and their number (n).
+func balanceEntries(get func(id string) (Entry, bool), n int, live map[string]string, ids []string) (next []Entry, changed bool) {
+	next = make([]Entry, len(ids))
 	owners := make([]string, 0, len(live))
 	for o := range live {
 		owners = append(owners, o)
@@ -121,34 +151,39 @@ func balance(cur Assignment, live map[string]string, shards []string) (next Assi
 	alive := func(h Holder) bool { return live[h.Owner] == h.Session }
 
 	count := map[string]int{}
-	var free []string // shards needing an owner
-	for _, id := range ids {
-		e := cur.Shards[id]
+	var free []int // shards needing an owner, by index
+	for i, id := range ids {
+		e, _ := get(id)
 		// Holders that died or left have no rights left: stop waiting
 		// for them.
-		var waits []Holder
-		for _, h := range e.Waits {
-			if alive(h) {
-				waits = append(waits, h)
+		if !slices.ContainsFunc(e.Waits, func(h Holder) bool { return !alive(h) }) {
+			// All alive: the list is kept as it is (lists are never
+			// changed in place; appendHolder copies).
+		} else {
+			var waits []Holder
+			for _, h := range e.Waits {
+				if alive(h) {
+					waits = append(waits, h)
+				}
 			}
+			e.Waits = waits
 		}
-		e.Waits = waits
 		switch {
 		case e.Owner == "":
-			next.Shards[id] = e
-			free = append(free, id)
+			next[i] = e
+			free = append(free, i)
 		case live[e.Owner] == "":
 			// The owner died or left: its rights have expired.
-			next.Shards[id] = Entry{Term: e.Term, Waits: e.Waits}
-			free = append(free, id)
+			next[i] = Entry{Term: e.Term, Waits: e.Waits}
+			free = append(free, i)
 		case live[e.Owner] != e.Session:
 			// The owner restarted: same member, new session, new term.
 			// The old session is dead (its record was observed dead).
 			e.Session, e.Term = live[e.Owner], e.Term+1
-			next.Shards[id] = e
+			next[i] = e
 			count[e.Owner]++
 		default:
-			next.Shards[id] = e
+			next[i] = e
 			count[e.Owner]++
 		}
 	}
@@ -158,19 +193,18 @@ func balance(cur Assignment, live map[string]string, shards []string) (next Assi
 		// highest-sorting shards first, so that the choice is
 		// deterministic.
 		for i := len(ids) - 1; i >= 0; i-- {
-			id := ids[i]
-			e := next.Shards[id]
+			e := next[i]
 			if e.Owner != "" && count[e.Owner] > share {
 				count[e.Owner]--
 				e.Waits = appendHolder(e.Waits, Holder{Owner: e.Owner, Session: e.Session, Term: e.Term})
 				e.Owner, e.Session = "", ""
-				next.Shards[id] = e
-				free = append(free, id)
+				next[i] = e
+				free = append(free, i)
 			}
 		}
 		slices.Sort(free)
-		for _, id := range free {
-			e := next.Shards[id]
+		for _, i := range free {
+			e := next[i]
 			best := ""
 			for _, o := range owners {
 				if best == "" || count[o] < count[best] {
@@ -179,20 +213,44 @@ func balance(cur Assignment, live map[string]string, shards []string) (next Assi
 			}
 			count[best]++
 			e.Owner, e.Session, e.Term = best, live[best], e.Term+1
-			next.Shards[id] = e
+			next[i] = e
 		}
 	}
-	changed = len(next.Shards) != len(cur.Shards)
-	for id, e := range next.Shards {
-		if old, ok := cur.Shards[id]; !ok || !old.equal(e) {
+	changed = len(ids) != n
+	for i, id := range ids {
+		if old, ok := get(id); !ok || !old.equal(next[i]) {
 			changed = true
+			break
 		}
 	}
-	if !changed {
-		return cur, false
+	return next, changed
+}
+
+// balanced reports, without building the next assignment, whether balance
+// would leave cur as it is: it holds exactly the shards ids (sorted,
+// unique), each owned by a live session and waiting only for live ones,
+// and no member holds more than its share.
+func balanced(cur Assignment, live map[string]string, ids []string) bool {
+	if len(live) == 0 || len(cur.Shards) != len(ids) {
+		return false
 	}
-	next.Epoch = cur.Epoch + 1
-	return next, true
+	share := (len(ids) + len(live) - 1) / len(live)
+	count := make(map[string]int, len(live))
+	for _, id := range ids {
+		e, ok := cur.Shards[id]
+		if !ok || e.Owner == "" || live[e.Owner] != e.Session {
+			return false
+		}
+		for _, h := range e.Waits {
+			if live[h.Owner] != h.Session {
+				return false
+			}
+		}
+		if count[e.Owner]++; count[e.Owner] > share {
+			return false
+		}
+	}
+	return true
 }
 
 // appendHolder adds h to hs, keeping one entry per owner session: the one

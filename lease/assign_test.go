@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -112,7 +113,20 @@ func TestBalanceProperties(t *testing.T) {
 		if rng.IntN(10) == 0 {
 			shards = append(shards, fmt.Sprintf("x%d", round))
 		}
-		next, _ := lease.Balance(cur, live, shards)
+		next, changed := lease.Balance(cur, live, shards)
+		// The shortcut for an assignment that needs no change agrees
+		// with computing it.
+		if full, fullChanged := lease.BalanceFull(cur, live, shards); fullChanged != changed || string(full.Encode()) != string(next.Encode()) {
+			t.Fatalf("round %d: balance says changed=%v; computed in full, changed=%v", round, changed, fullChanged)
+		}
+		// A member keeps the assignment in a compact form: it holds the
+		// same record, and its shortcut agrees.
+		if string(lease.ThroughTable(next).Encode()) != string(next.Encode()) || string(lease.TableEncode(next)) != string(next.Encode()) {
+			t.Fatalf("round %d: the compact form changes the assignment", round)
+		}
+		if _, again := lease.Balance(cur, live, shards); lease.TableBalanced(cur, live, shards) == again {
+			t.Fatalf("round %d: the compact form's shortcut says balanced=%v, balance changed=%v", round, !again, again)
+		}
 		if len(live) > 0 {
 			share := (len(shards) + len(live) - 1) / len(live)
 			for o, n := range counts(next) {
@@ -152,17 +166,42 @@ func TestBalanceProperties(t *testing.T) {
 	}
 }
 
-func FuzzDecodeAssignment(f *testing.F) {
-	f.Add([]byte(`{"epoch":3,"shards":{"s1":{"owner":"a","session":"x","term":2,"waits":[{"owner":"b","session":"y","term":1}]}}}`))
-	f.Add([]byte(`{}`))
-	f.Add([]byte(`{"shards":{"":{}}}`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		a, err := lease.DecodeAssignment(data)
-		if err != nil {
-			return
+// TestBalanceShortcut: the check that an assignment needs no change agrees
+// with computing the change, case by case.
+func TestBalanceShortcut(t *testing.T) {
+	live := map[string]string{"a": "sa", "b": "sb"}
+	fair := lease.Assignment{Epoch: 1, Shards: map[string]lease.Entry{
+		"s1": {Owner: "a", Session: "sa", Term: 1}, "s2": {Owner: "a", Session: "sa", Term: 1},
+		"s3": {Owner: "b", Session: "sb", Term: 1, Waits: []lease.Holder{{Owner: "a", Session: "sa", Term: 0}}},
+	}}
+	ids := []string{"s1", "s2", "s3"}
+	with := func(id string, e lease.Entry) lease.Assignment {
+		a := lease.Assignment{Epoch: 1, Shards: maps.Clone(fair.Shards)}
+		a.Shards[id] = e
+		return a
+	}
+	for _, tc := range []struct {
+		name    string
+		cur     lease.Assignment
+		live    map[string]string
+		ids     []string
+		changed bool
+	}{
+		{"fair", fair, live, ids, false},
+		{"over its share", with("s3", lease.Entry{Owner: "a", Session: "sa", Term: 1}), live, ids, true},
+		{"owner gone", fair, map[string]string{"a": "sa", "c": "sc"}, ids, true},
+		{"owner restarted", fair, map[string]string{"a": "sa", "b": "sb2"}, ids, true},
+		{"waits for a dead session", fair, map[string]string{"a": "sa2", "b": "sb"}, ids, true},
+		{"unassigned", with("s2", lease.Entry{Term: 3}), live, ids, true},
+		{"a shard added", fair, live, []string{"s1", "s2", "s3", "s4"}, true},
+		{"a shard removed", fair, live, []string{"s1", "s2"}, true},
+		{"nobody live", fair, map[string]string{}, ids, true},
+	} {
+		_, changed := lease.Balance(tc.cur, tc.live, tc.ids)
+		_, full := lease.BalanceFull(tc.cur, tc.live, tc.ids)
+		table := !lease.TableBalanced(tc.cur, tc.live, tc.ids)
+		if changed != tc.changed || full != tc.changed || table != tc.changed {
+			t.Errorf("%s: balance changed=%v, in full %v, over the compact form %v; want %v", tc.name, changed, full, table, tc.changed)
 		}
-		if _, err := lease.DecodeAssignment(a.Encode()); err != nil {
-			t.Fatalf("re-encoded assignment does not decode: %v", err)
-		}
-	})
+	}
 }

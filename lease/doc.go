@@ -32,9 +32,20 @@
 // version of every member record and of the assignment; it reads the
 // assignment only when its version changed. Store requests therefore grow
 // with members, not shards (measured: 1,000 shards on 3 members cost 1.5x
-// three single elections). Shards are spread so that no member holds more
-// than ceil(shards/members) while others are live: a member that joins
-// receives its share, and one that leaves or dies has its shards taken.
+// three single elections). While membership or the assignment changes, or
+// while it waits for a handoff, a member also lists every tenth of
+// RenewPeriod (renewals keep their period), so that a join or a handoff
+// completes in seconds; a stable group lists only when it renews. Shards
+// are spread so that no member holds more than ceil(shards/members) while
+// others are live: a member that joins receives its share, and one that
+// leaves or dies has its shards taken. The work of a round over every
+// shard is done only when the assignment changes, and a shard costs no
+// goroutine unless OnStartedLeading or OnStoppedLeading is set: 100,000
+// shards are practical (see docs/BENCHMARKS.md).
+//
+// Logging: one INFO line per change of the shards a member leads, with
+// counts ("shards changed": started, stopped, held, waiting); each shard's
+// start and stop is logged at DEBUG.
 //
 // # Safety in MemberLeases mode
 //
@@ -51,9 +62,12 @@
 // member's shards move without waiting, the observer replaces its record
 // by compare-and-swap with a tombstone (eviction), so that the dead
 // member's own renewal and the eviction cannot both succeed. A shard taken
-// from a live member (a rebalance) waits until that member has released it
-// (its record says so), or has left or been evicted, or that member's
-// lease has passed since the new owner saw the assignment. Terms grow by
+// from a live member (a rebalance) waits until that member has released it,
+// or has left or been evicted, or that member's lease has passed since the
+// new owner saw the assignment. A member releases every shard an
+// assignment takes from it with one number in its record: the epoch of the
+// last assignment it has applied (every run that assignment does not give
+// it has stopped and returned), whatever the number of shards. Terms grow by
 // one whenever a shard changes hands, and a term that ended is never
 // resumed. Member and assignment records are read with a bound of 16 MiB
 // (store.GetLimited): a larger object at such a key is refused unread and

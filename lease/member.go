@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
 	"slices"
@@ -41,8 +42,15 @@ type MemberRecord struct {
 	LeaseMillis int64     `json:"leaseMillis"`
 	Nonce       string    `json:"nonce"`
 	Counter     uint64    `json:"counter"`
-	// Released maps shards this member no longer acts on to the term it
-	// last held: a new owner waiting for the handoff may start at once.
+	// Applied is the highest assignment epoch this session has applied:
+	// every shard that assignment does not give it, at the term it gives,
+	// has been stopped and its work has returned. An owner waiting for
+	// this member's handoff of a shard it sees assigned to itself at epoch
+	// E may start once Applied ≥ E. One number, whatever the number of
+	// shards that moved.
+	Applied uint64 `json:"applied,omitempty"`
+	// Released maps shards to the last term this member held them at.
+	// Earlier versions wrote it instead of Applied; it is still honoured.
 	Released map[string]uint64 `json:"released,omitempty"`
 	// EvictedBy is set on a tombstone: another member judged this one dead
 	// and replaced its record by compare-and-swap on the version it saw
@@ -154,19 +162,33 @@ func (m *memberMode) dead(v *memberView) bool {
 
 // markEvicted flags the views of sessions the assignment lists as evicted.
 func (m *memberMode) markEvicted() {
-	for _, h := range m.assign.Evicted {
+	for _, h := range m.assign.hdr.Evicted {
 		if v := m.views[memberKey(h.Owner, h.Session)]; v != nil {
 			v.evicted = true
 		}
 	}
 }
 
+// shardRun is one term of one shard led by this member. Without callbacks
+// nothing runs and cancel and done are nil: the term ends when it stops.
 type shardRun struct {
 	id     string
 	term   uint64
-	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{}
+	done   chan struct{} // closed when the callbacks have returned
+}
+
+// seenAt is when this member first saw a shard assigned to it at term.
+type seenAt struct {
+	term uint64
+	at   time.Time
+}
+
+// balanceKey is what a rebalance is computed from; a round whose key is
+// the last one that needed no change skips the computation.
+type balanceKey struct {
+	assignGen, pendingGen uint64
+	live, evicted         string
 }
 
 type memberMode struct {
@@ -182,15 +204,35 @@ type memberMode struct {
 	counter      uint64
 	renewStart   time.Time // start of the last successful renewal of our record
 	confirmStart time.Time // start of the last read that confirmed the assignment
-	assign       Assignment
+	assign       *table    // the assignment we act on
 	assignVer    string
 	assignFound  bool
 	assignBad    bool
+	assignGen    uint64                 // grows whenever assign or session changes
 	views        map[string]*memberView // by relative key
-	firstSeen    map[string]time.Time   // "shard\x00term" -> when we first saw it assigned to us
-	ranTerm      map[string]uint64      // shard -> the last term we ran it at
+	firstSeen    map[string]seenAt      // shard -> when we first saw it assigned to us at a term
 	bumps        map[string]bool        // our shards to move to a new term before running again
 	fenceTimer   interface{ Stop() bool }
+	nextRenew    time.Time // when the regular renewal is due
+	lapseLogged  bool      // the current lapse of our rights was logged
+	lastChange   time.Time // when membership or the assignment last changed, as we saw it
+	// incumbent maps owners to the session the assignment names, for
+	// assignment incGen.
+	incumbent map[string]string
+	incGen    uint64
+	balanced  balanceKey // the last rebalance input that needed no change
+	// reconciledGen and reconciledEpoch: the assignment whose shards'
+	// runs reconcile last matched; pending: our shards in it not running
+	// yet (waiting for a handoff or a new term), mine: how many it gives
+	// us; valid: whether we could act at the last reconcile.
+	reconciledGen   uint64
+	reconciledEpoch uint64
+	pending         []string
+	mine            int
+	valid           bool
+	// applied is the epoch our record may state as Applied (see
+	// MemberRecord), published the one our last renewal wrote.
+	applied, published uint64
 
 	// hookStep, if set (tests only), runs at the top of every round.
 	hookStep func()
@@ -200,9 +242,16 @@ type memberMode struct {
 
 	mu        sync.Mutex
 	runs      map[string]*shardRun // shards we lead
-	finished  []*shardRun          // runs cancelled whose work has not returned yet
-	released  map[string]uint64    // acks to publish: shard -> term we stopped
+	finishing map[*shardRun]bool   // runs stopped whose callbacks have not returned yet
+	busy      map[string]int       // shard -> its runs in finishing
+	// ended maps shards to the last term of ours that ended, while the
+	// shard may still be assigned to us at it: such a term is never
+	// resumed.
+	ended     map[string]uint64
+	heldGen   uint64 // grows with every start and stop
+	notified  uint64 // the heldGen OnChange last reported
 	pubShards []string
+	pubGen    uint64 // the pendingGen pubShards was built with
 	deadline  time.Time
 	members   []string
 	epoch     uint64
@@ -210,19 +259,20 @@ type memberMode struct {
 	duplicate bool
 	adds      []string
 	removes   []string
+	pendGen   uint64 // grows with every change of adds and removes
 	wake      chan struct{}
 }
 
 func newMemberMode(c *Coordinator) *memberMode {
 	m := &memberMode{
 		c: c, session: rand.Text()[:16],
-		views: map[string]*memberView{}, firstSeen: map[string]time.Time{},
-		ranTerm: map[string]uint64{}, bumps: map[string]bool{},
-		released: map[string]uint64{}, runs: map[string]*shardRun{},
-		wake: make(chan struct{}, 1),
+		views: map[string]*memberView{}, firstSeen: map[string]seenAt{},
+		ended: map[string]uint64{}, bumps: map[string]bool{},
+		runs: map[string]*shardRun{}, finishing: map[*shardRun]bool{}, busy: map[string]int{},
+		wake: make(chan struct{}, 1), pendGen: 1, assign: emptyTable(),
 	}
 	m.adds = slices.Clone(c.cfg.ShardIDs)
-	m.pubShards = slices.Clone(c.cfg.ShardIDs)
+	m.pubShards = slices.Compact(slices.Sorted(slices.Values(c.cfg.ShardIDs)))
 	return m
 }
 
@@ -302,18 +352,28 @@ func (m *memberMode) run(ctx context.Context) (err error) {
 			m.hookStep()
 		}
 		m.tick(ctx)
-		pause := m.c.cfg.RenewPeriod/2 + store.Jitter(cfg.RenewPeriod/2, 0.2)
-		if m.retrySoon {
+		pause := m.nextRenew.Sub(m.now())
+		switch {
+		case m.retrySoon:
 			// The last round failed: our rights run on the older
 			// confirmations, so try again well before they lapse.
 			pause = store.Jitter(cfg.RenewPeriod/4, 0.2)
 			m.retrySoon = false
+		case m.applied > m.published:
+			// Shards were handed off: tell their new owners now.
+			pause = 0
+		case m.transition():
+			// Membership or the assignment is changing: list often, so
+			// that handoffs complete in a fraction of a renew period.
+			// Renewals keep their own period.
+			pause = min(pause, store.Jitter(cfg.RenewPeriod/10, 0.2))
 		}
 		// Look again the moment a member that stopped renewing would be
 		// judged dead, rather than at the next round.
 		if d := m.nextDeath().Sub(m.now()); d > 0 && d < pause {
 			pause = d + time.Millisecond
 		}
+		pause = max(pause, 0)
 		t := cfg.Clock.NewTimer(pause)
 		select {
 		case <-ctx.Done():
@@ -330,7 +390,11 @@ func (m *memberMode) run(ctx context.Context) (err error) {
 // rebalance if membership changed, then start and stop shards.
 func (m *memberMode) tick(ctx context.Context) {
 	cfg := m.c.cfg
-	renewed := m.renew(ctx)
+	m.updateApplied()
+	renewed := true
+	if m.needRead || m.myVersion == "" || m.applied > m.published || !m.now().Before(m.nextRenew) {
+		renewed = m.renew(ctx)
+	}
 	var (
 		items              []store.Item
 		err                error
@@ -359,10 +423,41 @@ func (m *memberMode) tick(ctx context.Context) {
 		m.evictDead(ctx)
 		m.rebalance(ctx)
 	}
-	if !renewed && !m.now().Before(m.rightsDeadline()) {
+	switch lapsed := !m.now().Before(m.rightsDeadline()); {
+	case !lapsed:
+		m.lapseLogged = false
+	case !renewed && !m.lapseLogged:
+		// Once per lapse, not every round until the store is back.
 		m.c.log.Warn("renew deadline passed; stopped acting on every shard")
+		m.lapseLogged = true
 	}
 	m.reconcile(ctx)
+}
+
+// regularPause is the time between two renewals: half to a little over
+// the renew period, with jitter.
+func (m *memberMode) regularPause() time.Duration {
+	rp := m.c.cfg.RenewPeriod
+	return rp/2 + store.Jitter(rp/2, 0.2)
+}
+
+// transition reports whether this member should list more often than it
+// renews: it has shards to start (waiting for their handoff), or it saw
+// membership or the assignment change less than a renew period ago. A
+// stable group lists only when it renews, so its cost does not change.
+func (m *memberMode) transition() bool {
+	return m.valid && len(m.pending) > 0 || m.now().Sub(m.lastChange) < m.c.cfg.RenewPeriod
+}
+
+// updateApplied raises applied to the epoch of the assignment reconcile
+// last matched, once every run it stopped has returned.
+func (m *memberMode) updateApplied() {
+	m.mu.Lock()
+	idle := len(m.finishing) == 0
+	m.mu.Unlock()
+	if idle {
+		m.applied = max(m.applied, m.reconciledEpoch)
+	}
 }
 
 // renew writes our record: create on the first round, then compare-and-
@@ -395,16 +490,11 @@ func (m *memberMode) renew(ctx context.Context) bool {
 		}
 	}
 	m.counter++
-	m.mu.Lock()
-	acks := make(map[string]uint64, len(m.released))
-	for k, v := range m.released {
-		acks[k] = v
-	}
-	m.mu.Unlock()
+	applied := m.applied
 	rec := MemberRecord{
 		OwnerID: cfg.OwnerID, Session: m.session, LastUpdated: cfg.Clock.Wall(),
 		LeaseMillis: cfg.LeaseDuration.Milliseconds(), Nonce: rand.Text(), Counter: m.counter,
-		Released: acks,
+		Applied: applied,
 	}
 	data, _ := json.Marshal(rec)
 	cond := store.IfAbsent()
@@ -412,6 +502,7 @@ func (m *memberMode) renew(ctx context.Context) bool {
 		cond = store.IfMatch(m.myVersion)
 	}
 	start := m.now()
+	m.nextRenew = start.Add(m.regularPause())
 	wctx, cancel := context.WithTimeout(ctx, cfg.renewDeadline())
 	defer cancel()
 	v, err := store.PutResolved(wctx, cfg.Store, key, data, cond, store.ResolveOptions{
@@ -422,11 +513,13 @@ func (m *memberMode) renew(ctx context.Context) bool {
 	})
 	if err == nil {
 		m.myVersion, m.renewStart = v, start
+		m.published = max(m.published, applied)
 		return true
 	}
 	m.setErr(err)
 	m.c.log.Warn("renewing our member record failed", "err", err)
 	m.needRead, m.retrySoon = true, true
+	m.nextRenew = time.Time{}
 	m.pendingNonce, m.pendingStart = rec.Nonce, start
 	return false
 }
@@ -441,10 +534,13 @@ func (m *memberMode) abandon() {
 		m.stopRunLocked(r)
 	}
 	m.session = rand.Text()[:16]
-	clear(m.released)
 	m.mu.Unlock()
 	m.myVersion, m.renewStart, m.needRead = "", time.Time{}, false
-	clear(m.ranTerm)
+	m.applied, m.published, m.reconciledEpoch = 0, 0, 0
+	m.assignGen++
+	m.mu.Lock()
+	clear(m.ended)
+	m.mu.Unlock()
 	clear(m.bumps)
 	clear(m.firstSeen)
 }
@@ -475,6 +571,7 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 			if v == nil {
 				v = &memberView{owner: owner, session: session}
 				m.views[rel] = v
+				m.lastChange = end
 			}
 			v.version, v.since = it.Version, end
 			if check && session != m.session {
@@ -491,12 +588,15 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 	for rel := range m.views {
 		if !seen[rel] {
 			delete(m.views, rel)
+			m.lastChange = end
 		}
 	}
 	m.markEvicted()
 	switch {
 	case assignVer == "":
-		m.assign, m.assignVer, m.assignFound, m.assignBad = Assignment{Shards: map[string]Entry{}}, "", false, false
+		if m.assignVer != "" || m.assignBad {
+			m.setAssign(emptyTable(), "", false, false)
+		}
 		m.confirmStart = start
 	case assignVer == m.assignVer:
 		m.confirmStart = start
@@ -506,28 +606,38 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 		getEnd := m.now()
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			m.assign, m.assignVer, m.assignFound, m.assignBad = Assignment{Shards: map[string]Entry{}}, "", false, false
+			m.setAssign(emptyTable(), "", false, false)
 			m.confirmStart = getStart
 		case err != nil:
 			m.setErr(err)
 			m.retrySoon = true
 			return
 		default:
-			a, derr := DecodeAssignment(data)
+			// The assignment read replaces ours whatever it holds: let
+			// ours go first, so that two of them are never held at once.
+			m.setAssign(emptyTable(), m.assignVer, m.assignFound, true)
+			a, derr := decodeTable(data)
 			if derr != nil {
 				if !m.assignBad || m.assignVer != v {
 					m.c.log.Error("the assignment record is corrupt; acting on no shard until it is repaired", "version", v, "err", derr)
 				}
 				m.setErr(derr)
-				m.assign, m.assignVer, m.assignFound, m.assignBad = Assignment{Shards: map[string]Entry{}}, v, true, true
+				m.setAssign(emptyTable(), v, true, true)
 				return
 			}
-			m.assign, m.assignVer, m.assignFound, m.assignBad = a, v, true, false
+			m.setAssign(a, v, true, false)
 			m.confirmStart = getStart
 			m.noteAssigned(getEnd)
 			m.markEvicted()
 		}
 	}
+}
+
+// setAssign replaces the assignment this member acts on.
+func (m *memberMode) setAssign(t *table, version string, found, bad bool) {
+	m.assign, m.assignVer, m.assignFound, m.assignBad = t, version, found, bad
+	m.assignGen++
+	m.lastChange = m.now()
 }
 
 // fetch reads a member record into its view.
@@ -609,6 +719,7 @@ func (m *memberMode) evictDead(ctx context.Context) {
 		case err == nil:
 			m.c.log.Info("evicted a dead member", "member", v.owner, "session", v.session)
 			v.version, v.rec, v.recVersion, v.evicted = ver, tomb, ver, true
+			m.lastChange = m.now()
 		case errors.Is(err, store.ErrPreconditionFailed):
 			// It renewed (or someone else evicted it): look again.
 			v.since = m.now()
@@ -620,23 +731,22 @@ func (m *memberMode) evictDead(ctx context.Context) {
 }
 
 // noteAssigned records when we first saw each shard assigned to us at its
-// term: a handoff from a live member waits a lease from then at most.
+// term: a handoff from a live member waits a lease from then at most. Only
+// shards that wait for a handoff need it.
 func (m *memberMode) noteAssigned(at time.Time) {
-	for id, e := range m.assign.Shards {
-		if e.Owner == m.c.cfg.OwnerID && e.Session == m.session {
-			k := id + "\x00" + fmt.Sprint(e.Term)
-			if _, ok := m.firstSeen[k]; !ok {
-				m.firstSeen[k] = at
+	// A new map each time: maps do not shrink, and most handoffs end
+	// before the next change.
+	seen := map[string]seenAt{}
+	for i, id := range m.assign.ids {
+		if e := m.assign.at(i); len(e.Waits) > 0 && e.Owner == m.c.cfg.OwnerID && e.Session == m.session {
+			if s, ok := m.firstSeen[id]; ok && s.term == e.Term {
+				seen[id] = s
+			} else {
+				seen[id] = seenAt{term: e.Term, at: at}
 			}
 		}
 	}
-	for k := range m.firstSeen {
-		id, _, _ := strings.Cut(k, "\x00")
-		e, ok := m.assign.Shards[id]
-		if !ok || k != id+"\x00"+fmt.Sprint(e.Term) {
-			delete(m.firstSeen, k)
-		}
-	}
+	m.firstSeen = seen
 }
 
 // live returns the members that have not been evicted or left, owner ->
@@ -645,12 +755,15 @@ func (m *memberMode) noteAssigned(at time.Time) {
 // assignment already names wins, else the one seen first; if that is not
 // us, we are the duplicate and stay out.
 func (m *memberMode) live() map[string]string {
-	incumbent := map[string]string{}
-	for _, e := range m.assign.Shards {
-		if e.Owner != "" {
-			incumbent[e.Owner] = e.Session
+	if m.incumbent == nil || m.incGen != m.assignGen {
+		m.incumbent, m.incGen = map[string]string{}, m.assignGen
+		for _, te := range m.assign.ents {
+			if n := m.assign.names[te.name]; n.Owner != "" {
+				m.incumbent[n.Owner] = n.Session
+			}
 		}
 	}
+	incumbent := m.incumbent
 	type cand struct {
 		session string
 		since   time.Time
@@ -709,24 +822,6 @@ func (m *memberMode) rebalance(ctx context.Context) {
 	if len(live) == 0 {
 		return
 	}
-	m.mu.Lock()
-	adds, removes := slices.Clone(m.adds), slices.Clone(m.removes)
-	m.mu.Unlock()
-	set := map[string]bool{}
-	for id := range m.assign.Shards {
-		set[id] = true
-	}
-	for _, id := range adds {
-		set[id] = true
-	}
-	for _, id := range removes {
-		delete(set, id)
-	}
-	shards := make([]string, 0, len(set))
-	for id := range set {
-		shards = append(shards, id)
-	}
-	next, changed := balance(m.assign, live, shards)
 	// Record every eviction we know of in the assignment, and forget those
 	// whose tombstones are gone.
 	var evicted []Holder
@@ -741,54 +836,108 @@ func (m *memberMode) rebalance(ctx context.Context) {
 		}
 		return evicted[i].Session < evicted[j].Session
 	})
-	if !slices.Equal(evicted, m.assign.Evicted) {
+	m.mu.Lock()
+	adds, removes := slices.Clone(m.adds), slices.Clone(m.removes)
+	key := balanceKey{assignGen: m.assignGen, pendingGen: m.pendGen, live: holdersKey(live, nil), evicted: holdersKey(nil, evicted)}
+	m.mu.Unlock()
+	if len(m.bumps) == 0 && key == m.balanced {
+		// Nothing the result depends on changed since a round that
+		// needed no change: skip computing it over every shard again.
+		return
+	}
+	// The shards, sorted: the keys of the assignment written are these.
+	shards := m.assign.ids
+	if len(adds) > 0 || len(removes) > 0 {
+		set := make(map[string]bool, m.assign.len()+len(adds))
+		for _, id := range m.assign.ids {
+			set[id] = true
+		}
+		for _, id := range adds {
+			set[id] = true
+		}
+		for _, id := range removes {
+			delete(set, id)
+		}
+		shards = sortedKeys(set)
+	}
+	// The next assignment's entries, in the order of ids: computed only
+	// if the current one needs a change, over the compact form, without a
+	// map of every shard.
+	var ents []Entry
+	ids, changed := shards, false
+	if !m.assign.balanced(live, shards) {
+		ents, changed = balanceEntries(m.assign.get, m.assign.len(), live, shards)
+	}
+	// change makes ents a new version of the assignment, if it is not one
+	// already. Unchanged, the shards are the current ones.
+	change := func() {
 		if !changed {
-			next = cloneAssignment(m.assign)
-			next.Epoch++
+			ids, ents = m.assign.ids, make([]Entry, m.assign.len())
+			for i := range ents {
+				ents[i] = m.assign.at(i)
+			}
 			changed = true
 		}
 	}
-	next.Evicted = evicted
+	if !slices.Equal(evicted, m.assign.hdr.Evicted) {
+		change()
+	}
+	m.mu.Lock()
+	ended := maps.Clone(m.ended)
+	m.mu.Unlock()
 	for id := range m.bumps {
-		e, ok := next.Shards[id]
-		if !ok || e.Owner != cfg.OwnerID || e.Session != m.session || e.Term != m.ranTerm[id] {
+		var e Entry
+		var ok bool
+		if changed {
+			var i int
+			if i, ok = slices.BinarySearch(ids, id); ok {
+				e = ents[i]
+			}
+		} else {
+			e, ok = m.assign.get(id)
+		}
+		if !ok || e.Owner != cfg.OwnerID || e.Session != m.session || e.Term != ended[id] {
 			delete(m.bumps, id)
 			continue
 		}
-		if !changed {
-			next = cloneAssignment(m.assign)
-			next.Epoch++
-			changed = true
-		}
-		e.Term++
-		next.Shards[id] = e
+		change()
+		i, _ := slices.BinarySearch(ids, id)
+		ents[i].Term++
 	}
 	if !changed {
 		m.clearPending(adds, removes)
+		m.balanced = key
 		return
 	}
 	// Only a member that is itself live and current writes.
 	if live[cfg.OwnerID] != m.session {
 		return
 	}
-	next.UpdatedBy, next.LastUpdated, next.Nonce = cfg.OwnerID, cfg.Clock.Wall(), rand.Text()
+	b := newTableBuilder(ids)
+	for i, id := range ids {
+		b.add(id, ents[i])
+	}
+	ents = nil
+	next := b.t
+	next.hdr = Assignment{Epoch: m.assign.hdr.Epoch + 1, Evicted: evicted,
+		UpdatedBy: cfg.OwnerID, LastUpdated: cfg.Clock.Wall(), Nonce: rand.Text()}
 	cond := store.IfAbsent()
 	if m.assignFound {
 		cond = store.IfMatch(m.assignVer)
 	}
 	start := m.now()
 	wctx, cancel := context.WithTimeout(ctx, cfg.renewDeadline())
-	v, err := store.PutResolved(wctx, cfg.Store, m.key(assignmentKey), next.Encode(), cond, store.ResolveOptions{Attempts: 3, MaxSize: maxRecordSize})
+	v, err := store.PutResolved(wctx, cfg.Store, m.key(assignmentKey), next.encode(), cond, store.ResolveOptions{Attempts: 3, MaxSize: maxRecordSize})
 	cancel()
 	end := m.now()
 	switch {
 	case err == nil:
-		m.assign, m.assignVer, m.assignFound = next, v, true
+		m.setAssign(next, v, true, false)
 		m.confirmStart = start
 		m.noteAssigned(end)
 		m.clearPending(adds, removes)
 		clear(m.bumps)
-		m.c.log.Info("rebalanced shards", "epoch", next.Epoch, "members", len(live))
+		m.c.log.Info("rebalanced shards", "epoch", next.hdr.Epoch, "members", len(live), "shards", next.len())
 	case errors.Is(err, store.ErrPreconditionFailed):
 		// Someone else rebalanced first; the next listing shows it.
 		m.poke()
@@ -797,20 +946,42 @@ func (m *memberMode) rebalance(ctx context.Context) {
 	}
 }
 
-func cloneAssignment(a Assignment) Assignment {
-	out := a
-	out.Shards = make(map[string]Entry, len(a.Shards))
-	for id, e := range a.Shards {
-		out.Shards[id] = e
-	}
-	return out
-}
-
 func (m *memberMode) clearPending(adds, removes []string) {
+	if len(adds) == 0 && len(removes) == 0 {
+		return
+	}
+	done := make(map[string]bool, len(adds)+len(removes))
+	for _, s := range adds {
+		done[s] = true
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.adds = slices.DeleteFunc(m.adds, func(s string) bool { return slices.Contains(adds, s) })
-	m.removes = slices.DeleteFunc(m.removes, func(s string) bool { return slices.Contains(removes, s) })
+	m.adds = slices.DeleteFunc(m.adds, func(s string) bool { return done[s] })
+	clear(done)
+	for _, s := range removes {
+		done[s] = true
+	}
+	m.removes = slices.DeleteFunc(m.removes, func(s string) bool { return done[s] })
+	// The initial shards are all pending adds: do not keep their room.
+	if len(m.adds) == 0 {
+		m.adds = nil
+	}
+	if len(m.removes) == 0 {
+		m.removes = nil
+	}
+	m.pendGen++
+}
+
+// holdersKey is a canonical string for a set of member sessions.
+func holdersKey(live map[string]string, hs []Holder) string {
+	var b strings.Builder
+	for _, o := range sortedKeys(live) {
+		b.WriteString(o + "\x00" + live[o] + "\x00")
+	}
+	for _, h := range hs {
+		b.WriteString(h.Owner + "\x00" + h.Session + "\x00")
+	}
+	return b.String()
 }
 
 // rightsDeadline is when our rights to every shard lapse unless renewed:
@@ -828,99 +999,161 @@ func (m *memberMode) rightsDeadline() time.Time {
 }
 
 // reconcile starts and stops shard work to match the assignment and our
-// rights, and publishes the result.
+// rights, and publishes the result. Its work over every shard is done only
+// when the assignment changed or runs stopped; otherwise it looks at the
+// shards still waiting to start.
 func (m *memberMode) reconcile(ctx context.Context) {
 	cfg := m.c.cfg
 	now := m.now()
 	deadline := m.rightsDeadline()
 	live := m.live()
+	rescan := m.reconciledGen != m.assignGen
+	m.reconciledGen = m.assignGen
 	m.mu.Lock()
 	valid := !m.duplicate && now.Before(deadline)
 	// Publish the deadline before any run starts, so that IsLeader and
 	// Held are true as soon as OnStartedLeading runs.
 	moved := m.deadline != deadline
 	m.deadline = deadline
-	m.finished = slices.DeleteFunc(m.finished, func(r *shardRun) bool {
-		select {
-		case <-r.done:
-			return true
-		default:
-			return false
+	stopped := 0
+	if rescan || !valid {
+		for id, r := range m.runs {
+			e, ok := m.assign.get(id)
+			mine := ok && e.Owner == cfg.OwnerID && e.Session == m.session && e.Term == r.term
+			if !mine || !valid {
+				m.stopRunLocked(r)
+				stopped++
+			}
 		}
-	})
-	before := sortedKeys(m.runs)
-	for id, r := range m.runs {
-		e, ok := m.assign.Shards[id]
-		mine := ok && e.Owner == cfg.OwnerID && e.Session == m.session && e.Term == r.term
-		if !mine || !valid {
-			m.stopRunLocked(r)
+		if stopped > len(m.runs) {
+			// Maps do not shrink: a member that held every shard
+			// before the others joined would keep room for them all.
+			runs := make(map[string]*shardRun, len(m.runs))
+			maps.Copy(runs, m.runs)
+			m.runs = runs
 		}
 	}
-	var start []string
-	if valid {
-		for id, e := range m.assign.Shards {
-			if e.Owner == cfg.OwnerID && e.Session == m.session && m.runs[id] == nil && !m.busyLocked(id) {
-				start = append(start, id)
+	if rescan {
+		// A term that ended and that the shard has since moved past can
+		// never come back: forget it.
+		for id, t := range m.ended {
+			if e, ok := m.assign.get(id); ok && e.Term > t {
+				delete(m.ended, id)
+			}
+		}
+		if len(m.ended) == 0 {
+			m.ended = map[string]uint64{}
+		}
+	}
+	// Every shard of ours is either running or pending, unless runs
+	// stopped (the deadline passed) since pending was computed.
+	if rescan || len(m.runs)+len(m.pending) != m.mine {
+		m.pending, m.mine = m.pending[:0], 0
+		for i, id := range m.assign.ids {
+			if m.assign.isOwner(i, cfg.OwnerID, m.session) {
+				m.mine++
+				if m.runs[id] == nil {
+					m.pending = append(m.pending, id)
+				}
 			}
 		}
 	}
 	m.mu.Unlock()
+	m.reconciledEpoch = m.assign.hdr.Epoch
+	m.valid = valid
 
-	sort.Strings(start)
-	for _, id := range start {
-		e := m.assign.Shards[id]
-		if m.ranTerm[id] == e.Term {
-			// A term that ended (our rights lapsed) is never resumed:
-			// the next rebalance moves the shard to a new term.
-			m.bumps[id] = true
-			continue
-		}
-		if !m.handoffDone(ctx, id, e, live, m.now()) {
-			continue
-		}
+	started := 0
+	if valid && len(m.pending) > 0 {
+		var ready []string
+		keep := m.pending[:0]
+		handoffs := map[[2]string]*handoff{}
 		m.mu.Lock()
-		// The checks above made store calls: the rights may have lapsed
-		// meanwhile.
-		if m.duplicate || !m.now().Before(deadline) {
-			m.mu.Unlock()
-			break
-		}
-		m.ranTerm[id] = e.Term
-		delete(m.released, id)
-		m.startRunLocked(id, e.Term, deadline)
+		ended := maps.Clone(m.ended)
 		m.mu.Unlock()
+		for _, id := range m.pending {
+			e, _ := m.assign.get(id)
+			switch {
+			case ended[id] == e.Term:
+				// A term that ended (our rights lapsed) is never
+				// resumed: the next rebalance moves the shard to a new
+				// term.
+				m.bumps[id] = true
+				keep = append(keep, id)
+			case !m.handoffDone(ctx, id, e, live, now, handoffs):
+				keep = append(keep, id)
+			default:
+				ready = append(ready, id)
+			}
+		}
+		requeued := len(keep)
+		m.mu.Lock()
+		// The checks above may have made store calls: the rights may
+		// have lapsed meanwhile.
+		if m.duplicate || !m.now().Before(deadline) {
+			keep = append(keep, ready...)
+			ready = nil
+		}
+		for _, id := range ready {
+			if m.busy[id] > 0 {
+				// The previous term's work has not returned yet.
+				keep = append(keep, id)
+				continue
+			}
+			e, _ := m.assign.get(id)
+			m.startRunLocked(id, e.Term, deadline)
+			started++
+		}
+		m.mu.Unlock()
+		m.pending = keep
+		if len(keep) > requeued {
+			sort.Strings(m.pending)
+		}
 	}
+	m.updateApplied()
 
 	members := make([]string, 0, len(live))
 	for o := range live {
 		members = append(members, o)
 	}
 	sort.Strings(members)
-	shards := make([]string, 0, len(m.assign.Shards))
-	for id := range m.assign.Shards {
-		shards = append(shards, id)
-	}
 	m.mu.Lock()
-	shards = append(shards, m.adds...)
-	sort.Strings(shards)
-	m.pubShards = slices.Compact(shards)
-	m.members, m.epoch = members, m.assign.Epoch
-	after := sortedKeys(m.runs)
+	if rescan || m.pubGen != m.pendGen {
+		shards := m.assign.ids
+		if len(m.adds) > 0 {
+			shards = append(slices.Clone(m.assign.ids), m.adds...)
+			sort.Strings(shards)
+			shards = slices.Compact(shards)
+		}
+		m.pubShards, m.pubGen = shards, m.pendGen
+	}
+	m.members, m.epoch = members, m.assign.hdr.Epoch
+	held := len(m.runs)
 	if m.hook != nil && moved {
 		for _, r := range m.runs {
 			m.hook(r.id, true, r.term, now, deadline)
 		}
 	}
+	var after []string
+	changed := m.heldGen != m.notified
+	if changed {
+		after, m.notified = sortedKeys(m.runs), m.heldGen
+	}
 	m.mu.Unlock()
-	if !slices.Equal(before, after) {
+	if started > 0 || stopped > 0 {
+		// One line per change, whatever the number of shards; each
+		// shard's start and stop is logged at debug level.
+		m.c.log.Info("shards changed", "epoch", m.assign.hdr.Epoch, "started", started, "stopped", stopped, "held", held, "waiting", len(m.pending))
+	}
+	if changed {
 		m.c.changed(after)
 	}
 	// One timer fences every shard at the deadline, in case the loop is
 	// stuck in a store call when it passes.
 	if m.fenceTimer != nil {
 		m.fenceTimer.Stop()
+		m.fenceTimer = nil
 	}
-	if len(after) > 0 {
+	if held > 0 {
 		m.fenceTimer = cfg.Clock.AfterFunc(deadline.Sub(m.now()), m.fenceAll)
 	}
 }
@@ -938,23 +1171,22 @@ func (m *memberMode) fenceAll() {
 	m.poke()
 }
 
-// stopRunLocked cancels a run; once its work returns, the shard is
-// acknowledged as released in our next renewal. The caller holds m.mu.
+// stopRunLocked ends a run: it cancels its context, if callbacks run, and
+// the shard counts as busy until they return. The caller holds m.mu.
 func (m *memberMode) stopRunLocked(r *shardRun) {
 	if m.hook != nil {
 		m.hook(r.id, false, r.term, m.now(), m.deadline)
 	}
-	r.cancel()
 	delete(m.runs, r.id)
-	m.finished = append(m.finished, r)
-	go func() {
-		<-r.done
-		m.mu.Lock()
-		m.released[r.id] = max(m.released[r.id], r.term)
-		m.mu.Unlock()
-		// Renew now, so that the new owner hears of the release at once.
-		m.poke()
-	}()
+	m.ended[r.id] = r.term
+	m.heldGen++
+	m.c.log.Debug("stopped leading shard", "shard", r.id, "term", r.term)
+	if r.cancel == nil {
+		return
+	}
+	m.finishing[r] = true
+	m.busy[r.id]++
+	r.cancel()
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -966,55 +1198,56 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// busyLocked reports whether an earlier run of shard has not returned
-// yet. The caller holds m.mu.
-func (m *memberMode) busyLocked(shard string) bool {
-	for _, r := range m.finished {
-		if r.id != shard {
-			continue
-		}
-		select {
-		case <-r.done:
-		default:
-			return true
-		}
-	}
-	return false
+// handoff is what one reconcile learned of an earlier owner's record.
+type handoff struct {
+	v       *memberView // nil: the member left
+	read    bool        // its current record was read
+	applied bool        // it states it applied our assignment
 }
 
 // handoffDone reports whether every earlier owner that may still act on
-// the shard has stopped: it released the shard (its record says so), or
-// it is no longer live, or its own lease (the larger of ours and the one
-// its record states) has passed since we first saw the shard assigned to
-// us: it saw the assignment that moved the shard before that, so its
-// rights, confirmed no later than that, have lapsed.
-func (m *memberMode) handoffDone(ctx context.Context, id string, e Entry, live map[string]string, now time.Time) bool {
-	first, seen := m.firstSeen[id+"\x00"+fmt.Sprint(e.Term)]
+// the shard has stopped: its record states it applied the assignment that
+// gives us the shard (or, as earlier versions wrote, released the shard),
+// or it is no longer live, or its own lease (the larger of ours and the
+// one its record states) has passed since we first saw the shard assigned
+// to us: it saw the assignment that moved the shard before that, so its
+// rights, confirmed no later than that, have lapsed. Each earlier owner's
+// record is read at most once per call of reconcile (cache).
+func (m *memberMode) handoffDone(ctx context.Context, id string, e Entry, live map[string]string, now time.Time, cache map[[2]string]*handoff) bool {
+	first, seen := m.firstSeen[id]
+	seen = seen && first.term == e.Term
 	for _, h := range e.Waits {
 		if h.Session == m.session || live[h.Owner] != h.Session {
 			continue
 		}
-		v := m.views[memberKey(h.Owner, h.Session)]
-		if v == nil {
-			continue // gone: left
-		}
-		if seen && v.leaseKnown && now.Sub(first) >= m.leaseOf(v) {
-			continue
-		}
-		if v.recVersion != v.version {
-			if !m.fetch(ctx, memberKey(h.Owner, h.Session), v) {
-				return false
+		k := [2]string{h.Owner, h.Session}
+		st := cache[k]
+		if st == nil {
+			st = &handoff{v: m.views[memberKey(h.Owner, h.Session)]}
+			if st.v != nil {
+				st.read = st.v.recVersion == st.v.version || m.fetch(ctx, memberKey(h.Owner, h.Session), st.v)
+				st.applied = st.read && st.v.rec.Applied >= m.assign.hdr.Epoch
 			}
+			cache[k] = st
 		}
-		if t, ok := v.rec.Released[id]; ok && t >= h.Term {
-			continue
+		v := st.v
+		switch {
+		case v == nil: // gone: left
+		case seen && v.leaseKnown && now.Sub(first.at) >= m.leaseOf(v):
+		case st.applied:
+		case st.read && released(v.rec, id, h.Term):
+		default:
+			return false
 		}
-		if seen && v.leaseKnown && now.Sub(first) >= m.leaseOf(v) {
-			continue
-		}
-		return false
 	}
 	return true
+}
+
+// released reports whether rec, as earlier versions wrote it, releases
+// shard at term.
+func released(rec MemberRecord, shard string, term uint64) bool {
+	t, ok := rec.Released[shard]
+	return ok && t >= term
 }
 
 // startRunLocked starts leading a shard. The caller holds m.mu.
@@ -1023,12 +1256,27 @@ func (m *memberMode) startRunLocked(id string, term uint64, deadline time.Time) 
 	if m.hook != nil {
 		m.hook(id, true, term, m.now(), deadline)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &shardRun{id: id, term: term, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	r := &shardRun{id: id, term: term}
 	m.runs[id] = r
-	m.c.log.Info("leading shard", "shard", id, "term", term)
+	m.heldGen++
+	m.c.log.Debug("leading shard", "shard", id, "term", term)
+	if cfg.OnStartedLeading == nil && cfg.OnStoppedLeading == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel, r.done = cancel, make(chan struct{})
 	go func() {
-		defer close(r.done)
+		defer func() {
+			m.mu.Lock()
+			delete(m.finishing, r)
+			if m.busy[id]--; m.busy[id] <= 0 {
+				delete(m.busy, id)
+			}
+			m.mu.Unlock()
+			close(r.done)
+			// Tell the new owner of the release at once.
+			m.poke()
+		}()
 		if f := cfg.OnStartedLeading; f != nil {
 			if p := notify.Safely(func() { f(ctx, id, term) }); p != nil {
 				m.c.log.Error("OnStartedLeading panicked", "shard", id, "panic", p)
@@ -1050,13 +1298,16 @@ func (m *memberMode) leave() {
 	for _, r := range m.runs {
 		m.stopRunLocked(r)
 	}
-	waiting := slices.Clone(m.finished)
+	var waiting []chan struct{}
+	for r := range m.finishing {
+		waiting = append(waiting, r.done)
+	}
 	m.mu.Unlock()
 	if m.fenceTimer != nil {
 		m.fenceTimer.Stop()
 	}
-	for _, r := range waiting {
-		<-r.done
+	for _, done := range waiting {
+		<-done
 	}
 	m.c.changed(nil)
 	if m.myVersion == "" {
@@ -1079,8 +1330,7 @@ func (m *memberMode) isLeader(shard string) bool {
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.runs[shard]
-	return r != nil && r.ctx.Err() == nil && now.Before(m.deadline)
+	return m.runs[shard] != nil && now.Before(m.deadline)
 }
 
 func (m *memberMode) known(shard string) bool {
@@ -1106,14 +1356,7 @@ func (m *memberMode) held() []string {
 	if !now.Before(m.deadline) {
 		return nil
 	}
-	var out []string
-	for id, r := range m.runs {
-		if r.ctx.Err() == nil {
-			out = append(out, id)
-		}
-	}
-	sort.Strings(out)
-	return out
+	return sortedKeys(m.runs)
 }
 
 func (m *memberMode) add(shard string) {
@@ -1122,6 +1365,7 @@ func (m *memberMode) add(shard string) {
 		m.adds = append(m.adds, shard)
 	}
 	m.removes = slices.DeleteFunc(m.removes, func(s string) bool { return s == shard })
+	m.pendGen++
 	m.mu.Unlock()
 	m.poke()
 }
@@ -1132,6 +1376,7 @@ func (m *memberMode) remove(shard string) {
 	if !slices.Contains(m.removes, shard) {
 		m.removes = append(m.removes, shard)
 	}
+	m.pendGen++
 	m.mu.Unlock()
 	m.poke()
 }

@@ -468,3 +468,37 @@ func TestMemberLeasesChaos(t *testing.T) {
 }
 
 var testLogLevel = slog.LevelError
+
+// TestMemberLeasesOnChangeReportsFencedShards: when the renew deadline
+// passes while the loop is stuck in a store call, the fence stops every
+// shard, and OnChange reports the empty set.
+func TestMemberLeasesOnChangeReportsFencedShards(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shards := shardIDs(3)
+		g := newGroup(t, memberConfig(shards))
+		var mu sync.Mutex
+		var last []string
+		a := g.add("a", func(c *lease.Config) {
+			c.OnChange = func(held []string) {
+				mu.Lock()
+				last = held
+				mu.Unlock()
+			}
+		})
+		g.settled(shards, time.Minute)
+		a.fs.SetPartition(faultstore.BlackHoled)
+		time.Sleep(time.Minute)
+		if held := a.c.Held(); len(held) != 0 {
+			t.Fatalf("leads %v cut off from the store for a minute", held)
+		}
+		mu.Lock()
+		got := last
+		mu.Unlock()
+		if len(got) != 0 {
+			t.Fatalf("OnChange last reported %v; the shards were fenced", got)
+		}
+		a.fs.SetPartition(faultstore.Connected)
+		g.stopAll()
+		g.check(time.Time{})
+	})
+}

@@ -5,9 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
+	"net/url"
+	"os"
 	"runtime"
+	"runtime/metrics"
+	"runtime/pprof"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
@@ -28,10 +32,14 @@ type shardsResult struct {
 	RequestsPerHour float64       `json:"requestsPerHour"`
 	CPUPerSecond    float64       `json:"cpuSecondsPerSecond"`
 	HeapBytes       uint64        `json:"heapBytes"`
-	MaxRSSBytes     int64         `json:"maxRSSBytes"`
-	Goroutines      int           `json:"goroutines"`
-	Join            time.Duration `json:"joinRebalanceNanos,omitempty"`
-	Death           time.Duration `json:"deathTakeoverNanos"`
+	// PeakHeapBytes is the largest live heap sampled (every 100 ms) over
+	// the whole run, settle, join and death included; MaxRSSBytes is the
+	// process's peak resident set at the end of the run.
+	PeakHeapBytes uint64        `json:"peakHeapBytes"`
+	MaxRSSBytes   int64         `json:"maxRSSBytes"`
+	Goroutines    int           `json:"goroutines"`
+	Join          time.Duration `json:"joinRebalanceNanos,omitempty"`
+	Death         time.Duration `json:"deathTakeoverNanos"`
 }
 
 func runBenchShards(ctx context.Context, e *env, args []string) error {
@@ -44,6 +52,9 @@ func runBenchShards(ctx context.Context, e *env, args []string) error {
 	renew := fs.Duration("renew", lease.DefaultRenewPeriod, "RenewPeriod")
 	window := fs.Duration("window", 2*time.Minute, "stable window over which requests, CPU and memory are measured")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile, taken at the end of the run (four members, one dead), to this file")
+	logLevel := fs.String("log-level", "", "log the members to stderr at this level (debug, info, warn, error); none by default")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -64,12 +75,35 @@ func runBenchShards(ctx context.Context, e *env, args []string) error {
 	default:
 		return fmt.Errorf("--mode %q: want member, shard or both", *mode)
 	}
+	url, err := sharedStoreURL(*storeURL)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.DiscardHandler)
+	if *logLevel != "" {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(*logLevel)); err != nil {
+			return fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)
+		}
+		log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: l}))
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var results []shardsResult
 	for _, m := range modes {
 		if !*asJSON {
 			fmt.Fprintf(e.stderr, "bench shards: %s, %d shards on %d members…\n", m, *shards, *members)
 		}
-		r, err := benchShardsOnce(ctx, *storeURL, m, *shards, *members, *leaseDur, *renew, *window)
+		r, err := benchShardsOnce(ctx, url, m, *shards, *members, *leaseDur, *renew, *window, *memProfile, log)
 		if err != nil {
 			return err
 		}
@@ -81,17 +115,70 @@ func runBenchShards(ctx context.Context, e *env, args []string) error {
 		return enc.Encode(results)
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "mode\tshards\tmembers\tsettle\trequests/h\tCPU/s\theap MiB\tmax RSS MiB\tgoroutines\tjoin rebalance\tdeath takeover\n")
+	fmt.Fprintf(w, "mode\tshards\tmembers\tsettle\trequests/h\tCPU/s\theap MiB\tpeak heap MiB\tmax RSS MiB\tgoroutines\tjoin rebalance\tdeath takeover\n")
 	for _, r := range results {
 		join := "n/a (no fair share)"
 		if r.Join > 0 {
 			join = r.Join.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%v\t%.0f\t%.3f\t%.1f\t%.1f\t%d\t%s\t%v\n", r.Mode, r.Shards, r.Members,
+		fmt.Fprintf(w, "%s\t%d\t%d\t%v\t%.0f\t%.3f\t%.1f\t%.1f\t%.1f\t%d\t%s\t%v\n", r.Mode, r.Shards, r.Members,
 			r.Settle.Round(time.Millisecond), r.RequestsPerHour, r.CPUPerSecond,
-			float64(r.HeapBytes)/(1<<20), float64(r.MaxRSSBytes)/(1<<20), r.Goroutines, join, r.Death.Round(time.Millisecond))
+			float64(r.HeapBytes)/(1<<20), float64(r.PeakHeapBytes)/(1<<20), float64(r.MaxRSSBytes)/(1<<20),
+			r.Goroutines, join, r.Death.Round(time.Millisecond))
 	}
 	return w.Flush()
+}
+
+// sharedStoreURL makes the members of one bench share a store: an unnamed
+// mem:// store is private to each Open, so it gets a name of its own.
+func sharedStoreURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("--store %q: %w", raw, err)
+	}
+	if u.Scheme == "mem" && u.Host == "" && (u.Path == "" || u.Path == "/") {
+		return "mem://bench-shards-" + rand.Text()[:8], nil
+	}
+	return raw, nil
+}
+
+// heapSampler records the largest live heap seen until stopped.
+type heapSampler struct {
+	peak atomic.Uint64
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func startHeapSampler() *heapSampler {
+	h := &heapSampler{stop: make(chan struct{})}
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() {
+		metrics.Read(sample)
+		if v := sample[0].Value; v.Kind() == metrics.KindUint64 && v.Uint64() > h.peak.Load() {
+			h.peak.Store(v.Uint64())
+		}
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			read()
+			select {
+			case <-h.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return h
+}
+
+func (h *heapSampler) Stop() uint64 {
+	close(h.stop)
+	h.wg.Wait()
+	return h.peak.Load()
 }
 
 type shardMember struct {
@@ -99,15 +186,21 @@ type shardMember struct {
 	st *store.Store
 }
 
-func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, nMembers int, leaseDur, renew, window time.Duration) (shardsResult, error) {
-	r := shardsResult{Mode: mode.String(), Shards: nShards, Members: nMembers, Window: window}
+func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, nMembers int, leaseDur, renew, window time.Duration, memProfile string, log *slog.Logger) (r shardsResult, err error) {
+	r = shardsResult{Mode: mode.String(), Shards: nShards, Members: nMembers, Window: window}
+	heap := startHeapSampler()
+	defer func() {
+		r.PeakHeapBytes = heap.Stop()
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		r.MaxRSSBytes = ru.Maxrss * 1024
+	}()
 	ids := make([]string, nShards)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("shard-%05d", i)
 	}
 	prefix := "bench-shards-" + rand.Text()[:8] + "/"
 	var requests atomic.Int64
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var all []*shardMember
 	start := func(id string) (*shardMember, error) {
 		st, err := store.Open(ctx, url, store.WithObserver(func(store.Call) { requests.Add(1) }))
@@ -115,7 +208,7 @@ func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, 
 			return nil, err
 		}
 		c, err := lease.New(lease.Config{Store: st, Prefix: prefix, ShardIDs: ids, OwnerID: id, Mode: mode,
-			LeaseDuration: leaseDur, RenewPeriod: renew, Logger: quiet})
+			LeaseDuration: leaseDur, RenewPeriod: renew, Logger: log})
 		if err != nil {
 			st.Close()
 			return nil, err
@@ -137,20 +230,26 @@ func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, 
 		}
 	}()
 	// settled reports whether every shard has exactly one leader among
-	// live, and (for member leases) nobody holds more than its share.
+	// live, and (for member leases) nobody holds more than its share. It
+	// counts into one reused slice, so that checking makes no garbage
+	// beyond the held sets themselves.
+	index := make(map[string]int, nShards)
+	for i, id := range ids {
+		index[id] = i
+	}
+	owners := make([]uint8, nShards)
 	settled := func(live []*shardMember, fair bool) bool {
-		owners := make(map[string]int, nShards)
+		clear(owners)
 		for _, m := range live {
 			held := m.c.Held()
 			if fair && len(held) > (nShards+len(live)-1)/len(live) {
 				return false
 			}
 			for _, s := range held {
-				owners[s]++
+				if i, ok := index[s]; ok && owners[i] < 2 {
+					owners[i]++
+				}
 			}
-		}
-		if len(owners) != nShards {
-			return false
 		}
 		for _, n := range owners {
 			if n != 1 {
@@ -159,6 +258,9 @@ func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, 
 		}
 		return true
 	}
+	// Each check reads every member's held set: space them out with many
+	// shards, so that the bench does not compete with what it measures.
+	poll := max(10*time.Millisecond, time.Duration(nShards)*5*time.Microsecond/2)
 	wait := func(live []*shardMember, fair bool, limit time.Duration) (time.Duration, error) {
 		begin := time.Now()
 		for time.Since(begin) < limit {
@@ -168,7 +270,7 @@ func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, 
 			select {
 			case <-ctx.Done():
 				return 0, ctx.Err()
-			case <-time.After(10 * time.Millisecond):
+			case <-time.After(poll):
 			}
 		}
 		return 0, fmt.Errorf("bench shards: %s did not settle within %v", mode, limit)
@@ -207,7 +309,7 @@ func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, 
 	r.CPUPerSecond = cpu.Seconds() / window.Seconds()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	r.HeapBytes, r.MaxRSSBytes, r.Goroutines = ms.HeapAlloc, ru1.Maxrss*1024, runtime.NumGoroutine()
+	r.HeapBytes, r.Goroutines = ms.HeapAlloc, runtime.NumGoroutine()
 
 	// A member joins.
 	if fair {
@@ -228,5 +330,21 @@ func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, 
 	if r.Death, err = wait(live, false, 20*leaseDur); err != nil {
 		return r, err
 	}
+	if memProfile != "" {
+		return r, writeHeapProfile(memProfile)
+	}
 	return r, nil
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

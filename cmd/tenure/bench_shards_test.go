@@ -25,7 +25,8 @@ func TestBenchShards(t *testing.T) {
 		t.Fatalf("modes %q %q", member.Mode, shard.Mode)
 	}
 	for _, r := range rs {
-		if r.Requests <= 0 || r.RequestsPerHour <= 0 || r.Death <= 0 || r.Settle <= 0 || r.HeapBytes == 0 || r.Goroutines == 0 {
+		if r.Requests <= 0 || r.RequestsPerHour <= 0 || r.Death <= 0 || r.Settle <= 0 || r.HeapBytes == 0 || r.Goroutines == 0 ||
+			r.PeakHeapBytes < r.HeapBytes || r.MaxRSSBytes <= 0 {
 			t.Errorf("%s: a measurement is missing: %+v", r.Mode, r)
 		}
 	}
@@ -38,5 +39,23 @@ func TestBenchShards(t *testing.T) {
 	}
 	if code, _, _ := runCmd(t, "bench", "shards"); code != 2 {
 		t.Errorf("bench shards without --store: exit %d", code)
+	}
+}
+
+// TestBenchShardsUnnamedMemStore: an unnamed mem:// store is private to
+// each Open; the bench's members must still share one.
+func TestBenchShardsUnnamedMemStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a shard group for several seconds")
+	}
+	var out, errb strings.Builder
+	err := runBenchShards(t.Context(), &env{stdout: &out, stderr: &errb}, []string{"--store", "mem://",
+		"--shards", "20", "--members", "2", "--mode", "member", "--lease", "1500ms", "--renew", "500ms", "--window", "1s", "--json"})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	var rs []shardsResult
+	if err := json.Unmarshal([]byte(out.String()), &rs); err != nil || len(rs) != 1 || rs[0].Settle <= 0 || rs[0].Join <= 0 {
+		t.Fatalf("output %q: %v", out.String(), err)
 	}
 }
