@@ -385,7 +385,6 @@ func (l *leaderRun) loop() {
 		case now := <-check.C:
 			if !busySince.IsZero() {
 				if d := now.Sub(later(busySince, storeOK)); d >= limit {
-					n.m.logAppendFail.WithLabelValues(n.group, "store_lost").Inc()
 					n.log.Warn("the store does not answer; stepping down so a node that reaches it takes over", "term", l.term, "for", d.Round(time.Millisecond))
 					l.depose(fmt.Errorf("%w for %v", errStoreLost, d.Round(time.Millisecond)))
 					continue

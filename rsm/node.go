@@ -434,15 +434,30 @@ func (n *Node) watchLeader() error {
 }
 
 // checkAndAttempt is called when the leader of term stopped answering.
-// The leader drops from leader_state.json a follower it cannot reach while
-// it reaches another (leaderRun.dropUnreachable) within half the heartbeat
-// timeout; so after waiting that long, a follower that the leader of term
-// listed and leader_state.json no longer lists is cut off from a leader
-// that lives and reaches the rest of the group: it does not attempt, it
-// tries to follow again. Otherwise it attempts (attempt). Only when
-// leadership is tried depends on this; who wins is the store's
-// compare-and-swap (docs/rsm.md, "Availability").
+// Before attempting, it looks for signs in the store that the leader lives
+// and the node is the one cut off:
+//
+//   - The leader drops from leader_state.json a follower it cannot reach
+//     while it reaches another (leaderRun.dropUnreachable), within half the
+//     heartbeat timeout: a node that the leader of term listed and
+//     leader_state.json no longer lists does not attempt.
+//   - The log grows while it waits: the leader still commits, so the
+//     others reach it.
+//
+// Otherwise it attempts (attempt). Only when leadership is tried depends on
+// this; who wins is the store's compare-and-swap (docs/rsm.md,
+// "Availability").
 func (n *Node) checkAndAttempt(term uint64) error {
+	n.repMu.Lock()
+	from := n.rep.applied
+	n.repMu.Unlock()
+	n.mu.Lock()
+	from = max(from, n.commitSeen)
+	n.mu.Unlock()
+	end, err := n.logEnd(n.ctx, from)
+	if err != nil {
+		return err
+	}
 	if sleepCtx(n.ctx, time.Duration(n.opts.MaxMissedHeartbeats)*n.opts.HeartbeatInterval/2) != nil {
 		return nil
 	}
@@ -462,7 +477,34 @@ func (n *Node) checkAndAttempt(term uint64) error {
 		n.log.Warn("the leader dropped this node from the group's membership: it lives and reaches the others, so this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", term)
 		return nil
 	}
+	now, err := n.logEnd(n.ctx, max(from, end))
+	if err != nil {
+		return err
+	}
+	if now > end {
+		n.log.Warn("the leader still commits: this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", term, "log_end", now)
+		return nil
+	}
 	return n.attempt(term)
+}
+
+// logEnd returns the highest log index after `after`; 0 if there is none.
+func (n *Node) logEnd(ctx context.Context, after uint64) (uint64, error) {
+	end := uint64(0)
+	for {
+		idx, err := n.gs.listLog(ctx, after, 1000)
+		if err != nil {
+			return 0, err
+		}
+		if len(idx) == 0 {
+			return end, nil
+		}
+		end = idx[len(idx)-1]
+		if len(idx) < 1000 {
+			return end, nil
+		}
+		after = end
+	}
 }
 
 // attempt is S2C's LeaderState check: if leader_state.json still names the

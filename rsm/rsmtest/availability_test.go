@@ -177,3 +177,39 @@ func TestLeaderCrashFailsOverWithDefaults(t *testing.T) {
 	}
 	writeWithin(t, c, f, 20*time.Second, "leader crashed, default timings")
 }
+
+// TestIsolatedLeaderReplaced: a leader cut from its peers (not from the
+// store) is replaced by the followers, writes through them go on while the
+// cut lasts, and the cut-off node, seeing the log grow, does not take the
+// leadership back.
+func TestIsolatedLeaderReplaced(t *testing.T) {
+	o := availOptions()
+	o.HeartbeatInterval = 200 * time.Millisecond
+	c := rsmtest.Start(t, rsmtest.Config{Options: o, Machines: counterMachines, Logger: nodeLogger(t)})
+	l, err := c.WaitLeader(ctxT(t, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Len() {
+		mustCount(t, c.Node(i), "before the partition")
+	}
+	a, b := (l+1)%c.Len(), (l+2)%c.Len()
+	c.Isolate(l)
+	writeWithin(t, c, a, 20*time.Second, "leader isolated")
+	term := c.Node(a).Status().Term
+	deadline := time.Now().Add(8 * time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval)
+	for time.Now().Before(deadline) {
+		for _, i := range []int{a, b} {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			_, err := c.Node(i).Command(ctx, "counter", nil)
+			cancel()
+			if err != nil {
+				t.Fatalf("no write through node %d within 20 s with the leader %d isolated: %v; statuses %+v", i, l, err, c.Statuses())
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := c.Node(a).Status().Term; got != term {
+		t.Fatalf("the term went from %d to %d while the old leader was cut off: it took the leadership back; statuses %+v", term, got, c.Statuses())
+	}
+}

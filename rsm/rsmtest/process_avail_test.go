@@ -38,6 +38,11 @@ type faultProxy struct {
 	hold func(src int) bool
 	// source names the node that opened a connection, from its port.
 	source func(port int) int
+
+	closed atomic.Bool
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
 }
 
 func newFaultProxy(t *testing.T, target string, hold func(int) bool, source func(int) int) *faultProxy {
@@ -46,21 +51,67 @@ func newFaultProxy(t *testing.T, target string, hold func(int) bool, source func
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultProxy{lis: lis, target: target, hold: hold, source: source}
-	t.Cleanup(func() { lis.Close() })
+	p := &faultProxy{lis: lis, target: target, hold: hold, source: source, conns: map[net.Conn]bool{}}
+	t.Cleanup(p.close)
+	p.wg.Add(1)
 	go p.serve()
 	return p
+}
+
+// close stops the proxy: its connections are closed and its goroutines
+// waited for.
+func (p *faultProxy) close() {
+	p.closed.Store(true)
+	p.lis.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// track records c to be closed with the proxy; false if it is closed.
+func (p *faultProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed.Load() {
+		c.Close()
+		return false
+	}
+	p.conns[c] = true
+	return true
+}
+
+// held waits while src's connections must carry nothing; false once the
+// proxy is closed.
+func (p *faultProxy) held(src int) bool {
+	for p.hold(src) {
+		if p.closed.Load() {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return !p.closed.Load()
 }
 
 func (p *faultProxy) addr() string { return p.lis.Addr().String() }
 
 func (p *faultProxy) serve() {
+	defer p.wg.Done()
 	for {
 		c, err := p.lis.Accept()
 		if err != nil {
 			return
 		}
-		go p.pipe(c)
+		if !p.track(c) {
+			return
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.pipe(c)
+		}()
 	}
 }
 
@@ -70,22 +121,30 @@ func (p *faultProxy) pipe(c net.Conn) {
 	if p.source != nil {
 		src = p.source(c.RemoteAddr().(*net.TCPAddr).Port)
 	}
-	for p.hold(src) {
-		time.Sleep(5 * time.Millisecond)
+	if !p.held(src) {
+		return
 	}
 	u, err := net.Dial("tcp", p.target)
 	if err != nil {
 		return
 	}
 	defer u.Close()
+	if !p.track(u) {
+		return
+	}
 	var once sync.Once
 	done := make(chan struct{})
+	var copies sync.WaitGroup
+	defer copies.Wait()
+	defer u.Close()
+	defer c.Close()
 	cp := func(dst, s net.Conn) {
+		defer copies.Done()
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := s.Read(buf)
-			for n > 0 && p.hold(src) {
-				time.Sleep(5 * time.Millisecond)
+			if n > 0 && !p.held(src) {
+				break
 			}
 			if n > 0 {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -98,6 +157,7 @@ func (p *faultProxy) pipe(c net.Conn) {
 		}
 		once.Do(func() { close(done) })
 	}
+	copies.Add(2)
 	go cp(u, c)
 	go cp(c, u)
 	<-done
@@ -149,11 +209,6 @@ func portOwner(port int, pids []int) int {
 		}
 	}
 	return -1
-}
-
-type availFault struct {
-	name   string
-	leader bool
 }
 
 func TestAvailabilityProcesses(t *testing.T) {
