@@ -13,17 +13,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Defaults: S2C's options and values, plus PipelineDepth.
+// Defaults: S2C's options, plus PipelineDepth. S2C's heartbeat values (10
+// missed heartbeats of 5 s, 3 s per rank) cost 50 s without writes after a
+// leader crash; heartbeats cost no store requests, so they are fast here: a
+// follower gives up on a silent leader after 2 s, and the leader's own
+// checks (docs/rsm.md, "Availability") use the same bound.
 const (
 	DefaultMaxMessageSize        = 500 << 10
 	DefaultSnapshotThreshold     = 100
 	DefaultFlushInterval         = 2 * time.Second
 	DefaultBatchMinCount         = 100
 	DefaultRequestTimeout        = 10 * time.Second
-	DefaultHeartbeatInterval     = 5 * time.Second
-	DefaultMaxMissedHeartbeats   = 10
+	DefaultHeartbeatInterval     = 500 * time.Millisecond
+	DefaultMaxMissedHeartbeats   = 4
 	DefaultMaxConcurrentRequests = 100
-	DefaultLeadershipDelay       = 3 * time.Second
+	DefaultLeadershipDelay       = 250 * time.Millisecond
 	DefaultLogCacheSize          = 1000
 	DefaultMaxPendingBatches     = 1000
 	DefaultMaxDedupClients       = 1000
@@ -72,17 +76,22 @@ type Options struct {
 	// deadline. Default 10 s.
 	RequestTimeout time.Duration
 	// HeartbeatInterval: the leader synchronizes every follower at least
-	// this often. Default 5 s.
+	// this often. Default 500 ms (S2C's is 5 s).
 	HeartbeatInterval time.Duration
 	// MaxMissedHeartbeats: a follower that hears nothing from the leader
 	// for this many intervals checks the store and may attempt leadership.
-	// Default 10.
+	// The product with HeartbeatInterval is the heartbeat timeout: a
+	// leader that gets no answer from the store for as long steps down,
+	// and drops from the membership a follower it cannot reach for half
+	// of it. Default 4 (S2C's is 10).
 	MaxMissedHeartbeats int
 	// MaxConcurrentRequests bounds the state requests a leader holds at
 	// once; beyond it requests are refused with ErrBusy. Default 100.
 	MaxConcurrentRequests int
 	// LeadershipDelay is the pause per rank before a follower attempts
-	// leadership, so the most up-to-date follower goes first. Default 3 s.
+	// leadership, so the most up-to-date follower goes first. Default
+	// 250 ms (S2C's is 3 s): a takeover on an object store takes a few
+	// round trips, well under it.
 	LeadershipDelay time.Duration
 	// LogCacheSize is the number of recent entries the leader keeps to
 	// synchronize followers without reading the store. Default 1000.

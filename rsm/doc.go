@@ -55,5 +55,8 @@
 // only while the node's session stays in the table. Node IDs must
 // be unique. Liveness needs the store: without it nothing commits and no
 // read is answered. Safety never depends on clocks; failover speed does
-// (HeartbeatInterval × MaxMissedHeartbeats, then LeadershipDelay per rank).
+// (HeartbeatInterval × MaxMissedHeartbeats, then half of it more and
+// LeadershipDelay per rank; a leader the store does not answer for
+// HeartbeatInterval × MaxMissedHeartbeats steps down: docs/rsm.md,
+// "Availability").
 package rsm

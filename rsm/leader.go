@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,11 @@ import (
 // errDeposed ends a leadership: a higher term exists, or this leader can no
 // longer tell what it wrote.
 var errDeposed = errors.New("rsm: deposed")
+
+// errStoreLost ends a leadership whose store calls got no answer for the
+// heartbeat timeout: it steps down so a node that reaches the store takes
+// over (docs/rsm.md, "Availability").
+var errStoreLost = errors.New("rsm: the store does not answer")
 
 // pending is one state request waiting for its response.
 type pending struct {
@@ -329,8 +335,14 @@ func (l *leaderRun) loop() {
 		}
 	}
 	defer func() { stop(cmdTimer); stop(readTimer); stop(syncTimer) }()
-	idle := time.NewTicker(time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval)
+	limit := time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval
+	idle := time.NewTicker(limit)
 	defer idle.Stop()
+	// Availability checks: a store that stopped answering, a follower cut off.
+	check := time.NewTicker(max(o.HeartbeatInterval/2, time.Millisecond))
+	defer check.Stop()
+	var busySince, storeOK time.Time // store work in flight since; its last answer
+	storeOK = time.Now()
 	take := func(p *pending) {
 		read, started, full := w.take(p)
 		switch {
@@ -370,9 +382,21 @@ func (l *leaderRun) loop() {
 			syncC, syncAt = nil, time.Time{}
 		case <-idle.C:
 			w.idleTick()
+		case now := <-check.C:
+			if !busySince.IsZero() {
+				if d := now.Sub(later(busySince, storeOK)); d >= limit {
+					n.log.Warn("the store does not answer; stepping down so a node that reaches it takes over", "term", l.term, "for", d.Round(time.Millisecond))
+					l.depose(fmt.Errorf("%w for %v", errStoreLost, d.Round(time.Millisecond)))
+					continue
+				}
+			}
+			l.dropUnreachable(now, limit/2)
 		case fr := <-l.follows:
 			l.members = append(l.members, fr)
 		case ev := <-l.events:
+			if storeAnswered(ev) {
+				storeOK = time.Now()
+			}
 			l.handle(ev)
 		}
 		// Take what else is ready before deciding, so that a round or a
@@ -380,6 +404,9 @@ func (l *leaderRun) loop() {
 		for more := true; more && l.ctx.Err() == nil; {
 			select {
 			case ev := <-l.events:
+				if storeAnswered(ev) {
+					storeOK = time.Now()
+				}
 				l.handle(ev)
 			case p := <-l.reqs:
 				take(p)
@@ -391,6 +418,12 @@ func (l *leaderRun) loop() {
 			continue
 		}
 		l.progress()
+		switch busy := len(w.writes) > 0 || len(w.rounds) > 0; {
+		case busy && busySince.IsZero():
+			busySince = time.Now()
+		case !busy:
+			busySince = time.Time{}
+		}
 		if at := w.nextSync(o.HeartbeatInterval); !at.IsZero() && !at.Equal(syncAt) {
 			stop(syncTimer)
 			syncAt = at
@@ -398,6 +431,65 @@ func (l *leaderRun) loop() {
 			syncC = syncTimer.C
 		}
 	}
+}
+
+// storeAnswered says ev is a log write or confirmation read the store
+// answered: the store is reachable.
+func storeAnswered(ev any) bool {
+	switch ev := ev.(type) {
+	case writeResult:
+		return ev.err == nil
+	case roundResult:
+		return ev.err == nil || errors.Is(ev.err, errDeposed)
+	}
+	return false
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// dropUnreachable removes from leader_state.json a follower the leader
+// has not reached for bound while it reaches another (window.unreachable):
+// the change shows the follower, which reads leader_state.json before it
+// attempts leadership, that the leader lives and reaches the others.
+func (l *leaderRun) dropUnreachable(now time.Time, bound time.Duration) {
+	if l.writingLS {
+		return
+	}
+	id := l.w.unreachable(now, bound)
+	if id == "" {
+		return
+	}
+	next := l.ls
+	next.Followers = slices.DeleteFunc(slices.Clone(l.ls.Followers), func(x followerInfo) bool { return x.ID == id })
+	next.CommitIndex = max(l.w.confirmed, l.ls.CommitIndex)
+	l.writingLS = true
+	prev := l.lsVersion
+	l.n.log.Warn("a follower does not answer; dropping it from the membership", "follower", id, "for", bound)
+	l.goWork(func() {
+		v, err := l.writeMembers(next, prev)
+		l.report(memberResult{drop: id, ls: next, version: v, err: err})
+	})
+}
+
+// dropped takes the result of a drop.
+func (l *leaderRun) dropped(r memberResult) {
+	if r.err != nil {
+		if errors.Is(r.err, errDeposed) {
+			l.depose(r.err)
+		}
+		return
+	}
+	r.ls.Counter++
+	l.ls, l.lsVersion = r.ls, r.version
+	if l.w.unregister(r.drop) {
+		l.n.m.synchronizers.WithLabelValues(l.n.group).Dec()
+	}
+	l.publish()
 }
 
 // handle applies one worker's result to the window.

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
@@ -36,6 +38,7 @@ type Node struct {
 	seq         uint64        // last sequence number given out in session
 	registering chan struct{} // closed when the registration in flight ends
 	fwd         *forwarder
+	fwdCur      atomic.Pointer[forwarder] // fwd, for dropForwarder without subMu
 
 	mu         sync.Mutex
 	state      State
@@ -54,6 +57,7 @@ type Node struct {
 	snapIndex  uint64
 	left       bool
 	following  uint64 // the term of the leader we follow
+	listed     uint64 // a term whose leader's heartbeats listed us as a follower
 	refusal    error  // why the node refused to join, if it did
 	commitSeen uint64 // the highest commit index known: leader_state.json, the leader's heartbeats
 	// problem is a corrupt or missing object that stops the node from
@@ -348,6 +352,9 @@ func (n *Node) joinOnce() error {
 		}
 		return n.checkAndAttempt(ls.Term)
 	}
+	if f := n.fwdCur.Load(); f != nil && f.addr != ls.LeaderAddr {
+		n.dropForwarder() // requests still waiting on a former leader
+	}
 	n.mu.Lock()
 	n.refusals = 0
 	n.following = ls.Term
@@ -402,7 +409,9 @@ func (n *Node) watchLeader() error {
 			n.mu.Unlock()
 			if gone {
 				n.log.Info("the leader is leaving; checking the store")
-				return n.checkAndAttempt(term)
+				n.setState(Joining, NoRole) // requests wait for the next leader
+				n.dropForwarder()
+				return n.attempt(term)
 			}
 			if tooFar || role != Follower {
 				return nil
@@ -413,15 +422,95 @@ func (n *Node) watchLeader() error {
 			term := n.following
 			n.mu.Unlock()
 			n.log.Warn("missed heartbeats from the leader", "missed", n.opts.MaxMissedHeartbeats)
+			// Requests forwarded to it may never be answered: they are
+			// failed now and retried under their sequence numbers, which
+			// the group deduplicates. Until the node follows again, new
+			// requests wait (waitJoined) rather than go to the same leader.
+			n.setState(Joining, NoRole)
+			n.dropForwarder()
 			return n.checkAndAttempt(term)
 		}
 	}
 }
 
-// checkAndAttempt is S2C's LeaderState check: if leader_state.json still
-// names the leader of the term we gave up on, wait for our rank and attempt
-// leadership over the version we read.
+// checkAndAttempt is called when the leader of term stopped answering.
+// Before attempting, it looks for signs in the store that the leader lives
+// and the node is the one cut off:
+//
+//   - The leader drops from leader_state.json a follower it cannot reach
+//     while it reaches another (leaderRun.dropUnreachable), within half the
+//     heartbeat timeout: a node that the leader of term listed and
+//     leader_state.json no longer lists does not attempt.
+//   - The log grows while it waits: the leader still commits, so the
+//     others reach it.
+//
+// Otherwise it attempts (attempt). Only when leadership is tried depends on
+// this; who wins is the store's compare-and-swap (docs/rsm.md,
+// "Availability").
 func (n *Node) checkAndAttempt(term uint64) error {
+	n.repMu.Lock()
+	from := n.rep.applied
+	n.repMu.Unlock()
+	n.mu.Lock()
+	from = max(from, n.commitSeen)
+	n.mu.Unlock()
+	end, err := n.logEnd(n.ctx, from)
+	if err != nil {
+		return err
+	}
+	if sleepCtx(n.ctx, time.Duration(n.opts.MaxMissedHeartbeats)*n.opts.HeartbeatInterval/2) != nil {
+		return nil
+	}
+	ls, _, err := n.gs.readLeaderState(n.ctx)
+	if err != nil {
+		return err
+	}
+	if ls.Term != term {
+		n.observeLeader(ls)
+		return nil
+	}
+	n.mu.Lock()
+	listed := n.listed == term
+	n.mu.Unlock()
+	me := n.host.cfg.ID
+	if listed && ls.LeaderID != me && !slices.ContainsFunc(ls.Followers, func(f followerInfo) bool { return f.ID == me }) {
+		n.log.Warn("the leader dropped this node from the group's membership: it lives and reaches the others, so this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", term)
+		return nil
+	}
+	now, err := n.logEnd(n.ctx, max(from, end))
+	if err != nil {
+		return err
+	}
+	if now > end {
+		n.log.Warn("the leader still commits: this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", term, "log_end", now)
+		return nil
+	}
+	return n.attempt(term)
+}
+
+// logEnd returns the highest log index after `after`; 0 if there is none.
+func (n *Node) logEnd(ctx context.Context, after uint64) (uint64, error) {
+	end := uint64(0)
+	for {
+		idx, err := n.gs.listLog(ctx, after, 1000)
+		if err != nil {
+			return 0, err
+		}
+		if len(idx) == 0 {
+			return end, nil
+		}
+		end = idx[len(idx)-1]
+		if len(idx) < 1000 {
+			return end, nil
+		}
+		after = end
+	}
+}
+
+// attempt is S2C's LeaderState check: if leader_state.json still names the
+// leader of the term we gave up on, wait for our rank and attempt
+// leadership over the version we read.
+func (n *Node) attempt(term uint64) error {
 	rank := n.rank()
 	delay := time.Duration(rank)*n.opts.LeadershipDelay + store.Jitter(n.opts.LeadershipDelay/4, 1)
 	if sleepCtx(n.ctx, delay) != nil {
@@ -497,6 +586,11 @@ func (n *Node) lead(prev leaderState, version string) error {
 	err = l.serve()
 	n.setState(Joining, NoRole)
 	n.log.Info("leadership ended", "term", ls.Term, "cause", err)
+	if errors.Is(err, errStoreLost) {
+		// Heartbeats stopped with the loop; telling the followers lets
+		// one that reaches the store take over without waiting for them.
+		n.tellLeaving(n.ctx, l)
+	}
 	// What we applied may include entries that were never confirmed.
 	n.resetReplica()
 	return nil
@@ -677,6 +771,9 @@ func (n *Node) handleSynchronize(req *rsmpb.SynchronizeRequest) *rsmpb.Synchroni
 	n.peers = n.peers[:0]
 	for _, f := range req.Followers {
 		n.peers = append(n.peers, followerInfo{ID: f.Id, Addr: f.Addr, ApplyIndex: f.ApplyIndex})
+		if f.Id == n.host.cfg.ID {
+			n.listed = req.Term
+		}
 	}
 	n.mu.Unlock()
 	select {
@@ -764,28 +861,34 @@ func (n *Node) Leave(ctx context.Context) error {
 	n.host.removeGroup(n)
 	if l != nil {
 		// Let the followers take over without waiting for missed
-		// heartbeats. Best effort: they fall back to the heartbeat timeout.
-		followers := l.followerStatus()
-		var wg sync.WaitGroup
-		for _, f := range followers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				cctx, cancel := context.WithTimeout(ctx, time.Second)
-				defer cancel()
-				c, err := n.host.client(cctx, f.Addr, n.group)
-				if err == nil {
-					_, err = c.Synchronize(cctx, &rsmpb.SynchronizeRequest{Group: n.group, Term: l.term, LeaderId: n.host.cfg.ID, Leaving: true})
-				}
-				if err != nil {
-					n.log.Debug("could not tell a follower we leave", "follower", f.ID, "err", err)
-				}
-			}()
-		}
-		wg.Wait()
+		// heartbeats.
+		n.tellLeaving(ctx, l)
 		n.log.Info("left the group as leader", "term", l.term)
 	}
 	return nil
+}
+
+// tellLeaving tells l's followers that its leadership ended, so they check
+// the store at once. Best effort: they fall back to the heartbeat timeout.
+func (n *Node) tellLeaving(ctx context.Context, l *leaderRun) {
+	followers := l.followerStatus()
+	var wg sync.WaitGroup
+	for _, f := range followers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			c, err := n.host.client(cctx, f.Addr, n.group)
+			if err == nil {
+				_, err = c.Synchronize(cctx, &rsmpb.SynchronizeRequest{Group: n.group, Term: l.term, LeaderId: n.host.cfg.ID, Leaving: true})
+			}
+			if err != nil {
+				n.log.Debug("could not tell a follower we leave", "follower", f.ID, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // Command submits a command to the group's leader and returns the result of
@@ -978,11 +1081,22 @@ func (n *Node) send(req *rsmpb.StateRequest) (p *pending, sent bool) {
 			n.fwd.close()
 		}
 		n.fwd = n.host.newForwarder(n.ctx, leaderAddr, n.group)
+		n.fwdCur.Store(n.fwd)
 	}
 	if !number() {
 		return unsent(rsmpb.Status_SESSION_EXPIRED)
 	}
 	return n.fwd.send(req), true
+}
+
+// dropForwarder closes the stream to the leader, if any: its waiting
+// requests are answered UNKNOWN_OUTCOME and retried by their callers
+// under the same sequence numbers (a duplicate returns the stored
+// result). The next send opens a new stream.
+func (n *Node) dropForwarder() {
+	if f := n.fwdCur.Load(); f != nil {
+		f.close()
+	}
 }
 
 func (n *Node) waitJoined(ctx context.Context) error {

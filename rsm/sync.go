@@ -27,6 +27,7 @@ type followReply struct {
 // memberResult is a membership write's result.
 type memberResult struct {
 	fr      followReq
+	drop    string // the follower dropped, for a drop (fr is then empty)
 	ls      leaderState
 	version string
 	err     error
@@ -125,6 +126,10 @@ func (l *leaderRun) writeMembers(next leaderState, prev string) (string, error) 
 // membered takes a membership write's result.
 func (l *leaderRun) membered(r memberResult) {
 	l.writingLS = false
+	if r.drop != "" {
+		l.dropped(r)
+		return
+	}
 	if r.err != nil {
 		if errors.Is(r.err, errDeposed) {
 			l.depose(r.err)
@@ -142,6 +147,7 @@ func (l *leaderRun) registered(fr followReq) {
 	if l.w.register(fr.f) {
 		l.n.m.synchronizers.WithLabelValues(l.n.group).Inc()
 	}
+	l.w.heard(fr.f.ID, time.Now())
 	l.publish()
 	fr.reply <- followReply{confirmed: l.w.confirmed}
 }
@@ -262,7 +268,11 @@ func (l *leaderRun) synced(r syncResult) {
 	if f != nil {
 		failures = f.failures + 1
 	}
-	known, gone := w.synced(r.id, r.gen, ok, r.tooFar, applied, time.Now().Add(n.gs.backoff(min(failures, 5))))
+	now := time.Now()
+	known, gone := w.synced(r.id, r.gen, ok, r.tooFar, applied, now.Add(n.gs.backoff(min(failures, 5))))
+	if known && ok {
+		w.heard(r.id, now)
+	}
 	if gone {
 		n.m.synchronizers.WithLabelValues(n.group).Dec()
 	}

@@ -86,6 +86,7 @@ type follower struct {
 	lastSent time.Time
 	retryAt  time.Time
 	failures int
+	heardAt  time.Time // its registration or last successful synchronization
 }
 
 // take adds p to its batch. started says p opened the batch (its flush
@@ -366,6 +367,43 @@ func (w *window) synced(id string, gen uint64, ok, tooFar bool, applied uint64, 
 	}
 	f.next, f.applied = applied+1, applied
 	return true, false
+}
+
+// heard records a successful synchronization of (or the registration of)
+// a follower at now.
+func (w *window) heard(id string, now time.Time) {
+	if f := w.followers[id]; f != nil {
+		f.heardAt = now
+	}
+}
+
+// unreachable picks a follower to drop from the membership: one not heard
+// from for bound while another was heard from within it. The leader still
+// reaches the group, so it is that follower which is cut off; dropped, it
+// does not depose the leader (docs/rsm.md, "Availability"). A leader that
+// hears no follower drops none: it may be the one cut off, and then the
+// followers must take over.
+func (w *window) unreachable(now time.Time, bound time.Duration) string {
+	lost, reached := "", false
+	for id, f := range w.followers {
+		if now.Sub(f.heardAt) < bound {
+			reached = true
+		} else if lost == "" || id < lost {
+			lost = id
+		}
+	}
+	if !reached {
+		return ""
+	}
+	return lost
+}
+
+// unregister forgets a follower dropped from the membership; it reports
+// whether it was registered.
+func (w *window) unregister(id string) bool {
+	_, ok := w.followers[id]
+	delete(w.followers, id)
+	return ok
 }
 
 // nextSync is when a follower is next due a send; zero if none waits on

@@ -332,9 +332,23 @@ func (c *Cluster) Pause(i int, land float64) {
 	}
 }
 
-// Resume undoes Pause: the links Pause cut are restored and the held store
-// calls go on.
+// Stall simulates a stopped process (SIGSTOP) more closely than Pause: node
+// i's connections stay open but carry nothing either way, and new ones are
+// accepted but never answered, so its peers see no error, only silence;
+// its store calls are held as by Pause (a write lands with chance land).
+// Resume undoes it.
+func (c *Cluster) Stall(i int, land float64) {
+	c.mu.Lock()
+	s := c.slots[i]
+	c.mu.Unlock()
+	s.gate.pause(land)
+	c.net.setStalled(i, true)
+}
+
+// Resume undoes Pause and Stall: the links Pause cut are restored and the
+// held store calls go on.
 func (c *Cluster) Resume(i int) {
+	c.net.setStalled(i, false)
 	c.mu.Lock()
 	s := c.slots[i]
 	cut := s.pauseCut

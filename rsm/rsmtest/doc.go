@@ -18,7 +18,8 @@
 //	c.Faults().AmbiguousRate(faultstore.Writes, 0.05) // the store, as every node sees it
 //	c.NodeFaults(i).SetPartition(faultstore.Partitioned) // node i cut from the store
 //	c.Partition(a, b); c.Isolate(a); c.Heal()          // the network between nodes
-//	c.Pause(i, 0.5); c.Resume(i)                       // a stopped process
+//	c.Pause(i, 0.5); c.Resume(i)                       // a stopped process (its links cut)
+//	c.Stall(i, 0.5); c.Resume(i)                       // a stopped process (its links silent, open)
 //	c.Crash(i); c.Restart(ctx, i)                      // a killed process, a fresh one
 //
 // Each host dials through a Dialer that consults the cluster's partition

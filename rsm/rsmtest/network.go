@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // network is the simulated network between a cluster's hosts: a table of
@@ -16,6 +18,9 @@ type network struct {
 	addrs map[string]int // current RPC address -> node index
 	cut   map[link]bool  // cut links
 	conns map[*conn]bool // open connections made by the Dialers
+	// stalled nodes: their connections stay open but carry nothing, as
+	// a stopped process's do.
+	stalled map[int]bool
 }
 
 // link is an unordered pair of node indexes, a < b.
@@ -29,7 +34,7 @@ func linkOf(a, b int) link {
 }
 
 func newNetwork() *network {
-	return &network{addrs: map[string]int{}, cut: map[link]bool{}, conns: map[*conn]bool{}}
+	return &network{addrs: map[string]int{}, cut: map[link]bool{}, conns: map[*conn]bool{}, stalled: map[int]bool{}}
 }
 
 // setAddr records that node i now listens on addr, forgetting its old
@@ -116,6 +121,23 @@ func (nw *network) dialer(from int) func(ctx context.Context, addr string) (net.
 	}
 }
 
+// setStalled stalls (or releases) every connection to or from node i.
+func (nw *network) setStalled(i int, stalled bool) {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	if stalled {
+		nw.stalled[i] = true
+	} else {
+		delete(nw.stalled, i)
+	}
+}
+
+func (nw *network) isStalled(l link) bool {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	return nw.stalled[l.a] || nw.stalled[l.b]
+}
+
 // closeNode closes every connection to or from node i, as a crash of its
 // process would.
 func (nw *network) closeNode(i int) {
@@ -151,11 +173,46 @@ type conn struct {
 	nw   *network
 	link link
 	once sync.Once
+	done atomic.Bool
+}
+
+// hold waits while the link is stalled; it fails once the connection is
+// closed.
+func (c *conn) hold() error {
+	for c.nw.isStalled(c.link) {
+		if c.done.Load() {
+			return net.ErrClosed
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return nil
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	if err := c.hold(); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		// Data read just as the link stalled is held until it is released.
+		if herr := c.hold(); herr != nil {
+			return 0, herr
+		}
+	}
+	return n, err
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	if err := c.hold(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
 }
 
 func (c *conn) Close() error {
 	var err error
 	c.once.Do(func() {
+		c.done.Store(true)
 		c.nw.mu.Lock()
 		delete(c.nw.conns, c)
 		c.nw.mu.Unlock()

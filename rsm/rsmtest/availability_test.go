@@ -1,0 +1,215 @@
+package rsmtest_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/rsm"
+	"github.com/tenure-io/tenure/rsm/rsmtest"
+	"github.com/tenure-io/tenure/store/faultstore"
+)
+
+// Writes through the nodes left must resume after any single-node fault
+// (docs/rsm.md, "Availability"). The bounds are generous, for a loaded
+// machine; the figures are in docs/BENCHMARKS.md ("RSM availability").
+
+// availOptions are fastOptions with a store timeout far above the
+// heartbeat timeout, so that a leader relying on its store calls' own
+// timeouts would hold its group well past the bounds below.
+func availOptions() rsm.Options {
+	o := fastOptions()
+	o.HeartbeatInterval = 100 * time.Millisecond
+	o.StoreTimeout = time.Minute
+	o.RequestTimeout = 30 * time.Second
+	return o
+}
+
+// writeWithin fails the test unless a command through node i succeeds
+// within d.
+func writeWithin(t *testing.T, c *rsmtest.Cluster, i int, d time.Duration, what string) {
+	t.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	if _, err := c.Node(i).Command(ctx, "counter", nil); err != nil {
+		t.Fatalf("%s: no write through node %d within %v: %v; statuses %+v", what, i, d, err, c.Statuses())
+	}
+	t.Logf("%s: a write through node %d took %v", what, i, time.Since(start).Round(time.Millisecond))
+}
+
+// TestLeaderStoreBlackHoleStepsDown: a leader whose store calls hang
+// steps down (its heartbeats stop) and a follower that reaches the store
+// takes over, although the followers heard it until then.
+func TestLeaderStoreBlackHoleStepsDown(t *testing.T) {
+	c := rsmtest.Start(t, rsmtest.Config{Options: availOptions(), Machines: counterMachines, Logger: nodeLogger(t)})
+	l, err := c.WaitLeader(ctxT(t, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCount(t, c.Node(l), "before the black hole")
+	term := c.Node(l).Status().Term
+	c.NodeFaults(l).SetPartition(faultstore.BlackHoled)
+	f := (l + 1) % c.Len()
+	writeWithin(t, c, f, 20*time.Second, "leader's store black-holed")
+	if st := c.Node(l).Status(); st.Role == rsm.Leader.String() && st.Term == term {
+		t.Fatalf("the black-holed leader still leads term %d: %+v", term, st)
+	}
+}
+
+// TestIsolatedFollowerDoesNotDepose: a follower cut from its peers but not
+// from the store must not depose the leader the other follower still
+// follows; writes through that follower go on, under the same term.
+func TestIsolatedFollowerDoesNotDepose(t *testing.T) {
+	o := availOptions()
+	o.HeartbeatInterval = 200 * time.Millisecond // room for the leader's drop on a loaded machine
+	c := rsmtest.Start(t, rsmtest.Config{Options: o, Machines: counterMachines, Logger: nodeLogger(t)})
+	l, err := c.WaitLeader(ctxT(t, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Len() {
+		mustCount(t, c.Node(i), "before the partition")
+	}
+	term := c.Node(l).Status().Term
+	iso, other := (l+1)%c.Len(), (l+2)%c.Len()
+	c.Isolate(iso)
+	// Long enough for the cut-off follower to give up on the leader a few
+	// times over.
+	deadline := time.Now().Add(8 * time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		_, err := c.Node(other).Command(ctx, "counter", nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("no write through node %d within 20 s with node %d isolated: %v; statuses %+v", other, iso, err, c.Statuses())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := c.Node(l).Status(); st.Role != rsm.Leader.String() || st.Term != term {
+		t.Fatalf("the leader of term %d was deposed by the isolated follower: %+v; statuses %+v", term, st, c.Statuses())
+	}
+	c.Heal()
+	writeWithin(t, c, iso, 20*time.Second, "after the partition healed")
+}
+
+// TestLoneSurvivorTakesOver: with the leader and the other follower dead,
+// the one node left takes over alone.
+func TestLoneSurvivorTakesOver(t *testing.T) {
+	c := rsmtest.Start(t, rsmtest.Config{Options: availOptions(), Machines: counterMachines, Logger: nodeLogger(t)})
+	l, err := c.WaitLeader(ctxT(t, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Len() {
+		mustCount(t, c.Node(i), "before the crashes")
+	}
+	a, b := (l+1)%c.Len(), (l+2)%c.Len()
+	if err := c.Crash(b); err != nil { // the leader drops it, reaching a
+		t.Fatal(err)
+	}
+	writeWithin(t, c, a, 20*time.Second, "a follower crashed")
+	if err := c.Crash(l); err != nil {
+		t.Fatal(err)
+	}
+	writeWithin(t, c, a, 20*time.Second, "leader and a follower crashed")
+}
+
+// TestForwardedToStalledLeaderRerouted: commands already forwarded to a
+// leader that stops answering (a stopped process: connections open,
+// silent) are re-routed to the new leader instead of waiting for their
+// deadline, and applied once.
+func TestForwardedToStalledLeaderRerouted(t *testing.T) {
+	o := availOptions()
+	o.FlushInterval = 300 * time.Millisecond // the commands wait at the leader when it stops
+	o.RequestTimeout = time.Minute
+	c := rsmtest.Start(t, rsmtest.Config{Options: o, Machines: counterMachines, Logger: nodeLogger(t)})
+	l, err := c.WaitLeader(ctxT(t, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := (l + 1) % c.Len()
+	base := mustCount(t, c.Node(f), "before the stall")
+	const n = 5
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	took := make([]time.Duration, n)
+	for k := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(t.Context(), 25*time.Second)
+			defer cancel()
+			_, errs[k] = c.Node(f).Command(ctx, "counter", nil)
+			took[k] = time.Since(start)
+		}()
+	}
+	time.Sleep(50 * time.Millisecond) // forwarded, held in the leader's batch
+	c.Stall(l, 0)
+	wg.Wait()
+	for k, err := range errs {
+		if err != nil {
+			t.Fatalf("command %d, forwarded to the stalled leader: %v after %v; statuses %+v", k, err, took[k], c.Statuses())
+		}
+	}
+	t.Logf("forwarded commands answered after %v", took)
+	got := mustCount(t, c.Node(f), "after the stall")
+	if got != base+n+1 {
+		t.Fatalf("count %d after %d commands on %d: applied more or less than once", got, n, base)
+	}
+}
+
+// TestLeaderCrashFailsOverWithDefaults: with the library's default timings
+// a leader crash stops writes for seconds, not S2C's 50 s.
+func TestLeaderCrashFailsOverWithDefaults(t *testing.T) {
+	o := rsm.Options{FlushInterval: 2 * time.Millisecond, RequestTimeout: 30 * time.Second}
+	c := rsmtest.Start(t, rsmtest.Config{Options: o, Machines: counterMachines, Logger: nodeLogger(t)})
+	l, err := c.WaitLeader(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := (l + 1) % c.Len()
+	mustCount(t, c.Node(f), "before the crash")
+	if err := c.Crash(l); err != nil {
+		t.Fatal(err)
+	}
+	writeWithin(t, c, f, 20*time.Second, "leader crashed, default timings")
+}
+
+// TestIsolatedLeaderReplaced: a leader cut from its peers (not from the
+// store) is replaced by the followers, writes through them go on while the
+// cut lasts, and the cut-off node, seeing the log grow, does not take the
+// leadership back.
+func TestIsolatedLeaderReplaced(t *testing.T) {
+	o := availOptions()
+	o.HeartbeatInterval = 200 * time.Millisecond
+	c := rsmtest.Start(t, rsmtest.Config{Options: o, Machines: counterMachines, Logger: nodeLogger(t)})
+	l, err := c.WaitLeader(ctxT(t, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Len() {
+		mustCount(t, c.Node(i), "before the partition")
+	}
+	a, b := (l+1)%c.Len(), (l+2)%c.Len()
+	c.Isolate(l)
+	writeWithin(t, c, a, 20*time.Second, "leader isolated")
+	term := c.Node(a).Status().Term
+	deadline := time.Now().Add(8 * time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval)
+	for time.Now().Before(deadline) {
+		for _, i := range []int{a, b} {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			_, err := c.Node(i).Command(ctx, "counter", nil)
+			cancel()
+			if err != nil {
+				t.Fatalf("no write through node %d within 20 s with the leader %d isolated: %v; statuses %+v", i, l, err, c.Statuses())
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := c.Node(a).Status().Term; got != term {
+		t.Fatalf("the term went from %d to %d while the old leader was cut off: it took the leadership back; statuses %+v", term, got, c.Statuses())
+	}
+}
