@@ -569,6 +569,28 @@ func (b *kvTenureBench) start(ctx context.Context) (*kvChild, error) {
 			return nil, ctx.Err()
 		}
 	}
+	// The API answers before the node has joined its group (503 not
+	// ready): wait for /readyz, so the fill does not start too early.
+	for {
+		resp, err := http.Get(c.api + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-c.exited:
+			return nil, fmt.Errorf("the node exited at start (%v); its output ends:\n%s", c.err, c.logTail())
+		case <-timer.C:
+			c.kill()
+			return nil, fmt.Errorf("the node was not ready within 2 minutes; its output ends:\n%s", c.logTail())
+		case <-ctx.Done():
+			c.kill()
+			return nil, ctx.Err()
+		}
+	}
 	b.node = c
 	return c, nil
 }
