@@ -163,17 +163,17 @@ func (l *leaderRun) takeover() error {
 		// Slots taken before the seal were read from the store, and the
 		// seal itself may have landed on a slot a truncation emptied: rule
 		// 8 over everything from `from` on.
-		snap, version, err := n.gs.readSnapshot(l.ctx)
+		end, version, _, err := n.gs.snapshotEnd(l.ctx)
 		if err != nil {
 			n.noteCorrupt(err)
 			continue
 		}
-		if supersedes(snap, from) {
-			n.log.Info("takeover: a snapshot moved past what was read; taking over again from it", "seal", index, "snapshot_end", snap.EndIndex)
+		if supersedes(end, from) {
+			n.log.Info("takeover: a snapshot moved past what was read; taking over again from it", "seal", index, "snapshot_end", end)
 			continue
 		}
-		if snap != nil {
-			snapEnd, snapVersion = snap.EndIndex, version
+		if end > 0 {
+			snapEnd, snapVersion = end, version
 		}
 		if err := l.confirmOnce(); err != nil {
 			return err
@@ -619,14 +619,16 @@ func (l *leaderRun) answerReads(b []*pending) {
 }
 
 // maybeSnapshot captures the state when a snapshot is due. It is written
-// once every index it covers is confirmed (window.snapshotToWrite).
+// once every index it covers is confirmed (window.snapshotToWrite). Under
+// the apply lock only the capture runs (constant time for a machine that
+// implements Capturer); the serialization runs in the snapshot's worker.
 func (l *leaderRun) maybeSnapshot() {
 	n := l.n
 	if !l.w.snapshotDue() {
 		return
 	}
 	n.repMu.Lock()
-	snap, err := n.rep.snapshot()
+	snap, err := n.rep.capture()
 	n.repMu.Unlock()
 	if err != nil {
 		n.log.Error("snapshot failed", "err", err)
@@ -637,19 +639,20 @@ func (l *leaderRun) maybeSnapshot() {
 
 // snapshot writes snap over the stored snapshot (end, version), then
 // truncates the log it covers. A worker.
-func (l *leaderRun) snapshot(snap *rsmpb.Snapshot, end uint64, version string) {
-	end, v, err := l.writeSnapshot(snap, end, version)
+func (l *leaderRun) snapshot(c *captured, end uint64, version string) {
+	end, v, err := l.writeSnapshot(c, end, version)
 	l.report(snapshotResult{end: end, version: v, err: err})
 	if err != nil {
 		return
 	}
-	l.truncate(snap.StartIndex, snap.EndIndex)
+	l.truncate(c.head.StartIndex, c.head.EndIndex)
 	l.report(truncated{})
 }
 
 // writeSnapshot returns the end and version of the snapshot now stored:
 // snap's, or on error a newer one another writer stored (end 0 if unknown).
-func (l *leaderRun) writeSnapshot(snap *rsmpb.Snapshot, end uint64, version string) (uint64, string, error) {
+func (l *leaderRun) writeSnapshot(c *captured, end uint64, version string) (uint64, string, error) {
+	snap := c.head
 	n := l.n
 	start := time.Now()
 	defer func() { n.m.snapshotUpload.WithLabelValues(n.group).Observe(time.Since(start).Seconds()) }()
@@ -666,21 +669,18 @@ func (l *leaderRun) writeSnapshot(snap *rsmpb.Snapshot, end uint64, version stri
 		}
 		snap.Writer, snap.WriterTerm, snap.Nonce, snap.Group = n.host.cfg.ID, l.term, newNonce(), n.group
 		var err error
-		v, err = n.gs.writeSnapshot(l.ctx, snap, version)
+		v, err = n.gs.writeSnapshot(l.ctx, c, version)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, store.ErrPreconditionFailed) || store.IsAmbiguous(err) || attempt > 0 {
 			return 0, "", err
 		}
-		cur, cv, rerr := n.gs.readSnapshot(l.ctx)
+		cur, cv, _, rerr := n.gs.snapshotEnd(l.ctx)
 		if rerr != nil {
 			return 0, "", rerr
 		}
-		end, version = 0, cv
-		if cur != nil {
-			end = cur.EndIndex
-		}
+		end, version = cur, cv
 	}
 	n.setSnapshotIndex(snap.EndIndex)
 	n.log.Debug("snapshot written", "start", snap.StartIndex, "end", snap.EndIndex)

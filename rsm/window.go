@@ -38,8 +38,8 @@ type window struct {
 
 	snapEnd     uint64 // end index of the newest snapshot known
 	snapVersion string
-	snapBusy    bool            // a snapshot is captured, being written or truncating
-	snapHeld    *rsmpb.Snapshot // captured, waiting until every index it covers is confirmed
+	snapBusy    bool      // a snapshot is captured, being written or truncating
+	snapHeld    *captured // captured, waiting until every index it covers is confirmed
 
 	followers map[string]*follower
 }
@@ -265,14 +265,14 @@ func (w *window) snapshotDue() bool {
 // hold keeps a captured snapshot until every index it covers is
 // confirmed (rule 7): a deposed leader's unconfirmed entries never reach a
 // snapshot.
-func (w *window) hold(s *rsmpb.Snapshot) {
+func (w *window) hold(s *captured) {
 	w.snapBusy, w.snapHeld = true, s
 }
 
 // snapshotToWrite returns the held snapshot once it may be written, with
 // the end and version of the stored one it replaces by compare-and-swap.
-func (w *window) snapshotToWrite() (s *rsmpb.Snapshot, end uint64, version string) {
-	if w.snapHeld == nil || w.confirmed < w.snapHeld.EndIndex {
+func (w *window) snapshotToWrite() (s *captured, end uint64, version string) {
+	if w.snapHeld == nil || w.confirmed < w.snapHeld.head.EndIndex {
 		return nil, 0, ""
 	}
 	s, w.snapHeld = w.snapHeld, nil

@@ -181,7 +181,7 @@ func TestWindowSnapshotWaitsForConfirmation(t *testing.T) {
 	if !w.snapshotDue() {
 		t.Fatal("not due with 10 entries since the last snapshot")
 	}
-	w.hold(&rsmpb.Snapshot{EndIndex: 13})
+	w.hold(&captured{head: &rsmpb.Snapshot{EndIndex: 13}})
 	if w.snapshotDue() {
 		t.Fatal("due again while one is under way")
 	}
@@ -323,17 +323,17 @@ func TestWindowDrain(t *testing.T) {
 
 func TestSupersedes(t *testing.T) {
 	for _, tc := range []struct {
-		snap *rsmpb.Snapshot
+		end  uint64 // 0: no snapshot
 		from uint64
 		want bool
 	}{
-		{nil, 1, false},
-		{&rsmpb.Snapshot{EndIndex: 3}, 4, false},
-		{&rsmpb.Snapshot{EndIndex: 4}, 4, true},
-		{&rsmpb.Snapshot{EndIndex: 9}, 4, true},
+		{0, 1, false},
+		{3, 4, false},
+		{4, 4, true},
+		{9, 4, true},
 	} {
-		if got := supersedes(tc.snap, tc.from); got != tc.want {
-			t.Errorf("snapshot %v, from %d: %v, want %v", tc.snap.GetEndIndex(), tc.from, got, tc.want)
+		if got := supersedes(tc.end, tc.from); got != tc.want {
+			t.Errorf("snapshot ending at %d, from %d: %v, want %v", tc.end, tc.from, got, tc.want)
 		}
 	}
 }
