@@ -2,6 +2,7 @@ package rsm_test
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -93,4 +94,25 @@ func TestSnapshotSerializationDoesNotHoldCommands(t *testing.T) {
 		}
 	}
 	release()
+}
+
+// TestCommandTooLargeForAnEntry: a command whose log entry could not be
+// sent to a follower is refused at submit, before it reaches the log.
+func TestCommandTooLargeForAnEntry(t *testing.T) {
+	st := store.New(memstore.New())
+	h := startHost(t, st, "a")
+	opts := fastOptions()
+	opts.MaxMessageSize = 64 << 10
+	n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": &counter{}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, n)
+	_, err = n.Command(ctxT(t, 10*time.Second), "counter", make([]byte, opts.MaxMessageSize-2048))
+	if !errors.Is(err, rsm.ErrTooLarge) {
+		t.Fatalf("a command of MaxMessageSize-2048 bytes: %v, want ErrTooLarge", err)
+	}
+	if _, err := n.Command(ctxT(t, 10*time.Second), "counter", make([]byte, opts.MaxMessageSize/2)); err != nil {
+		t.Fatalf("a command of half MaxMessageSize: %v", err)
+	}
 }

@@ -87,6 +87,7 @@ func newLeaderRun(n *Node, term uint64, ls leaderState, version string) *leaderR
 		handled:    map[[2]int32]prometheus.Counter{},
 		handleTime: map[int32]prometheus.Observer{},
 	}
+	l.w.entryRoom = entryRoom(n.opts.MaxMessageSize, n.host.cfg.ID, n.group)
 	for _, f := range ls.Followers {
 		l.view = append(l.view, FollowerStatus(f))
 	}
@@ -332,8 +333,11 @@ func (l *leaderRun) loop() {
 	idle := time.NewTicker(time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval)
 	defer idle.Stop()
 	take := func(p *pending) {
-		read, started, full := w.take(p)
+		read, started, full, tooLarge := w.take(p)
 		switch {
+		case tooLarge:
+			l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_TOO_LARGE,
+				Message: fmt.Sprintf("command of %d bytes: a log entry carries at most %d (MaxMessageSize %d)", commandSize(p), w.entryRoom, o.MaxMessageSize)})
 		case read && full:
 			stop(readTimer)
 			readC = nil
@@ -391,6 +395,10 @@ func (l *leaderRun) loop() {
 			continue
 		}
 		l.progress()
+		if len(w.cmds) == 0 && cmdC != nil {
+			stop(cmdTimer) // cut because the pipeline had room
+			cmdC = nil
+		}
 		if at := w.nextSync(o.HeartbeatInterval); !at.IsZero() && !at.Equal(syncAt) {
 			stop(syncTimer)
 			syncAt = at
@@ -543,6 +551,7 @@ func (l *leaderRun) end() {
 // follower sends.
 func (l *leaderRun) progress() {
 	n, w := l.n, l.w
+	w.cutIfRoom()
 	for wr := w.nextWrite(); wr != nil; wr = w.nextWrite() {
 		wr.entry.Writer, wr.entry.Nonce, wr.entry.Group = n.host.cfg.ID, newNonce(), n.group
 		e := wr.entry

@@ -823,7 +823,11 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 	if _, ok := n.rep.machines[machine]; !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownMachine, machine)
 	}
-	if len(data) > n.opts.MaxMessageSize-1024 {
+	if limit := n.maxData(machine); typ == rsmpb.RequestType_COMMAND && len(data) > limit {
+		// Its log entry could not be sent to a follower (the leader
+		// checks the exact size too).
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), limit)
+	} else if len(data) > n.opts.MaxMessageSize-1024 {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), n.opts.MaxMessageSize-1024)
 	}
 	start := time.Now()
@@ -834,6 +838,12 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 		defer cancel()
 	}
 	return n.roundTrip(ctx, &rsmpb.StateRequest{Group: n.group, Type: typ, Machine: machine, Data: data})
+}
+
+// maxData is the largest command for machine that fits in a log entry
+// alone: the entry's room less the command's other fields.
+func (n *Node) maxData(machine string) int {
+	return entryRoom(n.opts.MaxMessageSize, n.host.cfg.ID, n.group) - len(machine) - 48
 }
 
 // roundTrip sends req to the leader until it is answered or ctx ends. A
