@@ -31,7 +31,7 @@ const (
 	DefaultLogCacheSize          = 1000
 	DefaultMaxPendingBatches     = 1000
 	DefaultMaxDedupClients       = 1000
-	DefaultPipelineDepth         = 1
+	DefaultPipelineDepth         = 4
 	DefaultStoreTimeout          = 10 * time.Second
 	DefaultConnectTimeout        = 10 * time.Second
 	DefaultHandshakeTimeout      = 10 * time.Second
@@ -66,11 +66,14 @@ type Options struct {
 	// SnapshotThreshold: the leader snapshots after this many log entries
 	// since the last snapshot, then truncates the log. Default 100.
 	SnapshotThreshold int
-	// FlushInterval: a partial batch is flushed this long after its first
-	// request. Default 2 s (S2C's); lower it for latency.
+	// FlushInterval: a partial batch is cut at the latest this long after
+	// its first request, and earlier whenever the pipeline has room for its
+	// write (so a lone command is written at once; what arrives while the
+	// pipeline is full is batched). Default 2 s (S2C's).
 	FlushInterval time.Duration
-	// BatchMinCount: a batch is flushed at once when it holds this many
-	// requests. Default 100.
+	// BatchMinCount: a batch is cut at once when it holds this many
+	// requests. A batch is also cut before its log entry would exceed what
+	// a follower can be sent (MaxMessageSize less 4 KiB). Default 100.
 	BatchMinCount int
 	// RequestTimeout bounds a Command or Read when ctx has no earlier
 	// deadline. Default 10 s.
@@ -105,7 +108,7 @@ type Options struct {
 	// started with another value refuses to join. Default 1000.
 	MaxDedupClients int
 	// PipelineDepth is the number of batches a leader may have in flight
-	// to the store at once; acknowledgements stay in log order. Default 1.
+	// to the store at once; acknowledgements stay in log order. Default 4.
 	PipelineDepth int
 	// StoreTimeout bounds each store call. A leader whose store stops
 	// answering finds out within it (a write that times out is settled by

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
@@ -254,26 +256,59 @@ func (r *replica) evictClients() {
 	}
 }
 
-// snapshot captures the whole state after applied.
+// snapshot captures the whole state after applied, every machine's bytes
+// in it.
 func (r *replica) snapshot() (*rsmpb.Snapshot, error) {
+	s := r.head()
+	for _, name := range r.names() {
+		var buf bytes.Buffer
+		if err := r.machines[name].Snapshot(&buf); err != nil {
+			return nil, fmt.Errorf("rsm: snapshot of machine %q: %w", name, err)
+		}
+		s.Machines = append(s.Machines, &rsmpb.MachineState{Name: name, Data: buf.Bytes()})
+	}
+	return s, nil
+}
+
+// capture takes the state after applied for a snapshot written later:
+// the metadata and the session table are copied, a machine that
+// implements Capturer is captured in constant time, and only a machine
+// without it is serialized now.
+func (r *replica) capture() (*captured, error) {
+	c := &captured{head: r.head()}
+	for _, name := range r.names() {
+		m := r.machines[name]
+		c.head.Machines = append(c.head.Machines, &rsmpb.MachineState{Name: name})
+		if cm, ok := m.(Capturer); ok {
+			c.views = append(c.views, cm.Capture())
+			continue
+		}
+		var buf bytes.Buffer
+		if err := m.Snapshot(&buf); err != nil {
+			return nil, fmt.Errorf("rsm: snapshot of machine %q: %w", name, err)
+		}
+		c.views = append(c.views, bytesView(buf.Bytes()))
+	}
+	return c, nil
+}
+
+func (r *replica) names() []string {
+	names := make([]string, 0, len(r.machines))
+	for name := range r.machines {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// head is a snapshot's metadata and session table, without the machines.
+func (r *replica) head() *rsmpb.Snapshot {
 	s := &rsmpb.Snapshot{StartIndex: r.snapStart, EndIndex: r.applied, MaxTerm: r.maxTerm, LastSession: r.lastSession}
 	if s.StartIndex == 0 {
 		s.StartIndex = 1
 	}
 	if r.settings != nil {
 		s.Settings = proto.Clone(r.settings).(*rsmpb.Settings)
-	}
-	names := make([]string, 0, len(r.machines))
-	for name := range r.machines {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		var buf bytes.Buffer
-		if err := r.machines[name].Snapshot(&buf); err != nil {
-			return nil, fmt.Errorf("rsm: snapshot of machine %q: %w", name, err)
-		}
-		s.Machines = append(s.Machines, &rsmpb.MachineState{Name: name, Data: buf.Bytes()})
 	}
 	for _, c := range r.sessions {
 		s.Sessions = append(s.Sessions, proto.Clone(c).(*rsmpb.SessionRecord))
@@ -283,23 +318,39 @@ func (r *replica) snapshot() (*rsmpb.Snapshot, error) {
 		s.Clients = append(s.Clients, proto.Clone(c).(*rsmpb.ClientRecord))
 	}
 	slices.SortFunc(s.Clients, func(a, b *rsmpb.ClientRecord) int { return cmp.Compare(a.Client, b.Client) })
-	return s, nil
+	return s
 }
 
-// restore replaces the state with s. Machines registered here but absent
-// from s start empty: restored from an empty reader.
+// restore replaces the state with s, whose machines carry their bytes.
 func (r *replica) restore(s *rsmpb.Snapshot) error {
-	have := map[string][]byte{}
-	for _, m := range s.Machines {
-		have[m.Name] = m.Data
+	return r.restoreStored(fromSnapshot(s))
+}
+
+// restoreStored replaces the state with s, each machine reading its bytes
+// from the object. Machines registered here but absent from s start empty.
+// If a machine fails to restore, every machine is returned to its empty
+// state and the replica to index 0: a half-restored state must never have
+// entries applied on top of it.
+func (r *replica) restoreStored(s *storedSnapshot) error {
+	have := map[string]int{}
+	for i, m := range s.Machines {
+		have[m.Name] = i
 	}
-	for name, m := range r.machines {
-		data, ok := have[name]
-		if !ok {
-			data = r.initial[name]
+	for _, name := range r.names() {
+		var rd io.Reader
+		if i, ok := have[name]; ok {
+			rd = s.machineReader(i)
+		} else {
+			rd = bytes.NewReader(r.initial[name])
 		}
-		if err := m.Restore(bytes.NewReader(data)); err != nil {
-			return fmt.Errorf("rsm: restore machine %q from the snapshot ending at %d: %w", name, s.EndIndex, err)
+		if err := r.machines[name].Restore(rd); err != nil {
+			err = fmt.Errorf("rsm: restore machine %q from the snapshot ending at %d: %w", name, s.EndIndex, err)
+			if s.EndIndex > 0 {
+				if rerr := r.reset(); rerr != nil {
+					return errors.Join(err, rerr)
+				}
+			}
+			return err
 		}
 	}
 	r.settings = nil

@@ -13,8 +13,11 @@
 //	defer host.Close()
 //
 // Any node accepts requests and forwards them to the leader over gRPC. The
-// leader batches commands (FlushInterval or BatchMinCount, whichever comes
-// first) and commits each batch with one create-if-absent of the next log
+// leader batches commands: a batch is cut as soon as the write pipeline
+// (PipelineDepth) has room, so a lone command is written at once and what
+// arrives during a write goes into the next one, and at the latest after
+// FlushInterval or at BatchMinCount requests, never past what one message
+// to a follower carries. It commits each batch with one create-if-absent of the next log
 // object; it acknowledges a batch only after a read of leader_state.json,
 // issued after the batch landed, still shows its term. One such read
 // confirms every write and read batch waiting in a round.

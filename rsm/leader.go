@@ -93,6 +93,7 @@ func newLeaderRun(n *Node, term uint64, ls leaderState, version string) *leaderR
 		handled:    map[[2]int32]prometheus.Counter{},
 		handleTime: map[int32]prometheus.Observer{},
 	}
+	l.w.entryRoom = entryRoom(n.opts.MaxMessageSize, n.host.cfg.ID, n.group)
 	for _, f := range ls.Followers {
 		l.view = append(l.view, FollowerStatus(f))
 	}
@@ -169,17 +170,17 @@ func (l *leaderRun) takeover() error {
 		// Slots taken before the seal were read from the store, and the
 		// seal itself may have landed on a slot a truncation emptied: rule
 		// 8 over everything from `from` on.
-		snap, version, err := n.gs.readSnapshot(l.ctx)
+		end, version, _, err := n.gs.snapshotEnd(l.ctx)
 		if err != nil {
 			n.noteCorrupt(err)
 			continue
 		}
-		if supersedes(snap, from) {
-			n.log.Info("takeover: a snapshot moved past what was read; taking over again from it", "seal", index, "snapshot_end", snap.EndIndex)
+		if supersedes(end, from) {
+			n.log.Info("takeover: a snapshot moved past what was read; taking over again from it", "seal", index, "snapshot_end", end)
 			continue
 		}
-		if snap != nil {
-			snapEnd, snapVersion = snap.EndIndex, version
+		if end > 0 {
+			snapEnd, snapVersion = end, version
 		}
 		if err := l.confirmOnce(); err != nil {
 			return err
@@ -344,8 +345,11 @@ func (l *leaderRun) loop() {
 	var busySince, storeOK time.Time // store work in flight since; its last answer
 	storeOK = time.Now()
 	take := func(p *pending) {
-		read, started, full := w.take(p)
+		read, started, full, tooLarge := w.take(p)
 		switch {
+		case tooLarge:
+			l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_TOO_LARGE,
+				Message: fmt.Sprintf("command of %d bytes: a log entry carries at most %d (MaxMessageSize %d)", commandSize(p), w.entryRoom, o.MaxMessageSize)})
 		case read && full:
 			stop(readTimer)
 			readC = nil
@@ -423,6 +427,10 @@ func (l *leaderRun) loop() {
 			busySince = time.Now()
 		case !busy:
 			busySince = time.Time{}
+		}
+		if len(w.cmds) == 0 && cmdC != nil {
+			stop(cmdTimer) // cut because the pipeline had room
+			cmdC = nil
 		}
 		if at := w.nextSync(o.HeartbeatInterval); !at.IsZero() && !at.Equal(syncAt) {
 			stop(syncTimer)
@@ -635,6 +643,7 @@ func (l *leaderRun) end() {
 // follower sends.
 func (l *leaderRun) progress() {
 	n, w := l.n, l.w
+	w.cutIfRoom()
 	for wr := w.nextWrite(); wr != nil; wr = w.nextWrite() {
 		wr.entry.Writer, wr.entry.Nonce, wr.entry.Group = n.host.cfg.ID, newNonce(), n.group
 		e := wr.entry
@@ -711,14 +720,16 @@ func (l *leaderRun) answerReads(b []*pending) {
 }
 
 // maybeSnapshot captures the state when a snapshot is due. It is written
-// once every index it covers is confirmed (window.snapshotToWrite).
+// once every index it covers is confirmed (window.snapshotToWrite). Under
+// the apply lock only the capture runs (constant time for a machine that
+// implements Capturer); the serialization runs in the snapshot's worker.
 func (l *leaderRun) maybeSnapshot() {
 	n := l.n
 	if !l.w.snapshotDue() {
 		return
 	}
 	n.repMu.Lock()
-	snap, err := n.rep.snapshot()
+	snap, err := n.rep.capture()
 	n.repMu.Unlock()
 	if err != nil {
 		n.log.Error("snapshot failed", "err", err)
@@ -729,19 +740,20 @@ func (l *leaderRun) maybeSnapshot() {
 
 // snapshot writes snap over the stored snapshot (end, version), then
 // truncates the log it covers. A worker.
-func (l *leaderRun) snapshot(snap *rsmpb.Snapshot, end uint64, version string) {
-	end, v, err := l.writeSnapshot(snap, end, version)
+func (l *leaderRun) snapshot(c *captured, end uint64, version string) {
+	end, v, err := l.writeSnapshot(c, end, version)
 	l.report(snapshotResult{end: end, version: v, err: err})
 	if err != nil {
 		return
 	}
-	l.truncate(snap.StartIndex, snap.EndIndex)
+	l.truncate(c.head.StartIndex, c.head.EndIndex)
 	l.report(truncated{})
 }
 
 // writeSnapshot returns the end and version of the snapshot now stored:
 // snap's, or on error a newer one another writer stored (end 0 if unknown).
-func (l *leaderRun) writeSnapshot(snap *rsmpb.Snapshot, end uint64, version string) (uint64, string, error) {
+func (l *leaderRun) writeSnapshot(c *captured, end uint64, version string) (uint64, string, error) {
+	snap := c.head
 	n := l.n
 	start := time.Now()
 	defer func() { n.m.snapshotUpload.WithLabelValues(n.group).Observe(time.Since(start).Seconds()) }()
@@ -758,21 +770,18 @@ func (l *leaderRun) writeSnapshot(snap *rsmpb.Snapshot, end uint64, version stri
 		}
 		snap.Writer, snap.WriterTerm, snap.Nonce, snap.Group = n.host.cfg.ID, l.term, newNonce(), n.group
 		var err error
-		v, err = n.gs.writeSnapshot(l.ctx, snap, version)
+		v, err = n.gs.writeSnapshot(l.ctx, c, version)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, store.ErrPreconditionFailed) || store.IsAmbiguous(err) || attempt > 0 {
 			return 0, "", err
 		}
-		cur, cv, rerr := n.gs.readSnapshot(l.ctx)
+		cur, cv, _, rerr := n.gs.snapshotEnd(l.ctx)
 		if rerr != nil {
 			return 0, "", rerr
 		}
-		end, version = 0, cv
-		if cur != nil {
-			end = cur.EndIndex
-		}
+		end, version = cur, cv
 	}
 	n.setSnapshotIndex(snap.EndIndex)
 	n.log.Debug("snapshot written", "start", snap.StartIndex, "end", snap.EndIndex)

@@ -371,7 +371,7 @@ func (n *Node) checkGroupEmpty(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	snap, _, err := n.gs.readSnapshot(ctx)
+	snapEnd, _, _, err := n.gs.snapshotEnd(ctx)
 	if err != nil {
 		return err
 	}
@@ -379,8 +379,8 @@ func (n *Node) checkGroupEmpty(ctx context.Context) error {
 	switch {
 	case len(idx) > 0:
 		what = fmt.Sprintf("the log holds index %d", idx[0])
-	case snap != nil:
-		what = fmt.Sprintf("a snapshot ends at %d", snap.EndIndex)
+	case snapEnd > 0:
+		what = fmt.Sprintf("a snapshot ends at %d", snapEnd)
 	default:
 		return nil
 	}
@@ -598,15 +598,17 @@ func (n *Node) lead(prev leaderState, version string) error {
 
 // catchUp brings the replica up to the end of the store's log, stopping at
 // the first hole, reading it under rule 8 (readLog). It returns the newest
-// snapshot's end index and version.
+// snapshot's end index and version. The snapshot is read whole only if it
+// is ahead of the replica, and at most once per version: the snapshot
+// reads after the log's chunks are listings unless it changed.
 func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string, err error) {
 	start := time.Now()
 	defer func() { n.m.catchUp.WithLabelValues(n.group).Observe(time.Since(start).Seconds()) }()
-	snap, version, err := n.gs.readSnapshot(ctx)
+	end, version, snap, err := n.gs.snapshotEnd(ctx)
 	if err != nil {
 		return 0, "", err
 	}
-	if err := n.loadSnapshot(snap); err != nil {
+	if err := n.loadSnapshotAt(ctx, end, snap); err != nil {
 		return 0, "", err
 	}
 	const chunk = 100
@@ -618,11 +620,11 @@ func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string,
 		if err != nil {
 			return 0, "", err
 		}
-		if c.snap != nil && (snap == nil || c.snap.EndIndex > snap.EndIndex) {
-			snap, version = c.snap, c.version
+		if c.snapEnd > end {
+			end, version = c.snapEnd, c.version
 		}
 		if c.superseded {
-			if err := n.loadSnapshot(c.snap); err != nil {
+			if err := n.loadSnapshotAt(ctx, c.snapEnd, c.snap); err != nil {
 				return 0, "", err
 			}
 			continue
@@ -637,10 +639,6 @@ func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string,
 		n.m.applyIndex.WithLabelValues(n.group).Set(float64(n.rep.applied))
 		n.repMu.Unlock()
 		if len(c.entries) < chunk {
-			end := uint64(0)
-			if snap != nil {
-				end = snap.EndIndex
-			}
 			n.repMu.Lock()
 			h := n.rep.applied + 1
 			n.repMu.Unlock()
@@ -650,6 +648,24 @@ func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string,
 			return end, version, nil
 		}
 	}
+}
+
+// loadSnapshotAt restores the snapshot ending at end if it is ahead of the
+// replica: snap if the caller read it whole, else read now.
+func (n *Node) loadSnapshotAt(ctx context.Context, end uint64, snap *storedSnapshot) error {
+	n.repMu.Lock()
+	applied := n.rep.applied
+	n.repMu.Unlock()
+	if end == 0 || end <= applied {
+		return nil
+	}
+	if snap == nil {
+		var err error
+		if snap, _, err = n.gs.readSnapshot(ctx); err != nil {
+			return err
+		}
+	}
+	return n.loadSnapshot(snap)
 }
 
 // readLog reads the log under rule 8 (groupStore.readLog), counting the
@@ -665,7 +681,7 @@ func (n *Node) readLog(ctx context.Context, from, to uint64, limit int) (logChun
 }
 
 // loadSnapshot restores snap if it is ahead of the replica.
-func (n *Node) loadSnapshot(snap *rsmpb.Snapshot) error {
+func (n *Node) loadSnapshot(snap *storedSnapshot) error {
 	if snap == nil {
 		return nil
 	}
@@ -675,7 +691,7 @@ func (n *Node) loadSnapshot(snap *rsmpb.Snapshot) error {
 	if snap.EndIndex <= n.rep.applied {
 		return nil
 	}
-	if err := n.rep.restore(snap); err != nil {
+	if err := n.rep.restoreStored(snap); err != nil {
 		return err
 	}
 	n.m.snapshotLoad.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
@@ -910,7 +926,11 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 	if _, ok := n.rep.machines[machine]; !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownMachine, machine)
 	}
-	if len(data) > n.opts.MaxMessageSize-1024 {
+	if limit := n.maxData(machine); typ == rsmpb.RequestType_COMMAND && len(data) > limit {
+		// Its log entry could not be sent to a follower (the leader
+		// checks the exact size too).
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), limit)
+	} else if len(data) > n.opts.MaxMessageSize-1024 {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), n.opts.MaxMessageSize-1024)
 	}
 	start := time.Now()
@@ -921,6 +941,12 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 		defer cancel()
 	}
 	return n.roundTrip(ctx, &rsmpb.StateRequest{Group: n.group, Type: typ, Machine: machine, Data: data})
+}
+
+// maxData is the largest command for machine that fits in a log entry
+// alone: the entry's room less the command's other fields.
+func (n *Node) maxData(machine string) int {
+	return entryRoom(n.opts.MaxMessageSize, n.host.cfg.ID, n.group) - len(machine) - 48
 }
 
 // roundTrip sends req to the leader until it is answered or ctx ends. A

@@ -489,7 +489,7 @@ func TestInterruptedTruncationIsFinished(t *testing.T) {
 	for i := uint64(1); i <= 8; i++ {
 		mustCommand(t, a, i)
 	}
-	var snap *rsmpb.Snapshot
+	var snap *storedSnapshot
 	deadline := time.Now().Add(10 * time.Second)
 	for snap == nil && time.Now().Before(deadline) {
 		snap, _, _ = a.gs.readSnapshot(t.Context())

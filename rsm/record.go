@@ -148,50 +148,58 @@ func decodeSnapshot(b []byte) (*rsmpb.Snapshot, error) {
 	if err := proto.Unmarshal(p, s); err != nil {
 		return nil, fmt.Errorf("snapshot does not decode: %w", err)
 	}
+	if err := checkSnapshot(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// checkSnapshot checks a decoded snapshot's fields (either format).
+func checkSnapshot(s *rsmpb.Snapshot) error {
 	switch {
 	case s.EndIndex == 0:
-		return nil, errors.New("snapshot has end index 0")
+		return errors.New("snapshot has end index 0")
 	case s.StartIndex == 0 || s.StartIndex > s.EndIndex+1:
-		return nil, fmt.Errorf("snapshot start index %d does not fit end index %d", s.StartIndex, s.EndIndex)
+		return fmt.Errorf("snapshot start index %d does not fit end index %d", s.StartIndex, s.EndIndex)
 	case len(s.Nonce) == 0:
-		return nil, errors.New("snapshot has no nonce")
+		return errors.New("snapshot has no nonce")
 	}
 	seen := map[string]bool{}
 	for _, m := range s.Machines {
 		if seen[m.Name] {
-			return nil, fmt.Errorf("snapshot holds machine %q twice", m.Name)
+			return fmt.Errorf("snapshot holds machine %q twice", m.Name)
 		}
 		seen[m.Name] = true
 	}
 	clients := map[string]bool{}
 	for _, c := range s.Clients {
 		if c.Client == "" || clients[c.Client] {
-			return nil, fmt.Errorf("snapshot holds an empty or repeated client %q", c.Client)
+			return fmt.Errorf("snapshot holds an empty or repeated client %q", c.Client)
 		}
 		clients[c.Client] = true
 	}
 	if s.Settings != nil {
 		if err := validSettings(s.Settings); err != nil {
-			return nil, fmt.Errorf("snapshot: %w", err)
+			return fmt.Errorf("snapshot: %w", err)
 		}
 		if len(s.Clients) > 0 {
-			return nil, errors.New("snapshot holds settings and the previous version's clients")
+			return errors.New("snapshot holds settings and the previous version's clients")
 		}
 		if uint64(len(s.Sessions)) > s.Settings.MaxSessions {
-			return nil, fmt.Errorf("snapshot holds %d sessions, above its bound %d", len(s.Sessions), s.Settings.MaxSessions)
+			return fmt.Errorf("snapshot holds %d sessions, above its bound %d", len(s.Sessions), s.Settings.MaxSessions)
 		}
 	}
 	sessions := map[uint64]bool{}
 	for _, c := range s.Sessions {
 		if c.Session == 0 || c.Session > s.LastSession || sessions[c.Session] {
-			return nil, fmt.Errorf("snapshot holds session %d: zero, repeated or above the last given out (%d)", c.Session, s.LastSession)
+			return fmt.Errorf("snapshot holds session %d: zero, repeated or above the last given out (%d)", c.Session, s.LastSession)
 		}
 		if c.Label == "" || c.LastUsed > s.EndIndex {
-			return nil, fmt.Errorf("snapshot holds session %d without a label or used after the snapshot's end", c.Session)
+			return fmt.Errorf("snapshot holds session %d without a label or used after the snapshot's end", c.Session)
 		}
 		sessions[c.Session] = true
 	}
-	return s, nil
+	return nil
 }
 
 // leaderState is leader_state.json. It changes only on leadership and

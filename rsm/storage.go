@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
@@ -19,6 +20,11 @@ type groupStore struct {
 	retry   RetryOptions
 	timeout time.Duration // per store call; 0 means none
 	now     func() time.Time
+
+	mu          sync.Mutex
+	snapVersion string // the snapshot version last read or written
+	snapEnd     uint64 // its end index
+	snapSize    int    // the size of the last snapshot written
 }
 
 func (g *groupStore) resolve(owns func([]byte) bool) store.ResolveOptions {
@@ -149,24 +155,26 @@ func (g *groupStore) createEntry(ctx context.Context, e *rsmpb.Entry) (found *rs
 type logChunk struct {
 	entries    []*rsmpb.Entry // contiguous from the first index asked for; nil if superseded
 	read       int            // entries read from the store, kept or not
-	snap       *rsmpb.Snapshot
+	snapEnd    uint64         // the snapshot's end index, read after the entries; 0 for none
 	version    string
-	superseded bool // the snapshot reached an index asked for: load it instead
+	snap       *storedSnapshot // the snapshot, if it was read whole: it was new to this store
+	superseded bool            // the snapshot reached an index asked for: load it instead
 }
 
 // supersedes is rule 8's test: a snapshot read after log entries from
 // `from` on ends at or past from, so what was read may include a stale
 // writer's late create on a slot the snapshot's truncation emptied. What
 // was read is discarded and the snapshot loaded instead.
-func supersedes(snap *rsmpb.Snapshot, from uint64) bool {
-	return snap != nil && snap.EndIndex >= from
+func supersedes(snapEnd, from uint64) bool {
+	return snapEnd > 0 && snapEnd >= from
 }
 
 // readLog is rule 8 of docs/rsm.md, the one way entries are read from the
 // log (catch-up, takeover, follower synchronization): entries from `from`
 // up to `to` (0: no bound), at most limit, stopping at the first missing
-// index; then the snapshot, after them. If the snapshot has reached `from`
-// the entries are dropped and the chunk says so.
+// index; then the snapshot's end index, after them (snapshotEnd). If the
+// snapshot has reached `from` the entries are dropped and the chunk says
+// so.
 func (g *groupStore) readLog(ctx context.Context, from, to uint64, limit int) (logChunk, error) {
 	var c logChunk
 	for i := from; (to == 0 || i <= to) && len(c.entries) < limit; i++ {
@@ -180,19 +188,60 @@ func (g *groupStore) readLog(ctx context.Context, from, to uint64, limit int) (l
 		c.entries = append(c.entries, e)
 	}
 	c.read = len(c.entries)
-	snap, version, err := g.readSnapshot(ctx)
+	end, version, snap, err := g.snapshotEnd(ctx)
 	if err != nil {
 		return logChunk{}, err
 	}
-	c.snap, c.version = snap, version
-	if supersedes(snap, from) {
+	c.snapEnd, c.version, c.snap = end, version, snap
+	if supersedes(end, from) {
 		c.entries, c.superseded = nil, true
 	}
 	return c, nil
 }
 
+// snapshotEnd is a read of the snapshot for its end index and version: a
+// listing of its key, and only if its version is not the one this store
+// last read or wrote, a read of the whole object (returned, so that the
+// caller need not read it again). A listing issued after log reads sees
+// every snapshot written before it, as a read would (rule 8): the store
+// is strongly consistent for lists, and versions are never reused.
+func (g *groupStore) snapshotEnd(ctx context.Context) (end uint64, version string, snap *storedSnapshot, err error) {
+	key := g.key(snapshotKey)
+	var items []store.Item
+	err = g.do(ctx, func(ctx context.Context) error {
+		var e error
+		items, e = g.st.List(ctx, key, "", 1)
+		return e
+	})
+	if err != nil {
+		return 0, "", nil, err
+	}
+	if len(items) == 0 || items[0].Key != key {
+		return 0, "", nil, nil
+	}
+	g.mu.Lock()
+	known, knownEnd := g.snapVersion, g.snapEnd
+	g.mu.Unlock()
+	if items[0].Version == known && known != "" {
+		return knownEnd, known, nil, nil
+	}
+	snap, version, err = g.readSnapshot(ctx)
+	if err != nil || snap == nil {
+		return 0, "", nil, err
+	}
+	return snap.EndIndex, version, snap, nil
+}
+
+// remember records the snapshot version last read or written, with its
+// end index, for snapshotEnd.
+func (g *groupStore) remember(version string, end uint64) {
+	g.mu.Lock()
+	g.snapVersion, g.snapEnd = version, end
+	g.mu.Unlock()
+}
+
 // readSnapshot returns the snapshot; nil and "" if there is none.
-func (g *groupStore) readSnapshot(ctx context.Context) (*rsmpb.Snapshot, string, error) {
+func (g *groupStore) readSnapshot(ctx context.Context) (*storedSnapshot, string, error) {
 	var data []byte
 	var version string
 	err := g.do(ctx, func(ctx context.Context) error {
@@ -206,27 +255,40 @@ func (g *groupStore) readSnapshot(ctx context.Context) (*rsmpb.Snapshot, string,
 	if err != nil {
 		return nil, "", err
 	}
-	s, err := decodeSnapshot(data)
+	s, err := decodeStoredSnapshot(data)
 	if err == nil && s.Group != "" && s.Group != g.group {
 		err = fmt.Errorf("it belongs to group %q", s.Group)
 	}
 	if err != nil {
 		return nil, "", &CorruptError{Key: g.key(snapshotKey), Err: err}
 	}
+	g.remember(version, s.EndIndex)
 	return s, version, nil
 }
 
-// writeSnapshot replaces the snapshot at version prev ("" for none).
-func (g *groupStore) writeSnapshot(ctx context.Context, s *rsmpb.Snapshot, prev string) (string, error) {
-	data, err := encodeSnapshot(s)
-	if err != nil {
+// writeSnapshot replaces the snapshot at version prev ("" for none) with
+// c, serialized in the chunked format into one buffer (the store takes a
+// value whole), sized from the last snapshot written.
+func (g *groupStore) writeSnapshot(ctx context.Context, c *captured, prev string) (string, error) {
+	var buf bytes.Buffer
+	g.mu.Lock()
+	buf.Grow(g.snapSize + g.snapSize/8)
+	g.mu.Unlock()
+	if err := encodeCaptured(&buf, c); err != nil {
 		return "", err
 	}
 	cond := store.IfAbsent()
 	if prev != "" {
 		cond = store.IfMatch(prev)
 	}
-	return store.PutResolved(ctx, g.st, g.key(snapshotKey), data, cond, g.resolve(nil))
+	v, err := store.PutResolved(ctx, g.st, g.key(snapshotKey), buf.Bytes(), cond, g.resolve(nil))
+	if err == nil {
+		g.remember(v, c.head.EndIndex)
+		g.mu.Lock()
+		g.snapSize = buf.Len()
+		g.mu.Unlock()
+	}
+	return v, err
 }
 
 // listLog returns the indexes present in the log after index `after`, in

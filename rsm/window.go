@@ -1,8 +1,10 @@
 package rsm
 
 import (
+	"math"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
@@ -19,11 +21,16 @@ type window struct {
 	minBatch  int // BatchMinCount
 	cacheSize int // LogCacheSize
 	snapEvery uint64
+	// entryRoom bounds the bytes of a batch's commands, so that its log
+	// entry can be sent to a follower in one message (MaxMessageSize, less
+	// what a Synchronize request and the entry's own fields take).
+	entryRoom int
 
 	next      uint64 // next log index to write
 	confirmed uint64 // highest index acknowledged by a confirmation round
 
 	cmds, reads []*pending   // batching
+	cmdBytes    int          // encoded size of cmds' commands
 	ready       [][]*pending // command batches cut, waiting for room in the pipeline
 	writes      []*write     // log writes in flight, in index order
 
@@ -38,15 +45,35 @@ type window struct {
 
 	snapEnd     uint64 // end index of the newest snapshot known
 	snapVersion string
-	snapBusy    bool            // a snapshot is captured, being written or truncating
-	snapHeld    *rsmpb.Snapshot // captured, waiting until every index it covers is confirmed
+	snapBusy    bool      // a snapshot is captured, being written or truncating
+	snapHeld    *captured // captured, waiting until every index it covers is confirmed
 
 	followers map[string]*follower
 }
 
 func newWindow(term uint64, o Options) *window {
 	return &window{term: term, depth: o.PipelineDepth, minBatch: o.BatchMinCount, cacheSize: o.LogCacheSize,
-		snapEvery: uint64(o.SnapshotThreshold), cache: map[uint64]*rsmpb.Entry{}, followers: map[string]*follower{}}
+		snapEvery: uint64(o.SnapshotThreshold), entryRoom: entryRoom(o.MaxMessageSize, "", ""),
+		cache: map[uint64]*rsmpb.Entry{}, followers: map[string]*follower{}}
+}
+
+// syncReserve is what a Synchronize request takes besides its entries
+// (leaderRun.syncFollowers sends at most MaxMessageSize less this).
+const syncReserve = 4096
+
+// entryRoom is the room for commands in one log entry written by writer
+// in group: what a follower can be sent (MaxMessageSize less syncReserve)
+// less the entry's own fields at their largest.
+func entryRoom(maxMessage int, writer, group string) int {
+	fixed := proto.Size(&rsmpb.Entry{Index: math.MaxUint64, Term: math.MaxUint64, Commit: math.MaxUint64,
+		Writer: writer, Nonce: make([]byte, 12), Group: group})
+	return maxMessage - syncReserve - fixed - 64
+}
+
+// commandSize is the bytes p's command adds to an entry.
+func commandSize(p *pending) int {
+	n := proto.Size(commandOf(p.req))
+	return n + protowire.SizeTag(1) + protowire.SizeVarint(uint64(n))
 }
 
 // write is one log index a command batch was written to.
@@ -90,14 +117,25 @@ type follower struct {
 }
 
 // take adds p to its batch. started says p opened the batch (its flush
-// timer starts); full that the batch reached BatchMinCount.
-func (w *window) take(p *pending) (read, started, full bool) {
+// timer starts); full that the batch reached BatchMinCount. A command
+// that would take the batch's entry past what a follower can be sent
+// closes the batch and opens the next; one that fits in no entry is
+// refused (tooLarge) and not taken.
+func (w *window) take(p *pending) (read, started, full, tooLarge bool) {
 	if p.req.Type == rsmpb.RequestType_READ {
 		w.reads = append(w.reads, p)
-		return true, len(w.reads) == 1, len(w.reads) >= w.minBatch
+		return true, len(w.reads) == 1, len(w.reads) >= w.minBatch, false
+	}
+	size := commandSize(p)
+	if size > w.entryRoom {
+		return false, false, false, true
+	}
+	if w.cmdBytes+size > w.entryRoom {
+		w.cutCommands()
 	}
 	w.cmds = append(w.cmds, p)
-	return false, len(w.cmds) == 1, len(w.cmds) >= w.minBatch
+	w.cmdBytes += size
+	return false, len(w.cmds) == 1, len(w.cmds) >= w.minBatch, false
 }
 
 // cutCommands closes the command batch; it is written when the pipeline
@@ -105,8 +143,20 @@ func (w *window) take(p *pending) (read, started, full bool) {
 func (w *window) cutCommands() {
 	if len(w.cmds) > 0 {
 		w.ready = append(w.ready, w.cmds)
-		w.cmds = nil
+		w.cmds, w.cmdBytes = nil, 0
 	}
+}
+
+// cutIfRoom closes the command batch if the pipeline has room for its
+// write now: a lone command is written at once, and what arrives while
+// the pipeline is full waits for the next free slot (or its FlushInterval
+// or BatchMinCount), so a busy leader batches. It reports a cut.
+func (w *window) cutIfRoom() bool {
+	if len(w.cmds) == 0 || len(w.ready) > 0 || len(w.writes) >= w.depth {
+		return false
+	}
+	w.cutCommands()
+	return true
 }
 
 // cutReads closes the read batch and returns it, to be answered now.
@@ -266,14 +316,14 @@ func (w *window) snapshotDue() bool {
 // hold keeps a captured snapshot until every index it covers is
 // confirmed (rule 7): a deposed leader's unconfirmed entries never reach a
 // snapshot.
-func (w *window) hold(s *rsmpb.Snapshot) {
+func (w *window) hold(s *captured) {
 	w.snapBusy, w.snapHeld = true, s
 }
 
 // snapshotToWrite returns the held snapshot once it may be written, with
 // the end and version of the stored one it replaces by compare-and-swap.
-func (w *window) snapshotToWrite() (s *rsmpb.Snapshot, end uint64, version string) {
-	if w.snapHeld == nil || w.confirmed < w.snapHeld.EndIndex {
+func (w *window) snapshotToWrite() (s *captured, end uint64, version string) {
+	if w.snapHeld == nil || w.confirmed < w.snapHeld.head.EndIndex {
 		return nil, 0, ""
 	}
 	s, w.snapHeld = w.snapHeld, nil
@@ -445,6 +495,7 @@ func (w *window) drain() []answer {
 	}
 	add(w.reads, rsmpb.Status_NOT_LEADER, "leadership ended")
 	add(w.cmds, rsmpb.Status_NOT_COMMITTED, "leadership ended before the batch was written")
+	w.cmdBytes = 0
 	for _, b := range w.ready {
 		add(b, rsmpb.Status_NOT_COMMITTED, "leadership ended before the batch was written")
 	}

@@ -10,12 +10,15 @@ import (
 	"testing/synctest"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/store/faultstore"
 	"github.com/tenure-io/tenure/store/memstore"
 )
 
 func testWindow(depth, minBatch int) *window {
-	o := Options{PipelineDepth: depth, BatchMinCount: minBatch, LogCacheSize: 4, SnapshotThreshold: 10}
+	o := Options{PipelineDepth: depth, BatchMinCount: minBatch, LogCacheSize: 4, SnapshotThreshold: 10, MaxMessageSize: DefaultMaxMessageSize}
 	w := newWindow(5, o)
 	w.next, w.confirmed = 11, 10
 	return w
@@ -31,16 +34,16 @@ func rd() *pending {
 
 func TestWindowBatching(t *testing.T) {
 	w := testWindow(2, 3)
-	if read, started, full := w.take(cmd(1)); read || !started || full {
+	if read, started, full, _ := w.take(cmd(1)); read || !started || full {
 		t.Fatalf("first command: read %v started %v full %v", read, started, full)
 	}
-	if _, started, full := w.take(cmd(2)); started || full {
+	if _, started, full, _ := w.take(cmd(2)); started || full {
 		t.Fatalf("second command: started %v full %v", started, full)
 	}
-	if read, started, _ := w.take(rd()); !read || !started {
+	if read, started, _, _ := w.take(rd()); !read || !started {
 		t.Fatal("a read opens its own batch")
 	}
-	if _, _, full := w.take(cmd(3)); !full {
+	if _, _, full, _ := w.take(cmd(3)); !full {
 		t.Fatal("the third command fills a batch of BatchMinCount 3")
 	}
 	w.cutCommands()
@@ -181,7 +184,7 @@ func TestWindowSnapshotWaitsForConfirmation(t *testing.T) {
 	if !w.snapshotDue() {
 		t.Fatal("not due with 10 entries since the last snapshot")
 	}
-	w.hold(&rsmpb.Snapshot{EndIndex: 13})
+	w.hold(&captured{head: &rsmpb.Snapshot{EndIndex: 13}})
 	if w.snapshotDue() {
 		t.Fatal("due again while one is under way")
 	}
@@ -323,17 +326,17 @@ func TestWindowDrain(t *testing.T) {
 
 func TestSupersedes(t *testing.T) {
 	for _, tc := range []struct {
-		snap *rsmpb.Snapshot
+		end  uint64 // 0: no snapshot
 		from uint64
 		want bool
 	}{
-		{nil, 1, false},
-		{&rsmpb.Snapshot{EndIndex: 3}, 4, false},
-		{&rsmpb.Snapshot{EndIndex: 4}, 4, true},
-		{&rsmpb.Snapshot{EndIndex: 9}, 4, true},
+		{0, 1, false},
+		{3, 4, false},
+		{4, 4, true},
+		{9, 4, true},
 	} {
-		if got := supersedes(tc.snap, tc.from); got != tc.want {
-			t.Errorf("snapshot %v, from %d: %v, want %v", tc.snap.GetEndIndex(), tc.from, got, tc.want)
+		if got := supersedes(tc.end, tc.from); got != tc.want {
+			t.Errorf("snapshot ending at %d, from %d: %v, want %v", tc.end, tc.from, got, tc.want)
 		}
 	}
 }
@@ -358,30 +361,44 @@ func TestMembership(t *testing.T) {
 
 // Batching in virtual time: a partial batch is cut after FlushInterval,
 // a full one at once, each one log write.
+// TestLoopBatchingInVirtualTime: a lone command is written at once, not
+// after FlushInterval; commands that arrive while a write is in flight go
+// into the next write together; a batch is still cut at FlushInterval
+// while it waits for the pipeline.
 func TestLoopBatchingInVirtualTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
+		fs := faultstore.New(mem)
+		const putTime = 100 * time.Millisecond
+		fs.SetLatency(faultstore.OpPutCreate, faultstore.Fixed(putTime))
 		opts := testOptions()
-		opts.BatchMinCount, opts.FlushInterval = 3, time.Second
-		a := newTestNode(t, mem, "a", opts)
+		opts.BatchMinCount, opts.FlushInterval, opts.PipelineDepth = 10, time.Second, 1
+		a := newTestNode(t, fs, "a", opts)
 		ls, version, _ := a.gs.readLeaderState(t.Context())
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
 			_ = a.lead(ls, version)
 		}()
+		time.Sleep(time.Second)
 		synctest.Wait()
 		if a.Status().Role != "LEADER" {
 			t.Fatal("a does not lead")
 		}
 		l := leaderOf(t, a)
-		// A session first, through the log like any command: at index 2.
+		// A session first, through the log like any command: at index 2,
+		// written at once.
 		reg := &pending{req: &rsmpb.StateRequest{Type: rsmpb.RequestType_COMMAND, Register: true, Client: "v#1"},
 			start: time.Now(), done: make(chan *rsmpb.StateResponse, 1)}
 		l.enqueue(reg)
-		time.Sleep(time.Second)
+		time.Sleep(2 * putTime)
 		synctest.Wait()
-		r := <-reg.done
+		var r *rsmpb.StateResponse
+		select {
+		case r = <-reg.done:
+		default:
+			t.Fatalf("a lone registration not answered after %v (FlushInterval %v)", 2*putTime, opts.FlushInterval)
+		}
 		if r.Status != rsmpb.Status_OK || r.Index != 2 || len(r.Result) != 8 {
 			t.Fatalf("registration: %v at %d, want OK at 2", r.Status, r.Index)
 		}
@@ -391,33 +408,87 @@ func TestLoopBatchingInVirtualTime(t *testing.T) {
 			p.req.Session = session
 			return p
 		}
-		ps := []*pending{cmd(1), cmd(2)}
-		for _, p := range ps {
-			l.enqueue(p)
-		}
-		time.Sleep(999 * time.Millisecond)
-		synctest.Wait()
-		if _, _, err := mem.Get(t.Context(), logKey(testGroup, 3)); err == nil {
-			t.Fatal("a partial batch was written before FlushInterval")
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		for _, p := range ps {
-			if r := <-p.done; r.Status != rsmpb.Status_OK || r.Index != 3 {
-				t.Fatalf("answer %v at %d, want OK at 3", r.Status, r.Index)
+		answer := func(p *pending, index uint64) {
+			t.Helper()
+			select {
+			case r := <-p.done:
+				if r.Status != rsmpb.Status_OK || r.Index != index {
+					t.Fatalf("command %d: %v at %d, want OK at %d", p.req.Seq, r.Status, r.Index, index)
+				}
+			default:
+				t.Fatalf("command %d not answered", p.req.Seq)
 			}
 		}
-		full := []*pending{cmd(3), cmd(4), cmd(5)}
-		for _, p := range full {
+		// One command goes at once; two arriving while it is in flight
+		// share the next write.
+		first := cmd(1)
+		l.enqueue(first)
+		synctest.Wait()
+		busy := []*pending{cmd(2), cmd(3)}
+		for _, p := range busy {
 			l.enqueue(p)
 		}
+		time.Sleep(4 * putTime)
 		synctest.Wait()
-		for _, p := range full {
-			if r := <-p.done; r.Status != rsmpb.Status_OK || r.Index != 4 {
-				t.Fatalf("answer %v at %d, want OK at 4 without waiting", r.Status, r.Index)
-			}
+		answer(first, 3)
+		for _, p := range busy {
+			answer(p, 4)
 		}
+		// With the pipeline held longer than FlushInterval, a waiting
+		// batch is cut at FlushInterval: a command arriving after that
+		// goes into the write after.
+		fs.SetLatency(faultstore.OpPutCreate, faultstore.Fixed(3*time.Second))
+		held, early, late := cmd(4), cmd(5), cmd(6)
+		l.enqueue(held)
+		synctest.Wait()
+		l.enqueue(early)
+		time.Sleep(1500 * time.Millisecond)
+		l.enqueue(late)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		answer(held, 5)
+		answer(early, 6)
+		answer(late, 7)
 		a.Node.cancel()
 		a.wg.Wait()
 	})
+}
+
+// TestWindowBatchBytes: commands are batched so that no log entry exceeds
+// what the leader can send a follower in one message; a command that fits
+// in no entry is refused.
+func TestWindowBatchBytes(t *testing.T) {
+	w := testWindow(1, 100)
+	big := func(seq uint64, size int) *pending {
+		p := cmd(seq)
+		p.req.Data = make([]byte, size)
+		return p
+	}
+	size := DefaultMaxMessageSize / 3
+	for i := range 3 {
+		if _, _, _, tooLarge := w.take(big(uint64(i+1), size)); tooLarge {
+			t.Fatalf("command %d of %d bytes refused", i+1, size)
+		}
+	}
+	w.cutCommands()
+	w.depth = 4
+	var entries []*rsmpb.Entry
+	for wr := w.nextWrite(); wr != nil; wr = w.nextWrite() {
+		wr.entry.Writer, wr.entry.Nonce, wr.entry.Group = "node-a", newNonce(), "g"
+		entries = append(entries, wr.entry)
+	}
+	if len(entries) != 2 {
+		t.Fatalf("three commands of a third of MaxMessageSize went into %d entries, want 2", len(entries))
+	}
+	for _, e := range entries {
+		if got := proto.Size(e); got > DefaultMaxMessageSize-syncReserve {
+			t.Errorf("entry %d of %d bytes: above the %d a follower can be sent", e.Index, got, DefaultMaxMessageSize-syncReserve)
+		}
+	}
+	if _, _, _, tooLarge := w.take(big(9, DefaultMaxMessageSize-2048)); !tooLarge {
+		t.Error("a command that fits in no entry was taken")
+	}
+	if len(w.cmds) != 0 {
+		t.Errorf("the refused command is batched: %d", len(w.cmds))
+	}
 }

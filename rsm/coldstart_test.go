@@ -1,0 +1,168 @@
+package rsm_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/rsm"
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/driver"
+	"github.com/tenure-io/tenure/store/memstore"
+)
+
+// countingDriver counts the bytes and reads of each key read through it.
+type countingDriver struct {
+	driver.Store
+	mu    sync.Mutex
+	bytes map[string]int
+	reads map[string]int
+}
+
+func newCountingDriver(inner driver.Store) *countingDriver {
+	return &countingDriver{Store: inner, bytes: map[string]int{}, reads: map[string]int{}}
+}
+
+func (c *countingDriver) count(key string, data []byte) {
+	c.mu.Lock()
+	c.bytes[key] += len(data)
+	c.reads[key]++
+	c.mu.Unlock()
+}
+
+func (c *countingDriver) Get(ctx context.Context, key string) ([]byte, string, error) {
+	data, v, err := c.Store.Get(ctx, key)
+	c.count(key, data)
+	return data, v, err
+}
+
+func (c *countingDriver) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
+	data, v, err := c.Store.GetLimited(ctx, key, max)
+	c.count(key, data)
+	return data, v, err
+}
+
+func (c *countingDriver) Close() error { return nil } // the shared store outlives each node
+
+// writeGroup leaves group g1 in mem with a snapshot and log entries after
+// it, written by node "a", and returns the snapshot's size.
+func writeGroup(t *testing.T, mem *memstore.Store, opts rsm.Options) int {
+	t.Helper()
+	st := store.New(newCountingDriver(mem))
+	h := startHost(t, st, "a")
+	n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": &counter{}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, n)
+	for i := 0; i < 3*opts.SnapshotThreshold+opts.SnapshotThreshold/2; i++ {
+		if _, err := n.Command(ctxT(t, 10*time.Second), "counter", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for n.Status().SnapshotIndex < uint64(2*opts.SnapshotThreshold) {
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot written")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := n.Leave(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Close()
+	snap, _, err := mem.Get(t.Context(), "g1/snapshot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(snap)
+}
+
+// checkReadOnce fails if a node read the snapshot or a log entry more
+// than once.
+func checkReadOnce(t *testing.T, who string, c *countingDriver, snapSize int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	logs := 0
+	for key, n := range c.reads {
+		switch {
+		case key == "g1/snapshot":
+			if c.bytes[key] > snapSize {
+				t.Errorf("%s read %d snapshot bytes in %d reads; the snapshot is %d bytes", who, c.bytes[key], n, snapSize)
+			}
+		case strings.HasPrefix(key, "g1/log/"):
+			logs++
+			if n > 1 {
+				t.Errorf("%s read %s %d times", who, key, n)
+			}
+		}
+	}
+	if c.bytes["g1/snapshot"] == 0 {
+		t.Errorf("%s never read the snapshot", who)
+	}
+	if logs == 0 {
+		t.Errorf("%s read no log entry", who)
+	}
+}
+
+// TestColdStartReadsEachObjectOnce: a node starting on a group's objects
+// reads the snapshot once and each log entry once before it serves.
+func TestColdStartReadsEachObjectOnce(t *testing.T) {
+	mem := memstore.New()
+	opts := fastOptions()
+	size := writeGroup(t, mem, opts)
+	cd := newCountingDriver(mem)
+	h := startHost(t, store.New(cd), "a")
+	n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": &counter{}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, n)
+	if _, err := n.Read(ctxT(t, 10*time.Second), "counter", nil); err != nil {
+		t.Fatal(err)
+	}
+	checkReadOnce(t, "the restarted node", cd, size)
+}
+
+// TestThreeColdNodesReadEachObjectOnce: three nodes starting together on
+// a group's objects each read the snapshot and each log entry at most
+// once to reach the group's state.
+func TestThreeColdNodesReadEachObjectOnce(t *testing.T) {
+	mem := memstore.New()
+	opts := fastOptions()
+	size := writeGroup(t, mem, opts)
+	// Slow heartbeats: no node gives up on the leader while the others
+	// catch up, so every read counted is a start's.
+	opts.HeartbeatInterval, opts.MaxMissedHeartbeats = 500*time.Millisecond, 20
+	var nodes []*rsm.Node
+	var counts []*countingDriver
+	for _, id := range []string{"a", "b", "c"} {
+		cd := newCountingDriver(mem)
+		h := startHost(t, store.New(cd), id)
+		n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": &counter{}}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes, counts = append(nodes, n), append(counts, cd)
+	}
+	leader := waitLeader(t, nodes...)
+	if _, err := leader.Command(ctxT(t, 10*time.Second), "counter", nil); err != nil {
+		t.Fatal(err)
+	}
+	want := leader.Status().ApplyIndex
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range nodes {
+		for n.Status().ApplyIndex < want || n.Status().State != "JOINED" {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not reach index %d: %+v", n.Status().ID, want, n.Status())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for i, n := range nodes {
+		checkReadOnce(t, n.Status().ID, counts[i], size)
+	}
+}
