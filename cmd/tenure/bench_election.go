@@ -80,7 +80,7 @@ const maxBenchNodes = 32
 
 // benchConfigs are the member configurations the bench can compare.
 var benchConfigs = map[string]string{
-	"store": "store only (no flags: followers read the lock every InfrequentInterval while stable)",
+	"store": "store only (no flags: followers poll the lock four times per lease and when the held version would expire)",
 	"addr":  "an address only (--addr: peer mode, followers long-poll the leader over HTTPS, its key pinned by the lock record)",
 	"tls":   "an address and certificates (--addr --tls-cert --tls-key --tls-ca: peer mode checked by a CA)",
 }
