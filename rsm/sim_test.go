@@ -114,7 +114,6 @@ type simCoverage struct {
 	sealMetHigher    int // a candidate met a higher term before its seal
 	takeoverRetries  int // a snapshot passed what a takeover read
 	catchUpSupersede int // rule 8 discarded what a catch-up read
-	lateApplied      int // a catch-up read a late create and discarded it
 	skipped          int // a slot taken by a stale writer
 	expired          int // a command refused as of an expired session
 	unknown          int // commands of unknown outcome
@@ -127,7 +126,6 @@ func (c *simCoverage) add(o simCoverage) {
 	c.sealMetHigher += o.sealMetHigher
 	c.takeoverRetries += o.takeoverRetries
 	c.catchUpSupersede += o.catchUpSupersede
-	c.lateApplied += o.lateApplied
 	c.skipped += o.skipped
 	c.expired += o.expired
 	c.unknown += o.unknown
@@ -278,6 +276,7 @@ type simNode struct {
 	alive    bool
 	procs    []*simProc
 	rep      *replica
+	gs       *groupStore
 	mach     *simCounter
 	storeCut bool
 
@@ -294,6 +293,7 @@ type simNode struct {
 
 func (s *sim) newNode(idx int, observer bool) *simNode {
 	n := &simNode{s: s, id: "n" + strconv.Itoa(idx), idx: idx, observer: observer, local: s.cfg.maxSessions, hint: -1}
+	n.gs = n.groupStore()
 	if observer {
 		n.id = "obs"
 		n.local = s.cfg.maxSessions + 1
@@ -377,55 +377,23 @@ func cloneSnap(v any) *rsmpb.Snapshot {
 
 func logKeyOf(i uint64) string { return "log/" + strconv.FormatUint(i, 10) }
 
-// readSnapshot reads the snapshot; retried until it answers.
-func (n *simNode) readSnapshot(p *simProc) (*rsmpb.Snapshot, int, error) {
-	v, ver, err := p.get(n, "snap")
-	if err != nil {
-		return nil, 0, err
-	}
-	return cloneSnap(v), ver, nil
+// readSnapshot is groupStore.readSnapshot over the simulated store.
+func (n *simNode) readSnapshot(p *simProc) (*rsmpb.Snapshot, string, error) {
+	return n.gs.readSnapshot(simCtx(p))
 }
 
-// readLog is groupStore.readLog over the simulated store: entries from
-// `from` on, up to limit, stopping at the first missing one, then the
-// snapshot; rule 8 through supersedes.
+// readLog is groupStore.readLog over the simulated store: rule 8.
 func (n *simNode) readLog(p *simProc, from uint64, limit int) (logChunk, error) {
-	var c logChunk
-	for i := from; len(c.entries) < limit; i++ {
-		v, _, err := p.get(n, logKeyOf(i))
-		if err != nil {
-			return logChunk{}, err
-		}
-		if v == nil {
-			break
-		}
-		c.entries = append(c.entries, cloneEntry(v))
-	}
-	c.read = len(c.entries)
-	snap, ver, err := n.readSnapshot(p)
-	if err != nil {
-		return logChunk{}, err
-	}
-	c.snap, c.version = snap, strconv.Itoa(ver)
-	if supersedes(snap, from) {
-		for _, e := range c.entries {
-			if n.s.st.deleted[logKeyOf(e.Index)] {
-				n.s.cover.lateApplied++
-			}
-		}
-		c.entries, c.superseded = nil, true
-	}
-	return c, nil
+	return n.gs.readLog(simCtx(p), from, 0, limit)
 }
 
 // catchUp is Node.catchUp: the snapshot, then the log in chunks under
 // rule 8, up to the first hole.
 func (n *simNode) catchUp(p *simProc) (snapEnd uint64, snapVersion string, err error) {
-	snap, ver, err := n.readSnapshot(p)
+	snap, version, err := n.readSnapshot(p)
 	if err != nil {
 		return 0, "", err
 	}
-	version := strconv.Itoa(ver)
 	n.loadSnapshot(snap)
 	const chunk = 4
 	for {
@@ -647,7 +615,7 @@ func (l *simLeader) takeover(p *simProc) bool {
 			continue
 		}
 		if snap != nil {
-			snapEnd, snapVersion = snap.EndIndex, strconv.Itoa(ver)
+			snapEnd, snapVersion = snap.EndIndex, ver
 		}
 		v, _, err := p.get(n, "ls")
 		if err != nil || v == nil || v.(simLS).term != l.term || v.(simLS).leader != n.idx {
@@ -937,7 +905,7 @@ func (l *simLeader) snapshot(p *simProc, snap *rsmpb.Snapshot, end uint64, versi
 			l.post(func() { l.w.snapBusy = false })
 			return
 		}
-		end, version = 0, strconv.Itoa(cv)
+		end, version = 0, cv
 		if cur != nil {
 			end = cur.EndIndex
 		}

@@ -2,12 +2,17 @@ package rsm
 
 import (
 	"container/heap"
+	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strconv"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/driver"
 )
 
 // The simulator's machinery: virtual time, an event queue, processes that
@@ -246,3 +251,83 @@ func (p *simProc) listLog(n *simNode) ([]uint64, error) {
 func heapPop(q *simQueue) simEvent { return heap.Pop(q).(simEvent) }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+// simDriver lets the real groupStore read the simulated store: a Get
+// blocks the simulated process named in its context until the simulated
+// store answers, and returns the object encoded as the store holds it. So
+// rule 8 (groupStore.readLog, supersedes) and the decoders run as they
+// are. Errors are permanent, never retried with real timers: the
+// simulated caller retries.
+type simDriver struct{ n *simNode }
+
+type simProcKey struct{}
+
+var errSimNotFound = errors.New("sim store: not found")
+
+const simGroup = "g"
+
+func (d simDriver) Get(ctx context.Context, key string) ([]byte, string, error) {
+	p := ctx.Value(simProcKey{}).(*simProc)
+	simKey := ""
+	if i, ok := parseLogKey(simGroup, key); ok {
+		simKey = logKeyOf(i)
+	} else if key == simGroup+"/"+snapshotKey {
+		simKey = "snap"
+	} else {
+		return nil, "", fmt.Errorf("sim store: no object %q", key)
+	}
+	v, ver, err := p.get(d.n, simKey)
+	if err != nil {
+		return nil, "", err
+	}
+	if v == nil {
+		return nil, "", errSimNotFound
+	}
+	var b []byte
+	switch o := v.(type) {
+	case *rsmpb.Entry:
+		b, err = encodeEntry(o)
+	case *rsmpb.Snapshot:
+		b, err = encodeSnapshot(o)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return b, strconv.Itoa(ver), nil
+}
+
+func (d simDriver) GetLimited(ctx context.Context, key string, _ int64) ([]byte, string, error) {
+	return d.Get(ctx, key)
+}
+
+func (simDriver) Put(context.Context, string, []byte, driver.Cond) (string, error) {
+	return "", errors.New("sim store: writes go through the simulation")
+}
+
+func (simDriver) Delete(context.Context, string, driver.Cond) error {
+	return errors.New("sim store: deletes go through the simulation")
+}
+
+func (simDriver) List(context.Context, string, string, int) ([]driver.Item, error) {
+	return nil, errors.New("sim store: lists go through the simulation")
+}
+
+func (simDriver) ErrorKind(err error) driver.Kind {
+	if errors.Is(err, errSimNotFound) {
+		return driver.NotFound
+	}
+	return driver.Permanent
+}
+
+func (simDriver) Close() error { return nil }
+
+var _ driver.Store = simDriver{}
+
+// groupStore is the real reader over the simulated store, for node n.
+func (n *simNode) groupStore() *groupStore {
+	return &groupStore{st: store.New(simDriver{n: n}), group: simGroup, retry: RetryOptions{MaxAttempts: 1}}
+}
+
+func simCtx(p *simProc) context.Context {
+	return context.WithValue(context.Background(), simProcKey{}, p)
+}
