@@ -368,13 +368,6 @@ func cloneEntry(v any) *rsmpb.Entry {
 	return proto.Clone(v.(*rsmpb.Entry)).(*rsmpb.Entry)
 }
 
-func cloneSnap(v any) *rsmpb.Snapshot {
-	if v == nil {
-		return nil
-	}
-	return proto.Clone(v.(*rsmpb.Snapshot)).(*rsmpb.Snapshot)
-}
-
 func logKeyOf(i uint64) string { return "log/" + strconv.FormatUint(i, 10) }
 
 // readSnapshot is groupStore.readSnapshot over the simulated store.
@@ -1379,8 +1372,7 @@ func (s *sim) finalCheck(all []*simNode) {
 func (s *sim) checkReads() {
 	for _, r := range s.reads {
 		var low, high uint64
-		for id, at := range s.ackRecv {
-			_ = id
+		for _, at := range s.ackRecv {
 			if at < r.call {
 				low++
 			}
