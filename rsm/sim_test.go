@@ -35,12 +35,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"math/rand/v2"
 
@@ -1490,10 +1492,21 @@ func TestSimulation(t *testing.T) {
 }
 
 // TestSimulationReproducible: a seed replays to the same run, event for
-// event.
+// event, and a run leaves no goroutine behind.
 func TestSimulationReproducible(t *testing.T) {
 	for _, seed := range []uint64{7, 4242} {
-		a, b := runSim(seed, true), runSim(seed, true)
+		before := runtime.NumGoroutine()
+		a := runSim(seed, true)
+		// The last processes may still be returning: give them time.
+		after := runtime.NumGoroutine()
+		for i := 0; i < 200 && after > before; i++ {
+			time.Sleep(10 * time.Millisecond)
+			after = runtime.NumGoroutine()
+		}
+		if after > before {
+			t.Errorf("seed %d: %d goroutines before the run, %d after", seed, before, after)
+		}
+		b := runSim(seed, true)
 		if !slices.Equal(a.trace, b.trace) || a.cover != b.cover || a.fail != b.fail || len(a.trace) < 10 {
 			t.Errorf("seed %d: two runs differ (%d and %d trace lines, coverage %+v and %+v)", seed, len(a.trace), len(b.trace), a.cover, b.cover)
 		}
