@@ -1,0 +1,5 @@
+//go:build !race
+
+package rsm
+
+const simRace = false
