@@ -30,6 +30,7 @@ package rsm
 //	go test -run TestSimulation ./rsm/ -sim.seed=1234 -v     # replay one, with its trace
 
 import (
+	"bytes"
 	"encoding/binary"
 	"flag"
 	"fmt"
@@ -351,11 +352,12 @@ func (n *simNode) apply(e *rsmpb.Entry) (bool, []result) {
 	return valid, res
 }
 
-func (n *simNode) loadSnapshot(snap *rsmpb.Snapshot) {
+// loadSnapshot is Node.loadSnapshot: snap restored if it is ahead.
+func (n *simNode) loadSnapshot(snap *storedSnapshot) {
 	if snap == nil || snap.EndIndex <= n.rep.applied {
 		return
 	}
-	if err := n.rep.restore(snap); err != nil {
+	if err := n.rep.restoreStored(snap); err != nil {
 		n.s.failf("%s: restore: %v", n.id, err)
 		return
 	}
@@ -372,9 +374,25 @@ func cloneEntry(v any) *rsmpb.Entry {
 
 func logKeyOf(i uint64) string { return "log/" + strconv.FormatUint(i, 10) }
 
-// readSnapshot is groupStore.readSnapshot over the simulated store.
-func (n *simNode) readSnapshot(p *simProc) (*rsmpb.Snapshot, string, error) {
-	return n.gs.readSnapshot(simCtx(p))
+// loadSnapshotAt is Node.loadSnapshotAt: the snapshot ending at end
+// restored if it is ahead, snap if it was read whole, else read now.
+func (n *simNode) loadSnapshotAt(p *simProc, end uint64, snap *storedSnapshot) error {
+	if end == 0 || end <= n.rep.applied {
+		return nil
+	}
+	if snap == nil {
+		var err error
+		if snap, _, err = n.gs.readSnapshot(simCtx(p)); err != nil {
+			return err
+		}
+	}
+	n.loadSnapshot(snap)
+	return nil
+}
+
+// snapshotEnd is groupStore.snapshotEnd over the simulated store.
+func (n *simNode) snapshotEnd(p *simProc) (uint64, string, *storedSnapshot, error) {
+	return n.gs.snapshotEnd(simCtx(p))
 }
 
 // readLog is groupStore.readLog over the simulated store: rule 8.
@@ -385,23 +403,27 @@ func (n *simNode) readLog(p *simProc, from uint64, limit int) (logChunk, error) 
 // catchUp is Node.catchUp: the snapshot, then the log in chunks under
 // rule 8, up to the first hole.
 func (n *simNode) catchUp(p *simProc) (snapEnd uint64, snapVersion string, err error) {
-	snap, version, err := n.readSnapshot(p)
+	end, version, snap, err := n.snapshotEnd(p)
 	if err != nil {
 		return 0, "", err
 	}
-	n.loadSnapshot(snap)
+	if err := n.loadSnapshotAt(p, end, snap); err != nil {
+		return 0, "", err
+	}
 	const chunk = 4
 	for {
 		c, err := n.readLog(p, n.rep.applied+1, chunk)
 		if err != nil {
 			return 0, "", err
 		}
-		if c.snap != nil && (snap == nil || c.snap.EndIndex > snap.EndIndex) {
-			snap, version = c.snap, c.version
+		if c.snapEnd > end {
+			end, version = c.snapEnd, c.version
 		}
 		if c.superseded {
 			n.s.cover.catchUpSupersede++
-			n.loadSnapshot(c.snap)
+			if err := n.loadSnapshotAt(p, c.snapEnd, c.snap); err != nil {
+				return 0, "", err
+			}
 			continue
 		}
 		for _, e := range c.entries {
@@ -411,10 +433,7 @@ func (n *simNode) catchUp(p *simProc) (snapEnd uint64, snapVersion string, err e
 			n.apply(e)
 		}
 		if len(c.entries) < chunk {
-			if snap != nil {
-				return snap.EndIndex, version, nil
-			}
-			return 0, version, nil
+			return end, version, nil
 		}
 	}
 }
@@ -549,7 +568,7 @@ func (l *simLeader) depose(why string) {
 func (n *simNode) leadTerm(p *simProc, term uint64) {
 	s := n.s
 	l := &simLeader{n: n, term: term, meta: map[*pending]*simCall{},
-		w: newWindow(term, Options{PipelineDepth: s.cfg.depth, BatchMinCount: s.cfg.minBatch, LogCacheSize: 16, SnapshotThreshold: s.cfg.snapEvery})}
+		w: newWindow(term, Options{PipelineDepth: s.cfg.depth, BatchMinCount: s.cfg.minBatch, LogCacheSize: 16, SnapshotThreshold: s.cfg.snapEvery, MaxMessageSize: DefaultMaxMessageSize})}
 	n.lead = l
 	defer func() { n.lead = nil }()
 	if !l.takeover(p) {
@@ -600,17 +619,17 @@ func (l *simLeader) takeover(p *simProc) bool {
 			}
 			return false
 		}
-		snap, ver, err := n.readSnapshot(p)
+		end, ver, _, err := n.snapshotEnd(p)
 		if err != nil {
 			continue
 		}
-		if supersedes(snap, from) {
+		if supersedes(end, from) {
 			s.cover.takeoverRetries++
-			s.logf("%s term %d: snapshot at %d passed the takeover's read from %d; again", n.id, l.term, snap.EndIndex, from)
+			s.logf("%s term %d: snapshot at %d passed the takeover's read from %d; again", n.id, l.term, end, from)
 			continue
 		}
-		if snap != nil {
-			snapEnd, snapVersion = snap.EndIndex, ver
+		if end > 0 {
+			snapEnd, snapVersion = end, ver
 		}
 		v, _, err := p.get(n, "ls")
 		if err != nil || v == nil || v.(simLS).term != l.term || v.(simLS).leader != n.idx {
@@ -718,9 +737,12 @@ func (l *simLeader) loop(p *simProc) {
 }
 
 func (l *simLeader) take(pd *pending) {
-	read, started, full := l.w.take(pd)
+	read, started, full, tooLarge := l.w.take(pd)
 	s := l.n.s
 	switch {
+	case tooLarge:
+		s.failf("%s term %d refused a command of %d bytes as too large", l.n.id, l.term, commandSize(pd))
+		l.finish(pd, &rsmpb.StateResponse{Status: rsmpb.Status_TOO_LARGE})
 	case read && full:
 		l.readT = false
 		l.answerReads(l.w.cutReads())
@@ -764,6 +786,7 @@ func (l *simLeader) answerReads(b []*pending) {
 
 func (l *simLeader) progress() {
 	n, s, w := l.n, l.n.s, l.w
+	w.cutIfRoom()
 	for wr := w.nextWrite(); wr != nil; wr = w.nextWrite() {
 		wr.entry.Writer, wr.entry.Nonce = n.id, s.nonce()
 		e := wr.entry
@@ -847,7 +870,7 @@ func (l *simLeader) roundDone(id uint64, err error) {
 		return
 	}
 	if len(rounds) > 0 && l.w.snapshotDue() {
-		snap, err := l.n.rep.snapshot()
+		snap, err := l.n.rep.capture()
 		if err != nil {
 			l.n.s.failf("snapshot: %v", err)
 			return
@@ -871,42 +894,60 @@ func (l *simLeader) release(wt waiter) {
 	}
 }
 
-// snapshot is leaderRun.snapshot and writeSnapshot, then truncate.
-func (l *simLeader) snapshot(p *simProc, snap *rsmpb.Snapshot, end uint64, version string) {
-	n, s := l.n, l.n.s
+// snapshot is leaderRun.snapshot: writeSnapshot, its result, then the
+// truncation of what it covers.
+func (l *simLeader) snapshot(p *simProc, c *captured, end uint64, version string) {
+	end, v, err := l.writeSnapshot(p, c, end, version)
+	l.post(func() {
+		// On error too: a newer snapshot found is not written over again.
+		l.w.snapshotWritten(end, v)
+		if err != nil {
+			l.w.snapBusy = false
+		}
+	})
+	if err != nil {
+		return
+	}
+	l.truncate(p, c.head.EndIndex)
+	l.post(func() { l.w.snapBusy = false })
+}
+
+// writeSnapshot is leaderRun.writeSnapshot and groupStore.writeSnapshot:
+// compare-and-swap on the version last read or written, the object in the
+// chunked format; on a lost race the stored snapshot's end is listed
+// again (snapshotEnd), once.
+func (l *simLeader) writeSnapshot(p *simProc, c *captured, end uint64, version string) (uint64, string, error) {
+	n, s, snap := l.n, l.n.s, c.head
 	for attempt := 0; ; attempt++ {
 		if end >= snap.EndIndex {
-			l.post(func() { l.w.snapshotWritten(end, version); l.w.snapBusy = false })
-			return
+			return end, version, fmt.Errorf("the stored snapshot already ends at %d", end)
 		}
 		if end > 0 {
 			snap.StartIndex = end + 1
 		}
 		snap.Writer, snap.WriterTerm, snap.Nonce = n.id, l.term, s.nonce()
+		var buf bytes.Buffer
+		if err := encodeCaptured(&buf, c); err != nil {
+			s.failf("%s: snapshot encoding: %v", n.id, err)
+			return 0, "", err
+		}
 		prev, _ := strconv.Atoi(version)
-		ver, err := p.put(n, "snap", proto.Clone(snap), prev)
+		ver, err := p.put(n, "snap", simSnap{end: snap.EndIndex, data: buf.Bytes()}, prev)
 		if err == nil {
 			v := strconv.Itoa(ver)
+			n.gs.remember(v, snap.EndIndex)
 			s.logf("%s term %d wrote snapshot to %d", n.id, l.term, snap.EndIndex)
-			l.post(func() { l.w.snapshotWritten(snap.EndIndex, v) })
-			break
+			return snap.EndIndex, v, nil
 		}
 		if err != errSimExists || attempt > 0 {
-			l.post(func() { l.w.snapBusy = false })
-			return
+			return 0, "", err
 		}
-		cur, cv, rerr := n.readSnapshot(p)
+		cur, cv, _, rerr := n.snapshotEnd(p)
 		if rerr != nil {
-			l.post(func() { l.w.snapBusy = false })
-			return
+			return 0, "", rerr
 		}
-		end, version = 0, cv
-		if cur != nil {
-			end = cur.EndIndex
-		}
+		end, version = cur, cv
 	}
-	l.truncate(p, snap.EndIndex)
-	l.post(func() { l.w.snapBusy = false })
 }
 
 func (l *simLeader) truncate(p *simProc, to uint64) {
@@ -1522,12 +1563,12 @@ func TestSimulationFamilies(t *testing.T) {
 		seed    uint64
 		reached func(simCoverage) int
 	}{
-		{"a candidate meeting a higher term before its seal", 14, func(c simCoverage) int { return c.sealMetHigher }},
-		{"a stale create on a truncated slot", 14, func(c simCoverage) int { return c.lateCreates }},
-		{"a takeover taken again after a snapshot passed what it read", 14, func(c simCoverage) int { return c.takeoverRetries }},
+		{"a candidate meeting a higher term before its seal", 55, func(c simCoverage) int { return c.sealMetHigher }},
+		{"a stale create on a truncated slot", 55, func(c simCoverage) int { return c.lateCreates }},
+		{"a takeover taken again after a snapshot passed what it read", 55, func(c simCoverage) int { return c.takeoverRetries }},
 		{"catch-up under truncation (rule 8)", 8, func(c simCoverage) int { return c.catchUpSupersede }},
-		{"a slot taken by a stale writer", 4, func(c simCoverage) int { return c.skipped }},
-		{"a command of an evicted session", 4, func(c simCoverage) int { return c.expired }},
+		{"a slot taken by a stale writer", 8, func(c simCoverage) int { return c.skipped }},
+		{"a command of an evicted session", 8, func(c simCoverage) int { return c.expired }},
 	} {
 		s := runSim(tc.seed, false)
 		if s.fail != "" {

@@ -204,7 +204,7 @@ func (p *simProc) get(n *simNode, key string) (any, int, error) {
 // put writes v if the key's version is prev (0: absent).
 func (p *simProc) put(n *simNode, key string, v any, prev int) (int, error) {
 	_, ver, err := p.storeOp(n, true, func() (any, int, error) {
-		st := p.s.st
+		st := &p.s.st
 		o, ok := st.objs[key]
 		if (prev == 0 && ok) || (prev != 0 && (!ok || o.ver != prev)) {
 			return nil, 0, errSimExists
@@ -287,13 +287,21 @@ func (d simDriver) Get(ctx context.Context, key string) ([]byte, string, error) 
 	switch o := v.(type) {
 	case *rsmpb.Entry:
 		b, err = encodeEntry(o)
-	case *rsmpb.Snapshot:
-		b, err = encodeSnapshot(o)
+	case simSnap:
+		b = o.data
 	}
 	if err != nil {
 		return nil, "", err
 	}
 	return b, strconv.Itoa(ver), nil
+}
+
+// simSnap is a snapshot object as the store holds it: the bytes the
+// leader serialized (chunked format), with its end index for the
+// simulation's own bookkeeping.
+type simSnap struct {
+	end  uint64
+	data []byte
 }
 
 func (d simDriver) GetLimited(ctx context.Context, key string, _ int64) ([]byte, string, error) {
@@ -308,8 +316,19 @@ func (simDriver) Delete(context.Context, string, driver.Cond) error {
 	return errors.New("sim store: deletes go through the simulation")
 }
 
-func (simDriver) List(context.Context, string, string, int) ([]driver.Item, error) {
-	return nil, errors.New("sim store: lists go through the simulation")
+// List answers the listing of the snapshot's key (groupStore.snapshotEnd)
+// through the simulated store; the log is listed by the simulation.
+func (d simDriver) List(ctx context.Context, prefix, after string, limit int) ([]driver.Item, error) {
+	key := simGroup + "/" + snapshotKey
+	if prefix != key || after != "" || limit < 1 {
+		return nil, fmt.Errorf("sim store: no listing of %q after %q", prefix, after)
+	}
+	p := ctx.Value(simProcKey{}).(*simProc)
+	v, ver, err := p.get(d.n, "snap")
+	if err != nil || v == nil {
+		return nil, err
+	}
+	return []driver.Item{{Key: key, Version: strconv.Itoa(ver), Size: int64(len(v.(simSnap).data))}}, nil
 }
 
 func (simDriver) ErrorKind(err error) driver.Kind {
