@@ -119,7 +119,10 @@ func TestStoreOnlyCost(t *testing.T) {
 		if total > 2880 {
 			t.Errorf("a stable group of 3 made %d store requests in an hour; want at most 2880", total)
 		}
-		// 3600/4.75 renewals; 2 x 3600/3.75 reads.
+		// 3600/5 renewals; 2 x 3600/3.75 reads.
+		if lead > 3600/5+1 {
+			t.Errorf("the leader made %d store requests in an hour; want at most one renewal per FrequentInterval (720)", lead)
+		}
 		if lead < 700 || fol < 1700 {
 			t.Errorf("leader %d, followers %d requests: too few to be renewing and polling as designed", lead, fol)
 		}

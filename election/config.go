@@ -58,8 +58,8 @@ type Config struct {
 	ServerAddr string
 
 	// FrequentInterval is the polling interval during transitions, and the
-	// leader's renewal interval: it renews 90-100 % of it after the start
-	// of its last renewal. Default 5 s, or RenewDeadline/2 if that is less.
+	// leader's renewal interval: it renews this long after the start of its
+	// last renewal. Default 5 s, or RenewDeadline/2 if that is less.
 	FrequentInterval time.Duration
 	// InfrequentInterval is the longest pause between a follower's reads
 	// while leadership is stable; a polling follower also reads at least

@@ -38,8 +38,8 @@
 // since the start of its last successful renewal, whatever the reason, and
 // RenewDeadline is below LeaderTimeout by a margin for clock-rate drift.
 //
-// Outage tolerance: the leader renews at most FrequentInterval after the
-// start of its last successful renewal (one-sided jitter: 90-100 % of it).
+// Outage tolerance: the leader renews FrequentInterval after the start of
+// its last successful renewal (no jitter: it is the lock's only writer).
 // A renewal that fails is retried until the deadline, sooner as the
 // deadline nears (a quarter of the time left, at least 10 ms apart), and
 // an attempt that hangs is abandoned after RenewDeadline/8. A store outage
