@@ -372,7 +372,15 @@ func (c *core) observe(now time.Time, found bool, rec Record, derr error, versio
 	// own previous process (same ID, dead) is not a duplicate: only one
 	// that changes while naming another session is.
 	other := found && !corrupt && !rec.Released && rec.LeaderID == c.id && rec.Session != c.session
-	c.duplicateID = other && prev.found && prev.rec.Session == rec.Session && prev.version != version
+	// Once seen, the report stays until the record stops naming another
+	// session under our ID (a poll that finds the version unchanged does
+	// not clear it).
+	switch {
+	case !other:
+		c.duplicateID = false
+	case prev.found && prev.rec.Session == rec.Session && prev.version != version:
+		c.duplicateID = true
+	}
 
 	// An earlier write of ours whose outcome was unknown has landed if its
 	// nonce is in the store.
