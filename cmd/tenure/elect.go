@@ -2,16 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"net"
-	"net/http"
-	"time"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tenure-io/tenure/election"
 	"github.com/tenure-io/tenure/store"
@@ -60,8 +54,8 @@ func newElectMetrics(e func() *election.Elector) *electMetrics {
 		return 0
 	})
 	m.reg.MustRegister(m.store.collectors()...)
-	m.reg.MustRegister(m.transitions, m.renew, isLeader, term, problem,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.transitions, m.renew, isLeader, term, problem)
+	m.reg.MustRegister(processCollectors()...)
 	return m
 }
 
@@ -76,9 +70,14 @@ func (m *electMetrics) observe(lockKey string) func(store.Call) {
 }
 
 func runElect(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "elect", "elect --lock URL [--id ID] [--addr HOST:PORT [--tls-cert F --tls-key F ...] | --no-peer] [--http ADDR]")
+	fs := newFlags(e, "elect", "elect --lock URL [--id ID] [--addr HOST:PORT [--tls-cert F --tls-key F ...] | --no-peer] [--http ADDR]\n\n"+
+		"Takes part in an election. --http serves /livez (200 while the process runs), /readyz (200 while\n"+
+		"this member leads or follows a known leader, else 503 with the reason; /healthz is an alias),\n"+
+		"/status (JSON) and /metrics (Prometheus). A store that cannot be reached at start is retried\n"+
+		"(not ready meanwhile); a permanent store error (missing bucket, refused credentials, bad URL)\n"+
+		"exits. SIGINT or SIGTERM releases the lock and exits.")
 	ef := addElectFlags(fs)
-	httpAddr := fs.String("http", "127.0.0.1:9464", "serve /metrics (Prometheus) and /healthz here; empty to disable")
+	httpAddr := fs.String("http", "127.0.0.1:9464", "serve /livez, /readyz, /status and /metrics here; empty to disable")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -87,17 +86,31 @@ func runElect(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	var el *election.Elector
-	_, lockKey, err := store.SplitKeyURL(*ef.lock)
-	if err != nil && *ef.lock != "" {
-		return err
-	}
-	metrics := newElectMetrics(func() *election.Elector { return el })
-	cfg, st, err := ef.config(ctx, e, metrics.observe(lockKey))
+	cfg, storeURL, err := ef.config(e)
 	if err != nil {
 		return err
 	}
+	_, lockKey, _ := store.SplitKeyURL(*ef.lock)
+	var el atomic.Pointer[election.Elector]
+	metrics := newElectMetrics(el.Load)
+	ops := newOpsState("elect", cfg.ServerID)
+	defer context.AfterFunc(ctx, func() { ops.stopping.Store(true) })()
+	if *httpAddr != "" {
+		stop, err := serveOps(*httpAddr, opsMux(ops.status, metrics.reg), cfg.Logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	st, err := openStore(ctx, cfg.Logger, ops, storeURL, metrics.observe(lockKey))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	defer st.Close()
+	cfg.Store, cfg.SkipProbe = st, true
 	cfg.OnStartedLeading = func(ctx context.Context) {
 		metrics.transitions.WithLabelValues("started").Inc()
 		<-ctx.Done()
@@ -106,33 +119,14 @@ func runElect(ctx context.Context, e *env, args []string) error {
 	cfg.OnNewLeader = func(id, addr string, term uint64) {
 		cfg.Logger.Info("leader", "leaderID", id, "leaderAddr", addr, "term", term)
 	}
-	el, err = election.New(ctx, cfg)
+	member, err := election.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
-
-	if *httpAddr != "" {
-		ln, err := net.Listen("tcp", *httpAddr)
-		if err != nil {
-			return fmt.Errorf("--http %s: %w", *httpAddr, err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(metrics.reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(el.Status())
-		})
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-		}()
-		cfg.Logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
-	}
+	el.Store(member)
+	ops.running(electionView(member))
 	cfg.Logger.Info("taking part in the election", "lock", *ef.lock, "id", cfg.ServerID, "addr", cfg.ServerAddr, "peer", cfg.ServerAddr != "" && !cfg.PeerDisabled)
-	err = el.Run(ctx)
+	err = member.Run(ctx)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

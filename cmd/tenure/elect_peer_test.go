@@ -15,11 +15,10 @@ func electConfigFromFlags(t *testing.T, args ...string) (map[string]any, error) 
 	if err := fs.Parse(append([]string{"--lock", uniqueMem(t, "flags") + "/leader.json"}, args...)); err != nil {
 		t.Fatal(err)
 	}
-	cfg, st, err := ef.config(t.Context(), &env{stdout: io.Discard, stderr: io.Discard}, nil)
+	cfg, _, err := ef.config(&env{stdout: io.Discard, stderr: io.Discard})
 	if err != nil {
 		return nil, err
 	}
-	st.Close()
 	return map[string]any{"addr": cfg.ServerAddr, "listen": cfg.PeerListenAddr, "peerMode": cfg.PeerMode,
 		"disabled": cfg.PeerDisabled, "serverTLS": cfg.PeerServerTLS != nil}, nil
 }

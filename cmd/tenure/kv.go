@@ -20,13 +20,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/grpclog"
 
@@ -34,7 +32,6 @@ import (
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
 	"github.com/tenure-io/tenure/store"
-	"github.com/tenure-io/tenure/store/driver"
 )
 
 const kvUsage = `Usage:
@@ -210,8 +207,8 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	// corrupt-object count from it.
 	reg, rsmReg, sm := prometheus.NewRegistry(), prometheus.NewRegistry(), newStoreMetrics()
 	reg.MustRegister(sm.collectors()...)
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := promhttp.HandlerFor(prometheus.Gatherers{reg, rsmReg}, promhttp.HandlerOpts{})
+	reg.MustRegister(processCollectors()...)
+	gatherers := prometheus.Gatherers{reg, rsmReg}
 	hcfg := rsm.HostConfig{ID: *id, Addr: addr, Listener: peerLn, ServerTLS: serverTLS, ClientTLS: clientTLS, Logger: log, Registerer: rsmReg}
 	if err := hcfg.Validate(); err != nil {
 		return fail(err)
@@ -229,9 +226,9 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		defer metricsLn.Close()
 	}
 
-	health := &storeHealth{}
-	ks := &kvServer{token: token, clientCerts: *httpClientCA != "", metrics: metrics, health: health, rsmReg: rsmReg}
-	ks.starting.Store(ptr("connecting to the store"))
+	ops := newOpsState("kv serve", *id)
+	ks := newKVAPIServer(ops, gatherers, rsmReg)
+	ks.token, ks.clientCerts = token, *httpClientCA != ""
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	srv := &http.Server{Handler: ks, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 	apiLn, scheme := httpLn, "http"
@@ -243,7 +240,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	var msrv *http.Server
 	if metricsLn != nil {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", metrics)
+		mux.Handle("/metrics", promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{}))
 		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 		go func() { serveErr <- msrv.Serve(metricsLn) }()
 		log.Info("serving /metrics", "addr", metricsLn.Addr().String())
@@ -255,7 +252,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "tenure kv: node %s of group %q: HTTP API on %s, peers dial %s\n", *id, *group, apiURL, addr)
 	}
 	stopHTTP := func() {
-		ks.stopping.Store(true)
+		ops.stopping.Store(true)
 		// Let requests in flight finish (each is bounded by RequestTimeout).
 		sctx, cancel := context.WithTimeout(context.Background(), *reqTimeout+time.Second)
 		defer cancel()
@@ -267,7 +264,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		}
 	}
 
-	st, host, err := kvConnect(ctx, log, ks, *storeURL, hcfg, func(c store.Call) { sm.observe(c); health.observe(c) })
+	st, host, err := kvConnect(ctx, log, ops, *storeURL, hcfg, func(c store.Call) { sm.observe(c); ops.health.observe(c) })
 	if err != nil || ctx.Err() != nil {
 		stopHTTP()
 		if ctx.Err() != nil {
@@ -289,7 +286,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	}
 	ks.status.Store(ptr(node.Status))
 	ks.api.Store(&h)
-	ks.starting.Store(nil)
+	ops.starting.Store(nil)
 
 	var runErr error
 	select {
@@ -330,45 +327,27 @@ func (e loggedError) Error() string { return e.err.Error() }
 func (e loggedError) Unwrap() error { return e.err }
 
 // kvConnect opens the store and starts the host, retrying while the store
-// does not answer (ks reports why meanwhile). An error the store
-// classifies as permanent, or one that is not the store's (a bad URL, a
-// store that ignores conditional writes), is returned at once; so is
-// ctx's end, as a nil store.
-func kvConnect(ctx context.Context, log *slog.Logger, ks *kvServer, storeURL string, hcfg rsm.HostConfig, observe func(store.Call)) (*store.Store, *rsm.Host, error) {
-	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
-		st, err := store.Open(ctx, storeURL, store.WithObserver(observe), store.WithLogger(log))
-		if err == nil {
-			var host *rsm.Host
-			if host, err = rsm.NewHost(ctx, st, hcfg); err == nil {
-				return st, host, nil
-			}
+// does not answer (see connectStore).
+func kvConnect(ctx context.Context, log *slog.Logger, o *opsState, storeURL string, hcfg rsm.HostConfig, observe func(store.Call)) (*store.Store, *rsm.Host, error) {
+	var (
+		st   *store.Store
+		host *rsm.Host
+	)
+	err := connectStore(ctx, log, o, func(ctx context.Context) error {
+		var err error
+		if st, err = store.Open(ctx, storeURL, store.WithObserver(observe), store.WithLogger(log)); err != nil {
+			return err
+		}
+		if host, err = rsm.NewHost(ctx, st, hcfg); err != nil {
 			st.Close()
+			return err
 		}
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
-		}
-		if !kvRetryable(err) {
-			return nil, nil, err
-		}
-		ks.starting.Store(ptr("store unreachable: " + err.Error()))
-		log.Warn("the store is unreachable; retrying", "err", err, "retryIn", wait)
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-time.After(wait):
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-}
-
-// kvRetryable: the store did not answer, or answered that it is busy.
-// Anything else needs the operator.
-func kvRetryable(err error) bool {
-	var se *store.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	return !errors.Is(err, store.ErrPermanent) && !errors.Is(err, store.ErrInvalidArgument) &&
-		!errors.Is(err, store.ErrConditionsIgnored) && !errors.Is(err, store.ErrClosed) && !errors.Is(err, store.ErrTooLarge)
+	return st, host, nil
 }
 
 // kvServer is kv serve's HTTP handler: the probes, then authentication,
@@ -376,61 +355,72 @@ func kvRetryable(err error) bool {
 type kvServer struct {
 	token       *[sha256.Size]byte // of the bearer token; nil: none required
 	clientCerts bool               // require a verified client certificate
-	metrics     http.Handler
-	health      *storeHealth
+	ops         *opsState
+	mux         *http.ServeMux // the probes, /status and /metrics
 	rsmReg      prometheus.Gatherer
 
-	starting atomic.Pointer[string]            // why there is no node yet; nil once there is
-	stopping atomic.Bool                       // shutting down
-	status   atomic.Pointer[func() rsm.Status] // the node's, once joined
-	api      atomic.Pointer[http.Handler]
+	status atomic.Pointer[func() rsm.Status] // the node's, once joined
+	api    atomic.Pointer[http.Handler]
+}
+
+func newKVAPIServer(ops *opsState, g, rsmReg prometheus.Gatherer) *kvServer {
+	s := &kvServer{ops: ops, rsmReg: rsmReg}
+	s.mux = opsMux(s.opsStatus, g)
+	return s
 }
 
 func (s *kvServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
-	case "/livez", "/readyz":
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			kvWriteJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": "method not allowed; allowed: GET, HEAD", "code": "method_not_allowed"})
-			return
-		}
-		w.Header().Set("Cache-Control", "no-store")
-		if r.URL.Path == "/livez" {
-			kvWriteJSON(w, http.StatusOK, map[string]any{"alive": true})
-			return
-		}
-		h := s.healthNow()
-		if ok, reason := kvReadiness(h); !ok {
-			kvWriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason})
-			return
-		}
-		kvWriteJSON(w, http.StatusOK, map[string]any{"ready": true, "role": h.status.Role, "leader": h.status.LeaderID, "term": h.status.Term})
+	case "/livez", "/readyz", "/healthz":
+		// Kubelets and load balancers probe without credentials.
+		s.mux.ServeHTTP(w, r)
 		return
 	}
 	if s.clientCerts && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
-		kvWriteJSON(w, http.StatusUnauthorized, map[string]any{"error": "this server requires a client certificate (tenure kv: --cert and --key)", "code": "client_certificate_required"})
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"error": "this server requires a client certificate (tenure kv: --cert and --key)", "code": "client_certificate_required"})
 		return
 	}
 	if !s.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tenure kv"`)
-		kvWriteJSON(w, http.StatusUnauthorized, map[string]any{"error": "missing or wrong bearer token: send Authorization: Bearer TOKEN (tenure kv: --token-file or $TENURE_KV_TOKEN)", "code": "unauthorized"})
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"error": "missing or wrong bearer token: send Authorization: Bearer TOKEN (tenure kv: --token-file or $TENURE_KV_TOKEN)", "code": "unauthorized"})
 		return
 	}
-	if r.URL.Path == "/metrics" {
-		s.metrics.ServeHTTP(w, r)
+	if r.URL.Path == "/metrics" || r.URL.Path == "/status" {
+		s.mux.ServeHTTP(w, r)
 		return
 	}
 	api := s.api.Load()
 	if api == nil {
 		reason := "starting"
-		if p := s.starting.Load(); p != nil {
+		if p := s.ops.starting.Load(); p != nil {
 			reason = *p
 		}
 		w.Header().Set("Retry-After", "1")
-		kvWriteJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "not ready: " + reason, "code": "not_ready", "outcome": "not_applied"})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "not ready: " + reason, "code": "not_ready", "outcome": "not_applied"})
 		return
 	}
 	(*api).ServeHTTP(w, r)
+}
+
+// opsStatus is the node's status in the form every command reports.
+func (s *kvServer) opsStatus() opsStatus {
+	h := s.healthNow()
+	st := opsStatus{Command: s.ops.command, ID: s.ops.id}
+	st.Ready, st.Reason = kvReadiness(h)
+	if h.storeErr != nil {
+		st.StoreError = h.storeErr.Error()
+	}
+	switch {
+	case h.stopping:
+		st.Role = "stopping"
+	case h.starting != "":
+		st.Role = "starting"
+	default:
+		node := h.status
+		st.Node = &node
+		st.ID, st.Role, st.Leader, st.Term = node.ID, strings.ToLower(node.Role), node.LeaderID, node.Term
+	}
+	return st
 }
 
 // authorized compares the bearer token in constant time (of hashes, so the
@@ -448,8 +438,8 @@ func (s *kvServer) authorized(r *http.Request) bool {
 }
 
 func (s *kvServer) healthNow() kvHealth {
-	h := kvHealth{stopping: s.stopping.Load(), storeErr: s.health.err(), corrupt: gatheredSum(s.rsmReg, "tenure_rsm_corrupt_objects_total")}
-	if p := s.starting.Load(); p != nil {
+	h := kvHealth{stopping: s.ops.stopping.Load(), storeErr: s.ops.health.err(), corrupt: gatheredSum(s.rsmReg, "tenure_rsm_corrupt_objects_total")}
+	if p := s.ops.starting.Load(); p != nil {
 		h.starting = *p
 	}
 	if f := s.status.Load(); f != nil {
@@ -510,50 +500,6 @@ func gatheredSum(g prometheus.Gatherer, name string) float64 {
 		}
 	}
 	return sum
-}
-
-// storeFailuresUnready is how many store calls in a row must fail before
-// readiness says the store is unreachable: one failure is retried.
-const storeFailuresUnready = 3
-
-// storeHealth follows the outcome of the node's store calls.
-type storeHealth struct {
-	mu    sync.Mutex
-	fails int
-	last  error
-}
-
-func (h *storeHealth) observe(c store.Call) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if c.Err == nil {
-		h.fails, h.last = 0, nil
-		return
-	}
-	switch store.KindOf(c.Err) {
-	case driver.Canceled:
-		// Our own cancellation says nothing of the store.
-	case driver.NotFound, driver.PreconditionFailed, driver.Conflict, driver.InvalidArgument, driver.TooLarge:
-		h.fails, h.last = 0, nil // an answer
-	default:
-		h.fails++
-		h.last = c.Err
-	}
-}
-
-func (h *storeHealth) err() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.fails >= storeFailuresUnready {
-		return h.last
-	}
-	return nil
-}
-
-func kvWriteJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v) // the status is sent; a failed write has no one to tell
 }
 
 // kvAPITLS loads the HTTP API's TLS. With a client CA, a client

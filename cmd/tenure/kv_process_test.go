@@ -184,7 +184,7 @@ func (p *kvProcess) stop(t *testing.T, sig os.Signal) int {
 	case <-time.After(60 * time.Second):
 		_ = p.cmd.Process.Kill()
 		<-p.done
-		t.Errorf("kv serve did not stop within 60s of %v:\n%s", sig, p.output())
+		t.Errorf("%s did not stop within 60s of %v:\n%s", p.cmd.Args[1], sig, p.output())
 	}
 	return p.cmd.ProcessState.ExitCode()
 }
@@ -211,8 +211,16 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // kills it at the end of the test if it still runs.
 func startKVProcess(t *testing.T, bin string, env []string, args ...string) *kvProcess {
 	t.Helper()
-	p := &kvProcess{listen: freeTCPAddr(t), done: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"kv", "serve", "--listen", p.listen, "--peer", "127.0.0.1:0", "--flush-interval", "5ms"}, args...)...)
+	listen := freeTCPAddr(t)
+	return startProcess(t, bin, env, listen, append([]string{"kv", "serve", "--listen", listen, "--peer", "127.0.0.1:0", "--flush-interval", "5ms"}, args...)...)
+}
+
+// startProcess starts bin with args, its HTTP endpoint on listen, and
+// kills it at the end of the test if it still runs.
+func startProcess(t *testing.T, bin string, env []string, listen string, args ...string) *kvProcess {
+	t.Helper()
+	p := &kvProcess{listen: listen, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{&p.mu, &p.stdout}, lockedWriter{&p.mu, &p.stderr}
 	if err := p.cmd.Start(); err != nil {
@@ -253,7 +261,7 @@ func waitProbe(t *testing.T, p *kvProcess, url string, want int, substr string) 
 	for time.Now().Before(deadline) {
 		select {
 		case <-p.done:
-			t.Fatalf("kv serve exited (%v) while waiting for %s to answer %d:\n%s", p.err, url, want, p.output())
+			t.Fatalf("%s exited (%v) while waiting for %s to answer %d:\n%s", p.cmd.Args[1], p.err, url, want, p.output())
 		default:
 		}
 		code, body = httpGetQuiet(url, "")
@@ -300,12 +308,14 @@ func awsEnv(t *testing.T, s testutil.S3Server) []string {
 }
 
 // tcpProxy forwards connections to a target while up; while down it
-// refuses them and has closed those it had.
+// refuses them and has closed those it had; while black-holed it accepts
+// them and never answers, as a frozen server does.
 type tcpProxy struct {
 	addr   string
 	target string
 	mu     sync.Mutex
 	ln     net.Listener
+	hold   bool // black-holed
 	conns  map[net.Conn]bool
 	wg     sync.WaitGroup
 }
@@ -322,16 +332,36 @@ func newTCPProxy(t *testing.T, target string) *tcpProxy {
 func (p *tcpProxy) setUp(t *testing.T, up bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.hold = false
+	p.closeConnsLocked()
 	if !up {
 		if p.ln != nil {
 			_ = p.ln.Close()
 			p.ln = nil
 		}
-		for c := range p.conns {
-			_ = c.Close()
-		}
 		return
 	}
+	p.listenLocked(t)
+}
+
+// blackHole makes the proxy accept connections and never answer on them;
+// the connections it forwarded are closed, so their clients connect again.
+func (p *tcpProxy) blackHole(t *testing.T) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hold = true
+	p.closeConnsLocked()
+	p.listenLocked(t)
+}
+
+func (p *tcpProxy) closeConnsLocked() {
+	for c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}
+
+func (p *tcpProxy) listenLocked(t *testing.T) {
 	if p.ln != nil {
 		return
 	}
@@ -358,6 +388,15 @@ func (p *tcpProxy) setUp(t *testing.T, up bool) {
 }
 
 func (p *tcpProxy) forward(c net.Conn) {
+	p.mu.Lock()
+	hold := p.hold
+	if hold {
+		p.conns[c] = true // closed when the proxy changes mode
+	}
+	p.mu.Unlock()
+	if hold {
+		return
+	}
 	up, err := net.Dial("tcp", p.target)
 	if err != nil {
 		c.Close()

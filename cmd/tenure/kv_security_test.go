@@ -316,7 +316,7 @@ func TestKVRetryable(t *testing.T) {
 		{"not the store's (a bad URL)", store.ErrUnknownScheme, false},
 	}
 	for _, c := range cases {
-		if got := kvRetryable(c.err); got != c.want {
+		if got := storeRetryable(c.err); got != c.want {
 			t.Errorf("%s: retryable %v; want %v", c.name, got, c.want)
 		}
 	}

@@ -10,10 +10,12 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/tenure-io/tenure/election"
+	"github.com/tenure-io/tenure/store"
 )
 
 // exitError carries a child's exit status out of run.
@@ -33,6 +35,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		"is stopped while CMD runs, it exits with CMD's status once CMD has stopped; 128+N means CMD died\n"+
 		"of signal N. Stopped while not leading, run exits 0.")
 	ef := addElectFlags(fs)
+	httpAddr := fs.String("http", "", "serve /livez, /readyz (200 while this member leads or follows a known leader), /status and /metrics here")
 	grace := fs.Duration("grace", 0, "time between SIGTERM and SIGKILL (default: half of leader-timeout minus renew-deadline)")
 	var cmdArgs []string
 	for i, a := range args {
@@ -59,15 +62,26 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("--grace %v must be positive and below leader-timeout minus renew-deadline (%v), so that the command is dead before another member can take the lock", *grace, margin)
 	}
 
-	cfg, st, err := ef.config(ctx, e, nil)
+	cfg, storeURL, err := ef.config(e)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
 	log := cfg.Logger
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	_, lockKey, _ := store.SplitKeyURL(*ef.lock)
+	var el atomic.Pointer[election.Elector]
+	metrics := newElectMetrics(el.Load)
+	ops := newOpsState("run", cfg.ServerID)
+	defer context.AfterFunc(ctx, func() { ops.stopping.Store(true) })()
+	if *httpAddr != "" {
+		stopHTTP, err := serveOps(*httpAddr, opsMux(ops.status, metrics.reg), log)
+		if err != nil {
+			return err
+		}
+		defer stopHTTP()
+	}
 	var (
 		mu       sync.Mutex
 		exitCode = -1
@@ -98,7 +112,18 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		}
 	})
 
+	st, err := openStore(ctx, log, ops, storeURL, metrics.observe(lockKey))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer st.Close()
+	cfg.Store, cfg.SkipProbe = st, true
+	cfg.OnStoppedLeading = func() { metrics.transitions.WithLabelValues("stopped").Inc() }
 	cfg.OnStartedLeading = func(lctx context.Context) {
+		metrics.transitions.WithLabelValues("started").Inc()
 		term, _ := election.TermOf(lctx)
 		cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
@@ -155,11 +180,13 @@ func runRun(ctx context.Context, e *env, args []string) error {
 			mu.Unlock()
 		}
 	}
-	el, err := election.New(ctx, cfg)
+	member, err := election.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	if err := el.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	el.Store(member)
+	ops.running(electionView(member))
+	if err := member.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	mu.Lock()

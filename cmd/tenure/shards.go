@@ -2,14 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenure-io/tenure/lease"
 	"github.com/tenure-io/tenure/store"
@@ -28,8 +28,9 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	id := fs.String("id", host, "this member's OwnerID")
 	leaseDur := fs.Duration("lease", lease.DefaultLeaseDuration, "LeaseDuration")
 	renew := fs.Duration("renew", lease.DefaultRenewPeriod, "RenewPeriod")
-	httpAddr := fs.String("http", "", "serve /healthz (the coordinator's status as JSON) here")
+	httpAddr := fs.String("http", "", "serve /livez, /readyz (200 while this member holds its place in the group), /status and /metrics here")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -58,7 +59,7 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	default:
 		return fmt.Errorf("--mode %q: want member or shard", *mode)
 	}
-	ef := &electFlags{logFormat: ptr("text"), logLevel: logLevel}
+	ef := &electFlags{logFormat: logFormat, logLevel: logLevel}
 	log, err := ef.logger(e)
 	if err != nil {
 		return err
@@ -76,8 +77,32 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	if err := check.Validate(); err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, *storeURL)
+	ops := newOpsState("shards", *id)
+	defer context.AfterFunc(ctx, func() { ops.stopping.Store(true) })()
+	sm := newStoreMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(sm.collectors()...)
+	reg.MustRegister(processCollectors()...)
+	if *httpAddr != "" {
+		stop, err := serveOps(*httpAddr, opsMux(ops.status, reg), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	var st *store.Store
+	err = connectStore(ctx, log, ops, func(ctx context.Context) error {
+		var err error
+		st, err = openProbed(ctx, *storeURL, store.WithLogger(log), store.WithObserver(func(c store.Call) {
+			sm.observe(c)
+			ops.health.observe(c)
+		}))
+		return err
+	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	defer st.Close()
@@ -86,22 +111,10 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *httpAddr != "" {
-		ln, err := net.Listen("tcp", *httpAddr)
-		if err != nil {
-			return fmt.Errorf("--http %s: %w", *httpAddr, err)
-		}
-		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(c.Status())
-		})}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		log.Info("serving /healthz", "addr", ln.Addr().String())
-	}
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
+	ops.running(shardsView(c))
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), *leaseDur)
 	defer cancel()
@@ -113,6 +126,21 @@ func runShards(ctx context.Context, e *env, args []string) error {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// shardsView is the readiness of a shard group member: in member mode,
+// ready once it sees its own lease among the live members; in shard mode, once running (each shard's election
+// keeps its own view). Either way, its store must answer.
+func shardsView(c *lease.Coordinator) func(opsStatus) opsStatus {
+	return func(s opsStatus) opsStatus {
+		ls := c.Status()
+		s.Shards = &ls
+		s.Role = "member"
+		if ls.Mode == lease.MemberLeases.String() && !slices.Contains(ls.Members, ls.OwnerID) {
+			s.Ready, s.Reason = false, "this member's lease is not live in the group"
+		}
+		return s
+	}
+}
 
 // shardList prints up to ten shard IDs.
 func shardList(ids []string) string {
