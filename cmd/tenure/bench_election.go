@@ -81,14 +81,14 @@ const maxBenchNodes = 32
 // benchConfigs are the member configurations the bench can compare.
 var benchConfigs = map[string]string{
 	"store": "store only (no flags: followers poll the lock four times per lease and when the held version would expire)",
-	"addr":  "an address only (--addr: peer mode, followers long-poll the leader over HTTPS, its key pinned by the lock record)",
-	"tls":   "an address and certificates (--addr --tls-cert --tls-key --tls-ca: peer mode checked by a CA)",
+	"addr":  "an address only (--advertise: peer mode, followers long-poll the leader over HTTPS, its key pinned by the lock record)",
+	"tls":   "an address and certificates (--advertise --tls-cert --tls-key --tls-ca: peer mode checked by a CA)",
 }
 
 func runBenchElection(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "bench election", "bench election [--store URL] [--nodes N] [--rounds R] [--config store,addr,tls] [--timing default|fast] [--window D] [--json]\n\n"+
-		"For each member configuration (--config: store, the default settings; addr, --addr and nothing else;\n"+
-		"tls, --addr with certificates), runs N members of one election as `tenure elect` processes and\n"+
+		"For each member configuration (--config: store, the default settings; addr, --advertise and nothing else;\n"+
+		"tls, --advertise with certificates), runs N members of one election as `tenure elect` processes and\n"+
 		"measures, over R rounds each:\n"+
 		"  crash     SIGKILL the leader; the gap until another member leads, against the limit: the\n"+
 		"            earliest moment the lease, as the followers saw it, lets one of them take over;\n"+
@@ -98,7 +98,7 @@ func runBenchElection(ctx context.Context, e *env, args []string) error {
 	storeURL := fs.String("store", "", "store the members share (default: a new temporary directory, file://); the lock is a new key under it")
 	nodes := fs.Int("nodes", 3, "members in the group")
 	rounds := fs.Int("rounds", 5, "crash rounds, and as many handover rounds")
-	configs := fs.String("config", "store,addr", "member configurations to run one after the other: store (no flags), addr (--addr only), tls (--addr and certificates made for the run)")
+	configs := fs.String("config", "store,addr", "member configurations to run one after the other: store (no flags), addr (--advertise only), tls (--advertise and certificates made for the run)")
 	peer := fs.Bool("peer", false, "deprecated: the same as --config tls")
 	timingName := fs.String("timing", "default", "election timings: default (the library's defaults) or fast (the defaults divided by 20)")
 	window := fs.Duration("window", 0, "how long to count store requests during stable leadership (default 5m with default timing, 30s with fast)")
@@ -323,9 +323,9 @@ func (b *electionBench) start(ctx context.Context, id string) (*benchMember, err
 	args = append(args, b.timing.args()...)
 	switch b.config {
 	case "addr":
-		args = append(args, "--addr", "127.0.0.1:0")
+		args = append(args, "--advertise", "127.0.0.1:0")
 	case "tls":
-		args = append(args, "--addr", "127.0.0.1:0", "--tls-cert", b.tls.Cert, "--tls-key", b.tls.Key, "--tls-ca", b.tls.CA)
+		args = append(args, "--advertise", "127.0.0.1:0", "--tls-cert", b.tls.Cert, "--tls-key", b.tls.Key, "--tls-ca", b.tls.CA)
 	}
 	cmd := exec.Command(b.exe, args...)
 	cmd.SysProcAttr = memberProcAttr()

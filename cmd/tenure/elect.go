@@ -70,7 +70,7 @@ func (m *electMetrics) observe(lockKey string) func(store.Call) {
 }
 
 func runElect(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "elect", "elect --lock URL [--id ID] [--addr HOST:PORT [--tls-cert F --tls-key F ...] | --no-peer] [--http ADDR]\n\n"+
+	fs := newFlags(e, "elect", "elect --lock URL [--id ID] [--advertise HOST:PORT [--tls-cert F --tls-key F ...] | --no-peer] [--http ADDR]\n\n"+
 		"Takes part in an election. --http serves /livez (200 while the process runs), /readyz (200 while\n"+
 		"this member leads or follows a known leader, else 503 with the reason; /healthz is an alias),\n"+
 		"/status (JSON) and /metrics (Prometheus). A store that cannot be reached at start is retried\n"+
@@ -90,6 +90,7 @@ func runElect(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	warnDeprecated(fs, cfg.Logger)
 	_, lockKey, _ := store.SplitKeyURL(*ef.lock)
 	var el atomic.Pointer[election.Elector]
 	metrics := newElectMetrics(el.Load)

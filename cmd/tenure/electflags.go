@@ -31,14 +31,19 @@ type electFlags struct {
 
 func addElectFlags(fs *flag.FlagSet) *electFlags {
 	host, _ := os.Hostname()
+	defer func() {
+		deprecatedAlias(fs, "addr", "advertise")
+		deprecatedAlias(fs, "listen", "peer-listen")
+		deprecatedAlias(fs, "peer", "require-peer")
+	}()
 	return &electFlags{
 		lock: fs.String("lock", "", "the lock: a store URL ending with the lock's key, e.g. s3://bucket/prefix/leader.json; a key with \"/\" in it follows \"//\", e.g. file:///var/lib/tenure//jobs/leader.json (required)"),
 		id:   fs.String("id", host, "this member's ServerID"),
-		addr: fs.String("addr", "", "host:port where peers reach this member; turns peer mode on: followers long-poll the leader over HTTPS "+
+		addr: fs.String("advertise", "", "host:port where peers reach this member; turns peer mode on: followers long-poll the leader over HTTPS "+
 			"instead of reading the store, and check it by the key its lock record names (no certificates needed)"),
-		listen:         fs.String("listen", "", "address the peer server listens on (default: the port of --addr, on every interface)"),
-		peer:           fs.Bool("peer", false, "deprecated: peer mode is on whenever --addr is given; --peer makes it required (fail rather than run store-only)"),
-		noPeer:         fs.Bool("no-peer", false, "store-only: no peer server, though --addr is given (--addr is then only shown to others)"),
+		listen:         fs.String("peer-listen", "", "address the peer server listens on (default: the port of --advertise, on every interface)"),
+		peer:           fs.Bool("require-peer", false, "fail rather than run store-only when the peer server cannot listen (peer mode is on whenever --advertise is given)"),
+		noPeer:         fs.Bool("no-peer", false, "store-only: no peer server, though --advertise is given (it is then only shown to others)"),
 		certFile:       fs.String("tls-cert", "", "peer server certificate (PEM; default: an ephemeral key named in the lock record)"),
 		keyFile:        fs.String("tls-key", "", "peer server key (PEM)"),
 		caFile:         fs.String("tls-ca", "", "CA certificates that sign the peers' server certificates (PEM; default: system roots)"),
@@ -100,7 +105,7 @@ func (f *electFlags) config(e *env) (cfg election.Config, storeURL string, err e
 		// name, a NAT address): listen on its port.
 		_, port, err := net.SplitHostPort(*f.addr)
 		if err != nil {
-			return election.Config{}, "", fmt.Errorf("--addr %q: want host:port: %w", *f.addr, err)
+			return election.Config{}, "", fmt.Errorf("--advertise %q: want host:port: %w", *f.addr, err)
 		}
 		listen = ":" + port
 	}

@@ -35,7 +35,7 @@ import (
 )
 
 const kvUsage = `Usage:
-  tenure kv serve --store URL --peer HOST:PORT [--group NAME] [--listen ADDR] ...
+  tenure kv serve --store URL --peer-listen HOST:PORT [--group NAME] [--http ADDR] ...
                                    run a node of a kv group and serve its HTTP API
   tenure kv get KEY                print KEY's value (its revisions go to stderr)
   tenure kv put KEY VALUE|-        set KEY (- reads the value from stdin)
@@ -44,7 +44,7 @@ const kvUsage = `Usage:
   tenure kv list [PREFIX]          list keys with their revisions
   tenure kv status                 show the node's view of its group
 
-The client commands take --addr (default $TENURE_KV_ADDR or http://127.0.0.1:7480),
+The client commands take --server (default $TENURE_KV_ADDR or http://127.0.0.1:7480),
 --json, --token-file (default: the token in $TENURE_KV_TOKEN), and for an https://
 address --ca and --cert/--key. Run 'tenure kv COMMAND --help' for a command's flags.`
 
@@ -74,17 +74,18 @@ func runKV(ctx context.Context, e *env, args []string) error {
 
 // ---- serve ----
 
-const kvServeHelp = "kv serve --store URL --peer HOST:PORT [--group NAME] [--listen ADDR] [--id ID] [flags]\n\n" +
+const kvServeHelp = "kv serve --store URL --peer-listen HOST:PORT [--group NAME] [--http ADDR] [--id ID] [flags]\n\n" +
 	"Runs one node of a replicated kv group whose log and snapshots live in the store, and serves\n" +
-	"the HTTP API (GET/PUT/DELETE /v1/kv/KEY, POST /v1/cas, GET /v1/list, GET /v1/status) on --listen,\n" +
-	"with /metrics (Prometheus) and the probes /livez (200 while the process runs) and /readyz\n" +
-	"(200 while the node leads or follows a known leader; else 503 and the reason as JSON).\n" +
+	"the HTTP API (GET/PUT/DELETE /v1/kv/KEY, POST /v1/cas, GET /v1/list, GET /v1/status) on --http,\n" +
+	"with /status, /metrics (Prometheus) and the probes /livez (200 while the process runs) and /readyz\n" +
+	"(200 while the node leads or follows a known leader; else 503 and the reason as JSON; /healthz\n" +
+	"is an alias).\n" +
 	"A store that cannot be reached at start is retried (the node reports not ready meanwhile);\n" +
 	"a permanent store error (missing bucket, refused credentials, bad URL) exits.\n\n" +
-	"Security: plain HTTP is served on a loopback --listen only, unless --insecure-http. Serve HTTPS\n" +
+	"Security: plain HTTP is served on a loopback --http only, unless --insecure-http. Serve HTTPS\n" +
 	"with --http-tls-cert/--http-tls-key; --http-client-ca requires client certificates and\n" +
-	"--token-file a bearer token on every request except /livez and /readyz (so /metrics needs them\n" +
-	"too; --metrics serves it on a second address without them). The peer RPCs have their own TLS\n" +
+	"--token-file a bearer token on every request except the probes (so /status and /metrics need them\n" +
+	"too; --metrics-http serves /metrics on a second address without them). The peer RPCs have their own TLS\n" +
 	"flags (--tls-dir or --tls-cert/--tls-key/--tls-ca).\n\n" +
 	"Give every node of a group the same --max-value-size: the group's RPC message limit follows it.\n" +
 	"SIGINT or SIGTERM leaves the group (a leader steps down) and exits."
@@ -93,9 +94,9 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "kv serve", kvServeHelp)
 	storeURL := fs.String("store", "", "store URL, e.g. file:///var/lib/tenure or s3://bucket/prefix (required)")
 	group := fs.String("group", "kv", "the group's name: its objects live under this prefix in the store")
-	listen := fs.String("listen", "127.0.0.1:7480", "address of the HTTP API and the probes (plain HTTP only on loopback, unless --insecure-http)")
-	peer := fs.String("peer", "", "host:port the node's gRPC server listens on for the group's other nodes (required)")
-	advertise := fs.String("advertise", "", "host:port the other nodes dial (default --peer, with the port chosen if --peer's is 0)")
+	listen := fs.String("http", "127.0.0.1:7480", "address of the HTTP API, the probes, /status and /metrics (plain HTTP only on loopback, unless --insecure-http)")
+	peer := fs.String("peer-listen", "", "host:port the node's gRPC server listens on for the group's other nodes (required)")
+	advertise := fs.String("advertise", "", "host:port the other nodes dial (default --peer-listen, with the port chosen if its port is 0)")
 	id := fs.String("id", "", "node ID, unique in the group and stable across restarts (default HOSTNAME-ADVERTISE)")
 	flush := fs.Duration("flush-interval", 20*time.Millisecond, "FlushInterval: a partial batch is committed this long after its first request (the library's default is S2C's 2s; the CLI's is 20ms, for latency)")
 	batchMin := fs.Int("batch-min", rsm.DefaultBatchMinCount, "BatchMinCount: a batch is committed at once when it holds this many requests")
@@ -114,16 +115,19 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	httpKey := fs.String("http-tls-key", "", "key of --http-tls-cert (PEM)")
 	httpClientCA := fs.String("http-client-ca", "", "require API clients to present a certificate signed by these CAs (PEM; needs --http-tls-cert; the probes do not)")
 	tokenFile := fs.String("token-file", "", "require 'Authorization: Bearer TOKEN' on every request but the probes; the file holds TOKEN, at least 16 bytes")
-	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP on a --listen address that is not loopback: the API's traffic, and any token, cross the network in clear")
-	metricsAddr := fs.String("metrics", "", "also serve Prometheus /metrics on this address, plain HTTP and without token or client certificate")
+	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP on an --http address that is not loopback: the API's traffic, and any token, cross the network in clear")
+	metricsAddr := fs.String("metrics-http", "", "also serve Prometheus /metrics on this address, plain HTTP and without token or client certificate")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json (json: every line on stdout and stderr is JSON, gRPC's included)")
+	deprecatedAlias(fs, "listen", "http")
+	deprecatedAlias(fs, "peer", "peer-listen")
+	deprecatedAlias(fs, "metrics", "metrics-http")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 0 || *storeURL == "" || *peer == "" {
-		fmt.Fprintln(e.stderr, "tenure kv serve: --store and --peer are required")
+		fmt.Fprintln(e.stderr, "tenure kv serve: --store and --peer-listen are required")
 		fs.Usage()
 		return errUsage
 	}
@@ -132,6 +136,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	kvGRPCLogger.Store(log)
+	warnDeprecated(fs, log)
 	// In JSON, a fatal error is a log line too, not main's plain one.
 	fail := func(err error) error {
 		if *logFormat == "json" && err != nil {
@@ -171,7 +176,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		return fail(err)
 	}
 	if apiTLS == nil && !*insecureHTTP && !loopback(*listen) {
-		return fail(fmt.Errorf("--listen %s is not a loopback address: serve HTTPS there with --http-tls-cert and --http-tls-key, or pass --insecure-http to serve plain HTTP anyway", *listen))
+		return fail(fmt.Errorf("--http %s is not a loopback address: serve HTTPS there with --http-tls-cert and --http-tls-key, or pass --insecure-http to serve plain HTTP anyway", *listen))
 	}
 	var token *[sha256.Size]byte
 	if *tokenFile != "" {
@@ -186,7 +191,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	// Listen before touching the store, so a busy port costs nothing.
 	peerLn, err := net.Listen("tcp", *peer)
 	if err != nil {
-		return fail(fmt.Errorf("--peer %s: %w", *peer, err))
+		return fail(fmt.Errorf("--peer-listen %s: %w", *peer, err))
 	}
 	defer peerLn.Close() // the host closes it too; a second close is harmless
 	addr, err := advertiseAddr(*advertise, *peer, peerLn.Addr())
@@ -215,13 +220,13 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	}
 	httpLn, err := net.Listen("tcp", *listen)
 	if err != nil {
-		return fail(fmt.Errorf("--listen %s: %w", *listen, err))
+		return fail(fmt.Errorf("--http %s: %w", *listen, err))
 	}
 	defer httpLn.Close()
 	var metricsLn net.Listener
 	if *metricsAddr != "" {
 		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
-			return fail(fmt.Errorf("--metrics %s: %w", *metricsAddr, err))
+			return fail(fmt.Errorf("--metrics-http %s: %w", *metricsAddr, err))
 		}
 		defer metricsLn.Close()
 	}
@@ -609,8 +614,8 @@ func kvTLS(dir, cert, key, ca string) (server, client *tls.Config, err error) {
 	return server, client, nil
 }
 
-// advertiseAddr is the address other nodes dial: --advertise, or --peer
-// with the port the listener chose.
+// advertiseAddr is the address other nodes dial: --advertise, or
+// --peer-listen with the port the listener chose.
 func advertiseAddr(advertise, peer string, bound net.Addr) (string, error) {
 	if advertise != "" {
 		if _, _, err := net.SplitHostPort(advertise); err != nil {
@@ -620,10 +625,10 @@ func advertiseAddr(advertise, peer string, bound net.Addr) (string, error) {
 	}
 	host, _, err := net.SplitHostPort(peer)
 	if err != nil {
-		return "", fmt.Errorf("--peer %q: %w", peer, err)
+		return "", fmt.Errorf("--peer-listen %q: %w", peer, err)
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		return "", fmt.Errorf("--peer %s listens on every interface: say which address the other nodes dial with --advertise", peer)
+		return "", fmt.Errorf("--peer-listen %s listens on every interface: say which address the other nodes dial with --advertise", peer)
 	}
 	_, port, err := net.SplitHostPort(bound.String())
 	if err != nil {
@@ -644,7 +649,7 @@ func loopback(addr string) bool {
 // ---- client commands ----
 
 type kvClientFlags struct {
-	addr              *string
+	server            *string
 	asJSON            *bool
 	timeout           *time.Duration
 	tokenFile         *string
@@ -656,8 +661,9 @@ func addKVClientFlags(fs *flag.FlagSet) *kvClientFlags {
 	if def == "" {
 		def = "http://127.0.0.1:7480"
 	}
+	defer deprecatedAlias(fs, "addr", "server")
 	return &kvClientFlags{
-		addr:      fs.String("addr", def, "the kv server's address, http:// or https:// (default: $TENURE_KV_ADDR or http://127.0.0.1:7480)"),
+		server:    fs.String("server", def, "the kv server's URL, http:// or https:// (default: $TENURE_KV_ADDR or http://127.0.0.1:7480)"),
 		asJSON:    fs.Bool("json", false, "print the server's JSON response"),
 		timeout:   fs.Duration("timeout", 30*time.Second, "give up after this long"),
 		tokenFile: fs.String("token-file", "", "send the bearer token this file holds (default: the token in $TENURE_KV_TOKEN, if set)"),
@@ -677,13 +683,13 @@ type kvHTTP struct {
 }
 
 func (f *kvClientFlags) client(e *env) (*kvHTTP, error) {
-	addr := *f.addr
+	addr := *f.server
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
 	}
 	u, err := url.Parse(addr)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--addr %q: want http://HOST:PORT or https://HOST:PORT", *f.addr)
+		return nil, fmt.Errorf("--server %q: want http://HOST:PORT or https://HOST:PORT", *f.server)
 	}
 	c := &kvHTTP{base: strings.TrimSuffix(u.String(), "/"), hc: &http.Client{Timeout: *f.timeout}, e: e, asJSON: *f.asJSON}
 	if (*f.cert == "") != (*f.key == "") {
@@ -698,7 +704,7 @@ func (f *kvClientFlags) client(e *env) (*kvHTTP, error) {
 		tr.TLSClientConfig = cfg
 		c.hc.Transport = tr
 	} else if *f.caFile != "" || *f.cert != "" {
-		return nil, fmt.Errorf("--ca and --cert need an https:// --addr (got %s)", c.base)
+		return nil, fmt.Errorf("--ca and --cert need an https:// --server (got %s)", c.base)
 	}
 	if *f.tokenFile != "" {
 		if c.token, err = readKVToken(*f.tokenFile, "--token-file", 1); err != nil {
@@ -749,7 +755,7 @@ func (c *kvHTTP) do(ctx context.Context, method, path string, body []byte) (kvRe
 		}
 		resp, err := c.hc.Do(req)
 		if err != nil {
-			return kvResponse{}, fmt.Errorf("cannot reach the kv server at %s (set --addr or TENURE_KV_ADDR): %w", c.base, err)
+			return kvResponse{}, fmt.Errorf("cannot reach the kv server at %s (set --server or TENURE_KV_ADDR): %w", c.base, err)
 		}
 		// Room for the largest value, base64 in JSON.
 		data, err := io.ReadAll(io.LimitReader(resp.Body, 2*rsm.MaxMessageSizeLimit))
@@ -815,6 +821,9 @@ func kvClientCommand(ctx context.Context, e *env, name, synopsis string, minArgs
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
+	for _, d := range deprecations(fs) {
+		fmt.Fprintf(e.stderr, "tenure kv %s: warning: %s\n", name, d)
+	}
 	if len(pos) < minArgs || len(pos) > maxArgs {
 		fs.Usage()
 		return nil, nil, nil, nil, errUsage
@@ -835,7 +844,7 @@ type kvItemJSON struct {
 }
 
 func runKVGet(ctx context.Context, e *env, args []string) error {
-	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "get", "kv get KEY [--addr URL] [--json]\n\nPrints KEY's value, exactly as stored, to stdout and its revisions to stderr.", 1, 1, args, nil)
+	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "get", "kv get KEY [--server URL] [--json]\n\nPrints KEY's value, exactly as stored, to stdout and its revisions to stderr.", 1, 1, args, nil)
 	if err != nil {
 		return err
 	}
@@ -879,7 +888,7 @@ func (e *env) value(arg string) ([]byte, error) {
 }
 
 func runKVPut(ctx context.Context, e *env, args []string) error {
-	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "put", "kv put KEY VALUE|- [--addr URL] [--json]\n\nSets KEY to VALUE, or to stdin's bytes with -, and prints the write's revision.", 2, 2, args, nil)
+	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "put", "kv put KEY VALUE|- [--server URL] [--json]\n\nSets KEY to VALUE, or to stdin's bytes with -, and prints the write's revision.", 2, 2, args, nil)
 	if err != nil {
 		return err
 	}
@@ -909,7 +918,7 @@ func runKVPut(ctx context.Context, e *env, args []string) error {
 }
 
 func runKVDel(ctx context.Context, e *env, args []string) error {
-	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "del", "kv del KEY [--addr URL] [--json]\n\nDeletes KEY; fails if it does not exist.", 1, 1, args, nil)
+	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "del", "kv del KEY [--server URL] [--json]\n\nDeletes KEY; fails if it does not exist.", 1, 1, args, nil)
 	if err != nil {
 		return err
 	}
@@ -938,7 +947,7 @@ func runKVDel(ctx context.Context, e *env, args []string) error {
 }
 
 func runKVCAS(ctx context.Context, e *env, args []string) error {
-	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "cas", "kv cas KEY REV VALUE|- [--addr URL] [--json]\n\n"+
+	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "cas", "kv cas KEY REV VALUE|- [--server URL] [--json]\n\n"+
 		"Sets KEY to VALUE only if KEY's revision is REV; REV 0 means only if KEY does not exist.\n"+
 		"Exits 1, saying the current revision, if the key has moved on.", 3, 3, args, nil)
 	if err != nil {
@@ -998,7 +1007,7 @@ func runKVList(ctx context.Context, e *env, args []string) error {
 	var limit *int
 	var after *string
 	var values *bool
-	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "list", "kv list [PREFIX] [--limit N] [--after KEY] [--values] [--addr URL] [--json]\n\n"+
+	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "list", "kv list [PREFIX] [--limit N] [--after KEY] [--values] [--server URL] [--json]\n\n"+
 		"Lists the keys under PREFIX in order with their revisions, fetching pages of at most 1000.", 0, 1, args,
 		func(fs *flag.FlagSet) {
 			limit = fs.Int("limit", 1000, "list at most this many keys")
@@ -1089,7 +1098,7 @@ func runKVList(ctx context.Context, e *env, args []string) error {
 }
 
 func runKVStatus(ctx context.Context, e *env, args []string) error {
-	ctx, cancel, c, _, err := kvClientCommand(ctx, e, "status", "kv status [--addr URL] [--json]\n\nShows the node's view of its group: its role, the leader, the term and the apply index.", 0, 0, args, nil)
+	ctx, cancel, c, _, err := kvClientCommand(ctx, e, "status", "kv status [--server URL] [--json]\n\nShows the node's view of its group: its role, the leader, the term and the apply index.", 0, 0, args, nil)
 	if err != nil {
 		return err
 	}

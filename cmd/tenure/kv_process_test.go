@@ -62,7 +62,7 @@ func TestKVServeProcess(t *testing.T) {
 			t.Errorf("/metrics without the token: %d; want 401", code)
 		}
 		t.Setenv("TENURE_KV_TOKEN", token)
-		code, out, errs := runCmd(t, "kv", "put", "k", "v", "--addr", base)
+		code, out, errs := runCmd(t, "kv", "put", "k", "v", "--server", base)
 		if code != 0 || out != "revision 1\n" {
 			t.Fatalf("put with TENURE_KV_TOKEN: exit %d, stdout %q, stderr %q", code, out, errs)
 		}
@@ -107,12 +107,12 @@ func TestKVServeProcess(t *testing.T) {
 		}
 		proxy.setUp(t, true)
 		waitProbe(t, p, base+"/readyz", http.StatusOK, "")
-		if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--addr", base); code != 0 || out != "revision 1\n" {
+		if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--server", base); code != 0 || out != "revision 1\n" {
 			t.Fatalf("put: exit %d, stdout %q, stderr %q", code, out, errs)
 		}
 		proxy.setUp(t, false)
 		// A write makes the leader call the store.
-		_, _, _ = runCmd(t, "kv", "put", "k", "w", "--addr", base, "--timeout", "5s")
+		_, _, _ = runCmd(t, "kv", "put", "k", "w", "--server", base, "--timeout", "5s")
 		waitProbe(t, p, base+"/readyz", http.StatusServiceUnavailable, "")
 		if code, _ := httpGet(t, base+"/livez", ""); code != http.StatusOK {
 			t.Errorf("/livez after the store went away: %d; want 200", code)
@@ -128,7 +128,7 @@ func TestKVServeProcess(t *testing.T) {
 		minio := testutil.MinIO(t)
 		missing := minio
 		missing.Bucket = "no-such-bucket-" + randomSuffix()
-		cmd := exec.Command(bin, "kv", "serve", "--store", missing.URL("x"), "--peer", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--log-format", "json")
+		cmd := exec.Command(bin, "kv", "serve", "--store", missing.URL("x"), "--peer-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-format", "json")
 		cmd.Env = append(os.Environ(), awsEnv(t, minio)...)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -212,7 +212,7 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 func startKVProcess(t *testing.T, bin string, env []string, args ...string) *kvProcess {
 	t.Helper()
 	listen := freeTCPAddr(t)
-	return startProcess(t, bin, env, listen, append([]string{"kv", "serve", "--listen", listen, "--peer", "127.0.0.1:0", "--flush-interval", "5ms"}, args...)...)
+	return startProcess(t, bin, env, listen, append([]string{"kv", "serve", "--http", listen, "--peer-listen", "127.0.0.1:0", "--flush-interval", "5ms"}, args...)...)
 }
 
 // startProcess starts bin with args, its HTTP endpoint on listen, and

@@ -36,7 +36,7 @@ func TestLockRepair(t *testing.T) {
 		{"lock", "repair", "--term-floor", "0", url},
 		{"lock", "repair", "--term-floor", "-3", url},
 		{"lock", "repair", "--term-floor", "18446744073709551615", url},
-		{"lock", "repair", "--term-floor", "5", "--lease", "0s", url},
+		{"lock", "repair", "--term-floor", "5", "--leader-timeout", "0s", url},
 		{"lock", "fix", url},
 	} {
 		if code, _, errs := runCmd(t, bad...); code != 2 {
@@ -44,7 +44,7 @@ func TestLockRepair(t *testing.T) {
 		}
 	}
 
-	code, out, errs = runCmd(t, "lock", "repair", "--term-floor", "7", "--lease", "10ms", url)
+	code, out, errs = runCmd(t, "lock", "repair", "--term-floor", "7", "--leader-timeout", "10ms", url)
 	if code != 0 || !strings.Contains(out, "the next leader gets term 8") {
 		t.Fatalf("lock repair: exit %d\n%s%s", code, out, errs)
 	}
@@ -53,7 +53,7 @@ func TestLockRepair(t *testing.T) {
 		t.Fatalf("status after the repair: exit %d\n%s%s", code, out, errs)
 	}
 	// The term is readable now: a lower floor would make terms go back.
-	code, _, errs = runCmd(t, "lock", "repair", "--term-floor", "3", "--lease", "10ms", url)
+	code, _, errs = runCmd(t, "lock", "repair", "--term-floor", "3", "--leader-timeout", "10ms", url)
 	if code != 1 || !strings.Contains(errs, "below the lock's term") {
 		t.Fatalf("repair below the term: exit %d\n%s", code, errs)
 	}

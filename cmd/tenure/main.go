@@ -219,9 +219,13 @@ func versionString() string {
 }
 
 func runVersion(_ context.Context, e *env, args []string) error {
-	fs := newFlags(e, "version", "version")
+	fs := newFlags(e, "version", "version [--json]")
+	asJSON := fs.Bool("json", false, "print the version as JSON")
 	if _, err := parse(fs, args); err != nil {
 		return err
+	}
+	if *asJSON {
+		return printJSON(e, map[string]string{"version": versionString()})
 	}
 	fmt.Fprintf(e.stdout, "tenure %s\n", versionString())
 	return nil

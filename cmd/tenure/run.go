@@ -67,6 +67,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	log := cfg.Logger
+	warnDeprecated(fs, log)
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()

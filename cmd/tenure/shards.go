@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,8 +18,12 @@ import (
 )
 
 func runShards(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "shards", "shards --store URL (--shards N | --shard-ids a,b,c) [--mode member|shard] [--id ID] [--http ADDR]\n\n"+
-		"Runs one member of a shard group and prints the shards it leads each time they change.")
+	fs := newFlags(e, "shards", "shards --store URL (--shards N | --shard-ids a,b,c) [--mode member|shard] [--id ID] [--http ADDR] [--json]\n\n"+
+		"Runs one member of a shard group and prints the shards it leads each time they change.\n"+
+		"--http serves /livez, /readyz (200 while this member's lease is live in the group, else 503\n"+
+		"with the reason; /healthz is an alias), /status (JSON) and /metrics (Prometheus). A store that\n"+
+		"cannot be reached at start is retried (not ready meanwhile); a permanent store error exits.\n"+
+		"SIGINT or SIGTERM releases every shard and exits.")
 	storeURL := fs.String("store", "", "store URL, e.g. file://./data or s3://bucket/prefix (required)")
 	prefix := fs.String("prefix", lease.DefaultPrefix, "key prefix shared by the group's members")
 	count := fs.Int("shards", 0, "number of shards, named shard-0000 … (or use --shard-ids)")
@@ -31,6 +36,7 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	httpAddr := fs.String("http", "", "serve /livez, /readyz (200 while this member holds its place in the group), /status and /metrics here")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	asJSON := fs.Bool("json", false, "print each change of the shards this member leads as a JSON line: time and held")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -68,6 +74,10 @@ func runShards(ctx context.Context, e *env, args []string) error {
 		Prefix: *prefix, ShardIDs: shardIDs, OwnerID: *id, Mode: m,
 		LeaseDuration: *leaseDur, RenewPeriod: *renew, Logger: log,
 		OnChange: func(held []string) {
+			if *asJSON {
+				_ = json.NewEncoder(e.stdout).Encode(shardsChange{Time: time.Now(), Held: held})
+				return
+			}
 			fmt.Fprintf(e.stdout, "%s leads %d shards: %s\n", time.Now().Format(time.TimeOnly), len(held), shardList(held))
 		},
 	}
@@ -121,8 +131,18 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	if err := c.Stop(sctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
+	if *asJSON {
+		return json.NewEncoder(e.stdout).Encode(shardsChange{Time: time.Now(), Held: []string{}, Stopped: true})
+	}
 	fmt.Fprintln(e.stdout, "stopped: released every shard")
 	return nil
+}
+
+// shardsChange is a line of tenure shards --json.
+type shardsChange struct {
+	Time    time.Time `json:"time"`
+	Held    []string  `json:"held"`
+	Stopped bool      `json:"stopped,omitempty"` // released every shard and exited
 }
 
 func ptr[T any](v T) *T { return &v }
