@@ -71,7 +71,10 @@ func opsCommands() []opsCommand {
 // INFO.
 func TestLongRunningProbes(t *testing.T) {
 	bin := buildTenure(t)
-	for _, c := range opsCommands() {
+	kvServe := opsCommand{"kv serve", func(u, h string) []string {
+		return []string{"kv", "serve", "--store", u, "--http", h, "--peer-listen", "127.0.0.1:0", "--id", "m1"}
+	}, "leader"}
+	for _, c := range append(opsCommands(), kvServe) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := "file://" + filepath.Join(t.TempDir(), "store")
 			listen := freeTCPAddr(t)
@@ -92,7 +95,7 @@ func TestLongRunningProbes(t *testing.T) {
 			if st.Command != c.name || !st.Ready || st.Role != c.role || st.ID != "m1" {
 				t.Errorf("/status: %+v; want command %s, ready, role %s, id m1", st, c.name, c.role)
 			}
-			if (st.Election != nil) != (c.name != "shards") || (st.Shards != nil) != (c.name == "shards") {
+			if (st.Election != nil) != (c.name == "elect" || c.name == "run") || (st.Shards != nil) != (c.name == "shards") || (st.Node != nil) != (c.name == "kv serve") {
 				t.Errorf("/status: %s lacks its own view: %s", c.name, body)
 			}
 			resp, err := http.Get(base + "/metrics")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -70,16 +71,18 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	log = slog.New(newShardLogHandler(log.Handler(), shardWarnInterval))
+	printer := &heldPrinter{interval: time.Second, print: func(held []string) {
+		if *asJSON {
+			_ = json.NewEncoder(e.stdout).Encode(shardsChange{Time: time.Now(), Held: held})
+			return
+		}
+		fmt.Fprintf(e.stdout, "%s leads %d shards: %s\n", time.Now().Format(time.TimeOnly), len(held), shardList(held))
+	}}
 	cfg := lease.Config{
 		Prefix: *prefix, ShardIDs: shardIDs, OwnerID: *id, Mode: m,
 		LeaseDuration: *leaseDur, RenewPeriod: *renew, Logger: log,
-		OnChange: func(held []string) {
-			if *asJSON {
-				_ = json.NewEncoder(e.stdout).Encode(shardsChange{Time: time.Now(), Held: held})
-				return
-			}
-			fmt.Fprintf(e.stdout, "%s leads %d shards: %s\n", time.Now().Format(time.TimeOnly), len(held), shardList(held))
-		},
+		OnChange: printer.change,
 	}
 	// Validate before touching the store, so a bad flag costs nothing.
 	check := cfg
@@ -128,7 +131,9 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), *leaseDur)
 	defer cancel()
-	if err := c.Stop(sctx); err != nil && !errors.Is(err, context.Canceled) {
+	err = c.Stop(sctx)
+	printer.flush()
+	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	if *asJSON {
@@ -146,6 +151,9 @@ type shardsChange struct {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// shardWarnInterval: each per-shard warning is logged at most this often.
+const shardWarnInterval = 10 * time.Second
 
 // shardsView is the readiness of a shard group member: in member mode,
 // ready once it sees its own lease among the live members; in shard mode, once running (each shard's election
