@@ -33,7 +33,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		"(SIGKILL), CMD gets SIGKILL (Linux). From a terminal, CMD runs in the foreground and can read it.\n\n"+
 		"Exit status: if CMD exits by itself, run releases the lock and exits with CMD's status; if run\n"+
 		"is stopped while CMD runs, it exits with CMD's status once CMD has stopped; 128+N means CMD died\n"+
-		"of signal N. Stopped while not leading, run exits 0.")
+		"of signal N. Stopped while not leading, run exits 0.\n\n"+
+		"--http serves /livez, /readyz (200 while this member leads or follows a known leader, else 503\n"+
+		"with the reason), /status and /metrics, as tenure elect does.")
 	ef := addElectFlags(fs)
 	httpAddr := fs.String("http", "", "serve /livez, /readyz (200 while this member leads or follows a known leader), /status and /metrics here")
 	grace := fs.Duration("grace", 0, "time between SIGTERM and SIGKILL (default: half of leader-timeout minus renew-deadline)")
