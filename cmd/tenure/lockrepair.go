@@ -27,7 +27,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 }
 
 func runLockRepair(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "lock repair", `lock repair --term-floor N [--leader-timeout D] LOCK_URL
+	fs := newFlags(e, "lock repair", `lock repair --term-floor N [--leader-timeout D] [--json] LOCK_URL
 
 Replaces the lock record with a released one of term N, so that the next
 leader gets term N+1. Use it when members report that the record cannot be
@@ -36,6 +36,7 @@ by S3lect). Choose N at least as high as every term the lock ever handed
 out. A record that is not released is replaced only after it stayed
 unchanged for --leader-timeout (a live member renewing it must be stopped first).`)
 	floorFlag := fs.String("term-floor", "", "the term to record; the next leader gets this plus one (required)")
+	asJSON := fs.Bool("json", false, "print the outcome as JSON: lock, term and nextTerm")
 	lease := fs.Duration("leader-timeout", election.DefaultLeaderTimeout, "how long the record must stay unchanged first: the group's largest LeaderTimeout")
 	deprecatedAlias(fs, "lease", "leader-timeout")
 	pos, err := parse(fs, args)
@@ -63,9 +64,14 @@ unchanged for --leader-timeout (a live member renewing it must be stopped first)
 		return err
 	}
 	defer s.Close()
-	fmt.Fprintf(e.stdout, "repairing %s: waiting up to %v to see that no member renews it\n", pos[0], *lease)
+	if !*asJSON {
+		fmt.Fprintf(e.stdout, "repairing %s: waiting up to %v to see that no member renews it\n", pos[0], *lease)
+	}
 	if err := election.Repair(ctx, s, key, floor, election.RepairOptions{Lease: *lease}); err != nil {
 		return err
+	}
+	if *asJSON {
+		return printJSON(e, map[string]any{"lock": pos[0], "term": floor, "nextTerm": floor + 1})
 	}
 	fmt.Fprintf(e.stdout, "repaired %s: released with term %d; the next leader gets term %d\n", pos[0], floor, floor+1)
 	return nil

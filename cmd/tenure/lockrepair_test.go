@@ -52,6 +52,10 @@ func TestLockRepair(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "term     7") || !strings.Contains(out, "released") {
 		t.Fatalf("status after the repair: exit %d\n%s%s", code, out, errs)
 	}
+	code, out, errs = runCmd(t, "lock", "repair", "--term-floor", "9", "--leader-timeout", "10ms", "--json", url)
+	if code != 0 || strings.ReplaceAll(out, " ", "") != "{\n\"lock\":\""+url+"\",\n\"nextTerm\":10,\n\"term\":9\n}\n" {
+		t.Fatalf("lock repair --json: exit %d\n%s%s", code, out, errs)
+	}
 	// The term is readable now: a lower floor would make terms go back.
 	code, _, errs = runCmd(t, "lock", "repair", "--term-floor", "3", "--leader-timeout", "10ms", url)
 	if code != 1 || !strings.Contains(errs, "below the lock's term") {

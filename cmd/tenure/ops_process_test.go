@@ -156,6 +156,9 @@ func TestLongRunningStoreUnreachable(t *testing.T) {
 			waitProbe(t, p, base+"/readyz", http.StatusOK, `"ready":true`)
 			proxy.blackHole(t)
 			waitProbe(t, p, base+"/readyz", http.StatusServiceUnavailable, "store unreachable")
+			if code, body := httpGet(t, base+"/healthz", ""); code != http.StatusServiceUnavailable {
+				t.Errorf("/healthz while the store is frozen: %d %s; want 503", code, body)
+			}
 			if code, _ := httpGet(t, base+"/livez", ""); code != http.StatusOK {
 				t.Errorf("/livez while the store is frozen: %d; want 200", code)
 			}
