@@ -177,14 +177,20 @@ func TestLongRunningPermanentStoreError(t *testing.T) {
 	minio := testutil.MinIO(t)
 	missing := minio
 	missing.Bucket = "no-such-bucket-" + randomSuffix()
+	wrongKey := minio
+	wrongKey.SecretKey = "not-the-secret-key"
 	for _, c := range opsCommands() {
-		for _, u := range []struct{ name, url, says string }{
-			{"missing bucket", missing.URL("x"), "does not exist"},
-			{"unknown scheme", "ftp://example/x", `unknown URL scheme "ftp"`},
+		for _, u := range []struct {
+			name, url, says string
+			creds           testutil.S3Server
+		}{
+			{"missing bucket", missing.URL("x"), "does not exist", minio},
+			{"wrong credentials", minio.URL("x"), "permanent", wrongKey},
+			{"unknown scheme", "ftp://example/x", `unknown URL scheme "ftp"`, minio},
 		} {
 			t.Run(c.name+"/"+u.name, func(t *testing.T) {
 				listen := freeTCPAddr(t)
-				p := startProcess(t, bin, awsEnv(t, minio), listen, c.args(u.url, listen)...)
+				p := startProcess(t, bin, awsEnv(t, u.creds), listen, c.args(u.url, listen)...)
 				select {
 				case <-p.done:
 				case <-time.After(60 * time.Second):
