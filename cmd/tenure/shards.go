@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,7 +73,17 @@ func runShards(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	log = slog.New(newShardLogHandler(log.Handler(), shardWarnInterval))
+	// The set printed is the coordinator's when it prints: a change
+	// notification may carry a set that a concurrent change has already
+	// superseded.
+	var coord atomic.Pointer[lease.Coordinator]
 	printer := &heldPrinter{interval: time.Second, print: func(held []string) {
+		if c := coord.Load(); c != nil {
+			held = c.Held()
+		}
+		if held == nil {
+			held = []string{}
+		}
 		if *asJSON {
 			_ = json.NewEncoder(e.stdout).Encode(shardsChange{Time: time.Now(), Held: held})
 			return
@@ -124,6 +135,7 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	coord.Store(c)
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
