@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/grpclog"
 
 	"github.com/tenure-io/tenure/internal/tlsutil"
@@ -245,7 +244,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	var msrv *http.Server
 	if metricsLn != nil {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", metricsHandler(gatherers))
 		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 		go func() { serveErr <- msrv.Serve(metricsLn) }()
 		log.Info("serving /metrics", "addr", metricsLn.Addr().String())

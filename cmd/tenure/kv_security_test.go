@@ -150,6 +150,45 @@ func TestKVServeToken(t *testing.T) {
 	}
 }
 
+// With a token, /status and /metrics on --http need it; --metrics-http
+// serves /metrics alone without it; the probes never need it.
+func TestKVServeMetricsHTTP(t *testing.T) {
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("correct-horse-battery-staple\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := freeTCPAddr(t)
+	addr, _ := startKVServe(t, "--store", "mem://kvmetrics"+randomSuffix(), "--token-file", token, "--metrics-http", metricsAddr)
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if code, _, _ := kvGet(addr+"/readyz", nil); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the node was not ready within 30s")
+		}
+	}
+	for _, c := range []struct {
+		url  string
+		want int
+	}{
+		{addr + "/status", http.StatusUnauthorized},
+		{addr + "/metrics", http.StatusUnauthorized},
+		{addr + "/livez", http.StatusOK},
+		{addr + "/readyz", http.StatusOK},
+		{addr + "/healthz", http.StatusOK},
+		{"http://" + metricsAddr + "/metrics", http.StatusOK},
+		{"http://" + metricsAddr + "/status", http.StatusNotFound},
+	} {
+		code, body, err := kvGet(c.url, nil)
+		if err != nil || code != c.want {
+			t.Errorf("GET %s: %d %.200s (%v); want %d", c.url, code, body, err, c.want)
+		}
+		if strings.HasSuffix(c.url, metricsAddr+"/metrics") && !strings.Contains(body, "# TYPE tenure_store_requests_total counter") {
+			t.Errorf("GET %s: not the store's metrics:\n%.300s", c.url, body)
+		}
+	}
+}
+
 // TestKVServeRefuses: flags that would leave the API open, or limits that
 // do not agree, stop kv serve at start with a message.
 func TestKVServeRefuses(t *testing.T) {

@@ -131,8 +131,13 @@ func opsMux(status func() opsStatus, g prometheus.Gatherer) *http.ServeMux {
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusOK, status())
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", metricsHandler(g))
 	return mux
+}
+
+// metricsHandler serves g's metrics in Prometheus's formats.
+func metricsHandler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
 }
 
 // opsPaths are the paths opsMux serves, for the log line.
