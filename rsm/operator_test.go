@@ -264,4 +264,85 @@ func TestObjectOfAnotherGroupIsRefused(t *testing.T) {
 		b.attempt(t)
 		assertRefused(t, b, key, "snapshot")
 	})
+	t.Run("leader state", func(t *testing.T) {
+		mem := memstore.New()
+		a := newTestNode(t, mem, "a", testOptions())
+		a.leadInBackground(t)
+		mustCommand(t, a, 1)
+		a.Node.cancel()
+		a.wg.Wait()
+		// The other group's record, with a term above ours: absorbing it
+		// would lower no term, but the record is not this group's.
+		key := testGroup + "/" + leaderStateKey
+		_, v, err := a.gs.readLeaderState(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := &groupStore{st: store.New(mem), group: "other", retry: testOptions().withDefaults().Retry, now: time.Now}
+		data := encodeLeaderState(leaderState{Term: 9, LeaderID: "x", LeaderAddr: "127.0.0.1:1", Group: other.group}, time.Now())
+		if _, err := mem.Put(t.Context(), key, data, driver.Cond{Kind: driver.IfMatch, Version: v}); err != nil {
+			t.Fatal(err)
+		}
+		b := newTestNode(t, mem, "b", testOptions())
+		b.start()
+		assertRefused(t, b, key, "leader_state")
+		if got := getLS(t, mem); got.Group != "other" {
+			t.Fatalf("leader_state.json was overwritten: %+v", got)
+		}
+	})
+}
+
+func getLS(t *testing.T, mem driver.Store) leaderState {
+	t.Helper()
+	b, _, err := mem.Get(t.Context(), testGroup+"/"+leaderStateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := decodeLeaderState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ls
+}
+
+// A leader_state.json of the previous version carries no group name: it
+// is accepted, and the next write adds the name.
+func TestLeaderStateWithoutGroupIsAccepted(t *testing.T) {
+	const previous = `{
+  "term": 7,
+  "leaderID": "a",
+  "leaderAddr": "127.0.0.1:7000",
+  "followers": [
+    {
+      "id": "b",
+      "addr": "127.0.0.1:7001",
+      "applyIndex": 11
+    }
+  ],
+  "commitIndex": 12,
+  "lastUpdated": "2025-01-02T03:04:05Z",
+  "nonce": "1de178f9f83d95026a55af16",
+  "counter": 4,
+  "checksum": "3742c160"
+}`
+	mem := memstore.New()
+	v, err := mem.Put(t.Context(), testGroup+"/"+leaderStateKey, []byte(previous), driver.Cond{Kind: driver.IfAbsent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := &groupStore{st: store.New(mem), group: testGroup, retry: testOptions().withDefaults().Retry, now: time.Now}
+	ls, _, err := gs.readLeaderState(t.Context())
+	if err != nil {
+		t.Fatalf("the previous version's leader_state.json: %v", err)
+	}
+	if ls.Term != 7 || ls.LeaderID != "a" || ls.Group != "" {
+		t.Fatalf("read %+v", ls)
+	}
+	ls.Term++
+	if _, err := gs.writeLeaderState(t.Context(), ls, v); err != nil {
+		t.Fatal(err)
+	}
+	if got := getLS(t, mem); got.Group != testGroup || got.Term != 8 {
+		t.Fatalf("after a write: %+v, want group %q, term 8", got, testGroup)
+	}
 }
