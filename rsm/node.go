@@ -200,6 +200,11 @@ func (n *Node) noteCorrupt(err error) {
 // node joins again.
 func (n *Node) recordProblem(err error) {
 	n.noteCorrupt(err)
+	n.setProblem(err)
+}
+
+// setProblem is recordProblem for an error already reported.
+func (n *Node) setProblem(err error) {
 	var c *CorruptError
 	if !errors.As(err, &c) {
 		return
