@@ -178,30 +178,10 @@ func (h *Host) Close() error {
 // client returns a connection to addr, handshaking for group once.
 func (h *Host) client(ctx context.Context, addr, group string) (rsmpb.ReplicaClient, error) {
 	h.mu.Lock()
-	if h.closed {
+	conn, err := h.connLocked(addr)
+	if err != nil {
 		h.mu.Unlock()
-		return nil, ErrClosed
-	}
-	conn := h.conns[addr]
-	if conn == nil {
-		creds := insecure.NewCredentials()
-		if h.cfg.ClientTLS != nil {
-			creds = credentials.NewTLS(h.cfg.ClientTLS)
-		}
-		opts := []grpc.DialOption{
-			grpc.WithTransportCredentials(creds),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxServerMessage), grpc.MaxCallSendMsgSize(maxServerMessage)),
-		}
-		if h.cfg.Dialer != nil {
-			opts = append(opts, grpc.WithContextDialer(h.cfg.Dialer))
-		}
-		var err error
-		conn, err = grpc.NewClient("passthrough:///"+addr, opts...)
-		if err != nil {
-			h.mu.Unlock()
-			return nil, fmt.Errorf("rsm: connect to %s: %w", addr, err)
-		}
-		h.conns[addr] = conn
+		return nil, err
 	}
 	done := h.shaken[addr+"|"+group]
 	h.mu.Unlock()
@@ -224,6 +204,53 @@ func (h *Host) client(ctx context.Context, addr, group string) (rsmpb.ReplicaCli
 	h.shaken[addr+"|"+group] = true
 	h.mu.Unlock()
 	return c, nil
+}
+
+// answersAs reports whether a process answers at addr under this host's
+// ID (its handshake refuses our ID as its own): another live process
+// started with the same ID.
+func (h *Host) answersAs(ctx context.Context, addr, group string) bool {
+	if addr == h.cfg.Addr {
+		return false // we would ask ourselves
+	}
+	h.mu.Lock()
+	conn, err := h.connLocked(addr)
+	h.mu.Unlock()
+	if err != nil {
+		return false
+	}
+	hctx, cancel := context.WithTimeout(ctx, h.cfg.HandshakeTimeout)
+	defer cancel()
+	resp, err := rsmpb.NewReplicaClient(conn).Handshake(hctx, &rsmpb.HandshakeRequest{Group: group, NodeId: h.cfg.ID, Addr: h.cfg.Addr, Protocol: protocolVersion})
+	return err == nil && resp.NodeId == h.cfg.ID
+}
+
+// connLocked returns the connection to addr, made on first use. h.mu is held.
+func (h *Host) connLocked(addr string) (*grpc.ClientConn, error) {
+	if h.closed {
+		return nil, ErrClosed
+	}
+	conn := h.conns[addr]
+	if conn == nil {
+		creds := insecure.NewCredentials()
+		if h.cfg.ClientTLS != nil {
+			creds = credentials.NewTLS(h.cfg.ClientTLS)
+		}
+		opts := []grpc.DialOption{
+			grpc.WithTransportCredentials(creds),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxServerMessage), grpc.MaxCallSendMsgSize(maxServerMessage)),
+		}
+		if h.cfg.Dialer != nil {
+			opts = append(opts, grpc.WithContextDialer(h.cfg.Dialer))
+		}
+		var err error
+		conn, err = grpc.NewClient("passthrough:///"+addr, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("rsm: connect to %s: %w", addr, err)
+		}
+		h.conns[addr] = conn
+	}
+	return conn, nil
 }
 
 func (h *Host) follow(ctx context.Context, addr string, req *rsmpb.FollowRequest) (*rsmpb.FollowResponse, error) {
