@@ -149,7 +149,7 @@ func (n *Node) setState(st State, role Role) {
 func (n *Node) setStateLocked(st State, role Role) {
 	if st == Joined && n.problem != nil {
 		// Whatever was refused has been repaired.
-		if _, kind := problemOf(n.group, n.problem); kind != "" {
+		if kind, _ := problemOf(n.group, n.problem); kind != "" {
 			n.m.refused.WithLabelValues(n.group, kind).Set(0)
 		}
 		n.log.Info("the problem that stopped this node is gone", "problem", n.problem)
@@ -216,7 +216,7 @@ func (n *Node) recordProblem(err error) {
 
 // setProblem is recordProblem for an error already reported.
 func (n *Node) setProblem(err error) {
-	p, kind := problemOf(n.group, err)
+	kind, p := problemOf(n.group, err)
 	if p == nil {
 		return
 	}
@@ -224,26 +224,26 @@ func (n *Node) setProblem(err error) {
 	defer n.mu.Unlock()
 	if n.problem == nil {
 		close(n.refused)
-	} else if _, was := problemOf(n.group, n.problem); was != kind {
+	} else if was, _ := problemOf(n.group, n.problem); was != kind {
 		n.m.refused.WithLabelValues(n.group, was).Set(0)
 	}
 	n.problem = p
 	n.m.refused.WithLabelValues(n.group, kind).Set(1)
 }
 
-// problemOf returns the problem in err that stops a node from leading or
-// serving, and the refused gauge's object label for it; nil if there is
-// none. Another process writing as this node is seen in leader_state.json.
-func problemOf(group string, err error) (error, string) {
+// problemOf returns the refused gauge's object label and the problem in
+// err that stops a node from leading or serving; nil if there is none.
+// Another process writing as this node is seen in leader_state.json.
+func problemOf(group string, err error) (string, error) {
 	var c *CorruptError
 	var d *DuplicateIDError
 	switch {
 	case errors.As(err, &c):
-		return c, objectKind(group, c.Key)
+		return objectKind(group, c.Key), c
 	case errors.As(err, &d):
-		return d, "leader_state"
+		return "leader_state", d
 	}
-	return nil, ""
+	return "", nil
 }
 
 // checkHole is called where a catch-up found the log's end at index h
