@@ -346,3 +346,36 @@ func TestLeaderStateWithoutGroupIsAccepted(t *testing.T) {
 		t.Fatalf("after a write: %+v, want group %q, term 8", got, testGroup)
 	}
 }
+
+// Which records name another process using this node's ID: only one
+// written, under its ID and with another incarnation, at a term above
+// the first record the node read (a restart reads its predecessor's
+// record first).
+func TestDuplicateSeenOnlyAfterStart(t *testing.T) {
+	n := newTestNode(t, memstore.New(), "a", testOptions())
+	n.noteFirst(5)
+	n.noteFirst(9) // only the first read counts
+	other := "0123456789abcdef"
+	for _, tc := range []struct {
+		name string
+		ls   leaderState
+		dup  bool
+	}{
+		{"the record found at start (a restart)", leaderState{Term: 5, LeaderID: "a", Incarnation: other}, false},
+		{"written since, by another process as a", leaderState{Term: 6, LeaderID: "a", Incarnation: other}, true},
+		{"written since, by this process", leaderState{Term: 6, LeaderID: "a", Incarnation: n.incarnation}, false},
+		{"written since, by the previous version (no incarnation)", leaderState{Term: 6, LeaderID: "a"}, false},
+		{"written since, by another node", leaderState{Term: 6, LeaderID: "b", Incarnation: other}, false},
+	} {
+		d := n.duplicate(tc.ls)
+		if (d != nil) != tc.dup {
+			t.Errorf("%s: duplicate %v, want %v", tc.name, d, tc.dup)
+		}
+		if d != nil && (d.Incarnation != other || d.Term != 6 || !errors.Is(d, ErrDuplicateID)) {
+			t.Errorf("%s: %+v does not name the other process", tc.name, d)
+		}
+	}
+	if m := newTestNode(t, memstore.New(), "a", testOptions()); m.incarnation == n.incarnation || m.incarnation == "" {
+		t.Fatalf("two nodes share incarnation %q", m.incarnation)
+	}
+}
