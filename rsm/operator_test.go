@@ -278,8 +278,9 @@ func TestObjectOfAnotherGroupIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		other := &groupStore{st: store.New(mem), group: "other", retry: testOptions().withDefaults().Retry, now: time.Now}
-		data := encodeLeaderState(leaderState{Term: 9, LeaderID: "x", LeaderAddr: "127.0.0.1:1", Group: other.group}, time.Now())
+		// It names b, the node started next: read as this group's, b would
+		// take it for its own earlier record and lead over it.
+		data := encodeLeaderState(leaderState{Term: 9, LeaderID: "b", LeaderAddr: "127.0.0.1:1", Group: "other"}, time.Now())
 		if _, err := mem.Put(t.Context(), key, data, driver.Cond{Kind: driver.IfMatch, Version: v}); err != nil {
 			t.Fatal(err)
 		}
