@@ -631,3 +631,34 @@ func (ch *corruptHost) gauge(t *testing.T, name, label, value string) float64 {
 	}
 	return sum
 }
+
+// TestCorruptLeaderStateTellsFollowers: the leader that finds
+// leader_state.json corrupt tells its followers it leaves, so they check
+// the store at once and report the object too, instead of serving
+// requests to a leader that is gone until they miss its heartbeats.
+func TestCorruptLeaderStateTellsFollowers(t *testing.T) {
+	mem, st := newCluster()
+	opts := corruptOptions()
+	opts.HeartbeatInterval = 10 * time.Minute // only the leader's word can tell the follower
+	a := startCorruptHost(t, mem, "a")
+	na := a.join(t, opts)
+	waitLeader(t, na)
+	b := startCorruptHost(t, mem, "b")
+	nb := b.join(t, opts)
+	poll(t, "b follows", func() bool {
+		s := nb.Status()
+		return s.State == "JOINED" && s.Role == "FOLLOWER"
+	})
+	command(t, nb, 1)
+	replaceRaw(t, st, leaderStateKeyOf, editLeaderState(t, getRaw(t, st, leaderStateKeyOf)))
+
+	if _, err := na.Command(ctxT(t, 60*time.Second), "counter", nil); !errors.Is(err, rsm.ErrCorrupt) {
+		t.Fatalf("command on the leader: %v; want ErrCorrupt", err)
+	}
+	poll(t, "the follower reports the corrupt leader_state.json", func() bool {
+		return strings.Contains(nb.Status().Problem, leaderStateKeyOf)
+	})
+	if _, err := nb.Command(ctxT(t, 60*time.Second), "counter", nil); !errors.Is(err, rsm.ErrCorrupt) || !strings.Contains(err.Error(), leaderStateKeyOf) {
+		t.Fatalf("command on the follower: %v; want ErrCorrupt naming %s", err, leaderStateKeyOf)
+	}
+}

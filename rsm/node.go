@@ -701,9 +701,10 @@ func (n *Node) lead(prev leaderState, version string) error {
 	err = l.serve()
 	n.setState(Joining, NoRole)
 	n.log.Info("leadership ended", "term", ls.Term, "cause", err)
-	if errors.Is(err, errStoreLost) {
+	if errors.Is(err, errStoreLost) || errors.Is(err, ErrCorrupt) {
 		// Heartbeats stopped with the loop; telling the followers lets
-		// one that reaches the store take over without waiting for them.
+		// one that reaches the store take over without waiting for them,
+		// or report the corrupt leader_state.json at once.
 		n.tellLeaving(n.ctx, l)
 	}
 	// What we applied may include entries that were never confirmed.
