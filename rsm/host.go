@@ -178,56 +178,8 @@ func (h *Host) Close() error {
 // client returns a connection to addr, handshaking for group once.
 func (h *Host) client(ctx context.Context, addr, group string) (rsmpb.ReplicaClient, error) {
 	h.mu.Lock()
-	conn, err := h.connLocked(addr)
-	if err != nil {
-		h.mu.Unlock()
-		return nil, err
-	}
-	done := h.shaken[addr+"|"+group]
-	h.mu.Unlock()
-	c := rsmpb.NewReplicaClient(conn)
-	if done {
-		return c, nil
-	}
-	start := time.Now()
-	hctx, cancel := context.WithTimeout(ctx, h.cfg.HandshakeTimeout)
-	defer cancel()
-	resp, err := c.Handshake(hctx, &rsmpb.HandshakeRequest{Group: group, NodeId: h.cfg.ID, Addr: h.cfg.Addr, Protocol: protocolVersion})
-	h.m.handshake.Observe(time.Since(start).Seconds())
-	if err != nil {
-		return nil, fmt.Errorf("rsm: handshake with %s: %w", addr, err)
-	}
-	if resp.Status != rsmpb.Status_OK {
-		return nil, fmt.Errorf("rsm: handshake with %s refused: %s %s", addr, resp.Status, resp.Message)
-	}
-	h.mu.Lock()
-	h.shaken[addr+"|"+group] = true
-	h.mu.Unlock()
-	return c, nil
-}
-
-// answersAs reports whether a process answers at addr under this host's
-// ID (its handshake refuses our ID as its own): another live process
-// started with the same ID.
-func (h *Host) answersAs(ctx context.Context, addr, group string) bool {
-	if addr == h.cfg.Addr {
-		return false // we would ask ourselves
-	}
-	h.mu.Lock()
-	conn, err := h.connLocked(addr)
-	h.mu.Unlock()
-	if err != nil {
-		return false
-	}
-	hctx, cancel := context.WithTimeout(ctx, h.cfg.HandshakeTimeout)
-	defer cancel()
-	resp, err := rsmpb.NewReplicaClient(conn).Handshake(hctx, &rsmpb.HandshakeRequest{Group: group, NodeId: h.cfg.ID, Addr: h.cfg.Addr, Protocol: protocolVersion})
-	return err == nil && resp.NodeId == h.cfg.ID
-}
-
-// connLocked returns the connection to addr, made on first use. h.mu is held.
-func (h *Host) connLocked(addr string) (*grpc.ClientConn, error) {
 	if h.closed {
+		h.mu.Unlock()
 		return nil, ErrClosed
 	}
 	conn := h.conns[addr]
@@ -246,11 +198,54 @@ func (h *Host) connLocked(addr string) (*grpc.ClientConn, error) {
 		var err error
 		conn, err = grpc.NewClient("passthrough:///"+addr, opts...)
 		if err != nil {
+			h.mu.Unlock()
 			return nil, fmt.Errorf("rsm: connect to %s: %w", addr, err)
 		}
 		h.conns[addr] = conn
 	}
-	return conn, nil
+	done := h.shaken[addr+"|"+group]
+	h.mu.Unlock()
+	c := rsmpb.NewReplicaClient(conn)
+	if done {
+		return c, nil
+	}
+	start := time.Now()
+	hctx, cancel := context.WithTimeout(ctx, h.cfg.HandshakeTimeout)
+	defer cancel()
+	resp, err := c.Handshake(hctx, &rsmpb.HandshakeRequest{Group: group, NodeId: h.cfg.ID, Addr: h.cfg.Addr, Protocol: protocolVersion})
+	h.m.handshake.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("rsm: handshake with %s: %w", addr, err)
+	}
+	if resp.Status != rsmpb.Status_OK {
+		return nil, &handshakeRefused{addr: addr, resp: resp}
+	}
+	h.mu.Lock()
+	h.shaken[addr+"|"+group] = true
+	h.mu.Unlock()
+	return c, nil
+}
+
+// handshakeRefused is a handshake the node at addr answered, refusing it.
+type handshakeRefused struct {
+	addr string
+	resp *rsmpb.HandshakeResponse
+}
+
+func (e *handshakeRefused) Error() string {
+	return fmt.Sprintf("rsm: handshake with %s refused: %s %s", e.addr, e.resp.Status, e.resp.Message)
+}
+
+// answersAs reports whether a process answers at addr under this host's
+// ID (its handshake refuses our ID as its own): another live process
+// started with the same ID.
+func (h *Host) answersAs(ctx context.Context, addr, group string) bool {
+	if addr == h.cfg.Addr {
+		return false // we would ask ourselves
+	}
+	_, err := h.client(ctx, addr, group)
+	var r *handshakeRefused
+	return errors.As(err, &r) && r.resp.NodeId == h.cfg.ID
 }
 
 func (h *Host) follow(ctx context.Context, addr string, req *rsmpb.FollowRequest) (*rsmpb.FollowResponse, error) {
