@@ -15,64 +15,16 @@ import (
 
 	"github.com/tenure-io/tenure/election"
 	"github.com/tenure-io/tenure/store"
-	"github.com/tenure-io/tenure/store/driver"
 )
 
-// electMetrics are the Prometheus metrics of one election member.
-type electMetrics struct {
-	reg         *prometheus.Registry
-	transitions *prometheus.CounterVec
-	store       *storeMetrics
-	renew       prometheus.Histogram
-}
-
-func newElectMetrics(e func() *election.Elector) *electMetrics {
-	m := &electMetrics{reg: prometheus.NewRegistry(), store: newStoreMetrics()}
-	m.transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tenure_election_transitions_total", Help: "Leadership transitions of this member, by kind (started, stopped).",
-	}, []string{"kind"})
-	m.renew = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "tenure_election_renew_duration_seconds", Help: "Latency of successful compare-and-swap writes of the lock (renewals and acquisitions).",
-		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-	})
-	isLeader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tenure_election_is_leader", Help: "1 while this member leads, computed against its renew deadline at scrape time.",
-	}, func() float64 {
-		if el := e(); el != nil && el.IsLeader() {
-			return 1
-		}
-		return 0
-	})
-	term := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tenure_election_term", Help: "This member's term while it leads, else the highest term it has seen.",
-	}, func() float64 {
-		if el := e(); el != nil {
-			return float64(el.Term())
-		}
-		return 0
-	})
-	problem := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tenure_election_record_problem", Help: "1 while the lock record cannot be taken over (its term cannot be read, or is at its maximum): repair it with tenure lock repair.",
-	}, func() float64 {
-		if el := e(); el != nil && el.Status().RecordProblem != "" {
-			return 1
-		}
-		return 0
-	})
-	m.reg.MustRegister(m.store.collectors()...)
-	m.reg.MustRegister(m.transitions, m.renew, isLeader, term, problem,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
-}
-
-// observe is the store observer feeding the request metrics.
-func (m *electMetrics) observe(lockKey string) func(store.Call) {
-	return func(c store.Call) {
-		m.store.observe(c)
-		if c.Op == "put" && c.Cond == driver.IfMatch && c.Key == lockKey && c.Err == nil {
-			m.renew.Observe(c.Duration.Seconds())
-		}
-	}
+// newElectMetrics returns the registry of tenure elect's /metrics, with
+// the store's series (fed by the returned Metrics) and the Go and process
+// collectors; the elector adds its own through Config.Registerer.
+func newElectMetrics() (*prometheus.Registry, *store.Metrics, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sm, err := store.NewMetrics(reg, nil)
+	return reg, sm, err
 }
 
 func runElect(ctx context.Context, e *env, args []string) error {
@@ -87,26 +39,23 @@ func runElect(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	var el *election.Elector
-	_, lockKey, err := store.SplitKeyURL(*ef.lock)
-	if err != nil && *ef.lock != "" {
+	if _, _, err := store.SplitKeyURL(*ef.lock); err != nil && *ef.lock != "" {
 		return err
 	}
-	metrics := newElectMetrics(func() *election.Elector { return el })
-	cfg, st, err := ef.config(ctx, e, metrics.observe(lockKey))
+	reg, storeMetrics, err := newElectMetrics()
+	if err != nil {
+		return err
+	}
+	cfg, st, err := ef.config(ctx, e, storeMetrics.Observe)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	cfg.OnStartedLeading = func(ctx context.Context) {
-		metrics.transitions.WithLabelValues("started").Inc()
-		<-ctx.Done()
-	}
-	cfg.OnStoppedLeading = func() { metrics.transitions.WithLabelValues("stopped").Inc() }
+	cfg.Registerer = reg
 	cfg.OnNewLeader = func(id, addr string, term uint64) {
 		cfg.Logger.Info("leader", "leaderID", id, "leaderAddr", addr, "term", term)
 	}
-	el, err = election.New(ctx, cfg)
+	el, err := election.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -117,7 +66,7 @@ func runElect(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("--http %s: %w", *httpAddr, err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(metrics.reg, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(el.Status())
