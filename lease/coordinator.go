@@ -30,6 +30,8 @@ type Coordinator struct {
 	cfg  Config
 	log  *slog.Logger
 	impl modeImpl
+	// metrics is nil without a Registerer.
+	metrics *metrics
 
 	mu        sync.Mutex
 	started   bool
@@ -79,6 +81,13 @@ func New(cfg Config) (*Coordinator, error) {
 		c.impl = newMemberMode(c)
 	default:
 		c.impl = newShardMode(c)
+	}
+	if cfg.Registerer != nil {
+		m, err := registerMetrics(cfg.Registerer, c)
+		if err != nil {
+			return nil, err
+		}
+		c.metrics = m
 	}
 	return c, nil
 }
