@@ -172,8 +172,14 @@
 // Any number of Electors may share a Registerer: they share one collector,
 // each with its own series; a new Elector with the same lock and ServerID
 // (after a Stop, say) takes its predecessor's series over, so that New
-// does not fail on them. New fails only if the Registerer holds another
-// collector under one of these names.
+// does not fail on them. A stopped Elector's series stay (is_leader 0,
+// its last term), and the collector keeps a reference to it, until another
+// Elector takes them over: a program that makes many Electors with ever new
+// ServerIDs or locks should give each a Registerer of its own. New fails
+// only if the Registerer holds another collector under one of these names,
+// or one whose label names differ (Prometheus requires a name to have one
+// set of label names on a registry: a Registerer wrapped with const labels
+// needs a registry apart from an unwrapped one).
 //
 // # Errors
 //
