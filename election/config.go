@@ -159,7 +159,8 @@ type Config struct {
 	// documentation). Electors on one Registerer share the families, each
 	// with its own series labelled by lock (LockfilePath) and id
 	// (ServerID); a later Elector with the same lock and ServerID takes
-	// the series over. When the elector opens its store from StoreURL or
+	// the series over once the earlier one has stopped (New refuses it
+	// while the earlier one runs). When the elector opens its store from StoreURL or
 	// LockURL, the store's calls are counted there too (store.Metrics,
 	// without const labels); a Store passed in is counted by whoever opened
 	// it. Default nil: no metrics.

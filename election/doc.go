@@ -172,7 +172,8 @@
 // Any number of Electors may share a Registerer: they share one collector,
 // each with its own series; a new Elector with the same lock and ServerID
 // (after a Stop, say) takes its predecessor's series over, so that New
-// does not fail on them. A stopped Elector's series stay (is_leader 0,
+// does not fail on them, but New refuses while the predecessor still runs
+// (two stores with one lock key and ServerID: one would hide the other). A stopped Elector's series stay (is_leader 0,
 // its last term), and the collector keeps a reference to it, until another
 // Elector takes them over: a program that makes many Electors with ever new
 // ServerIDs or locks should give each a Registerer of its own. New fails

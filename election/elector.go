@@ -229,6 +229,22 @@ func (e *Elector) Start(ctx context.Context) error {
 	return nil
 }
 
+// running reports whether Start or Run was called and the loop has not
+// ended.
+func (e *Elector) running() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.startOnce || e.runDone == nil {
+		return false
+	}
+	select {
+	case <-e.runDone:
+		return false
+	default:
+		return true
+	}
+}
+
 // Stop ends the election: it cancels the leadership context, waits for
 // every OnStartedLeading call to return, releases the lock so a follower can
 // take it at once, and returns. Work that has not returned LeaderTimeout

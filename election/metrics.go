@@ -14,7 +14,8 @@ import (
 // labelled by lock and id, so that any number of Electors can share a
 // Registerer without a conflict, and a new Elector for the same lock and
 // ServerID (after a Stop, say) takes over its predecessor's series instead
-// of failing to register.
+// of failing to register. Two running Electors with the same lock and
+// ServerID (on two stores) are refused: one would hide the other.
 type collector struct {
 	transitions  *prometheus.CounterVec
 	renewals     *prometheus.CounterVec
@@ -109,6 +110,12 @@ func registerMetrics(reg prometheus.Registerer, e *Elector) (*metrics, error) {
 	}
 	k := memberKey{lock: e.cfg.LockfilePath, id: e.cfg.ServerID}
 	c.mu.Lock()
+	if prev := c.members[k]; prev != nil && prev.running() {
+		c.mu.Unlock()
+		// Two live Electors cannot share one set of series (on two
+		// stores, say): one would hide the other.
+		return nil, fmt.Errorf("election: register metrics: an Elector for lock %q with ServerID %q is running on this Registerer already; give one of them a Registerer of its own", k.lock, k.id)
+	}
 	c.members[k] = e
 	c.mu.Unlock()
 	// Every series exists from the start, at zero, so that a rate or an

@@ -188,8 +188,9 @@ func TestMetricsCountFailedAndLostRenewals(t *testing.T) {
 
 // Electors share a Registerer: each has its own series, labelled by lock
 // and id; a later Elector with the same lock and id takes the series over
-// (its counters go on from its predecessor's); a Registerer wrapped with
-// const labels works too. None of it panics or fails.
+// once the first has stopped (its counters go on from its predecessor's),
+// and is refused while it runs; a Registerer wrapped with const labels
+// works too. None of it panics.
 func TestMetricsElectorsShareARegisterer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := prometheus.NewPedanticRegistry()
@@ -230,6 +231,12 @@ func TestMetricsElectorsShareARegisterer(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitLeading(t, again)
+		// While it runs, another Elector for the same lock and id (on
+		// another store) would hide it: New refuses.
+		_, err := election.New(t.Context(), election.Config{Store: store.New(memstore.New()), ServerID: "a", Registerer: reg, Logger: quietLogger(t)})
+		if err == nil || !strings.Contains(err.Error(), "is running on this Registerer already") {
+			t.Errorf("New beside a running Elector with the same lock and id = %v; want a registration error", err)
+		}
 		if v := value(t, reg, "tenure_election_is_leader", series("a")); v != 1 {
 			t.Errorf("a again: is_leader %v", v)
 		}

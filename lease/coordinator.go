@@ -130,6 +130,21 @@ func (c *Coordinator) finish(err error) {
 	close(c.runDone)
 }
 
+// running reports whether Start was called and the run has not ended.
+func (c *Coordinator) running() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.started || c.runDone == nil {
+		return false
+	}
+	select {
+	case <-c.runDone:
+		return false
+	default:
+		return true
+	}
+}
+
 // Stop ends every lease: it cancels the shards' contexts, waits for
 // OnStartedLeading to return, releases, and returns. If ctx ends first,
 // Stop returns ctx's error and the release goes on in the background.

@@ -12,7 +12,8 @@ import (
 // the Coordinators that follow add their series to it, labelled by prefix
 // and owner, so that several can share a Registerer and a new Coordinator
 // for the same prefix and OwnerID takes its predecessor's series over (as
-// the election package does).
+// the election package does); two running ones with the same prefix and
+// OwnerID (on two stores) are refused.
 type collector struct {
 	acquisitions *prometheus.CounterVec
 	losses       *prometheus.CounterVec
@@ -96,6 +97,10 @@ func registerMetrics(reg prometheus.Registerer, co *Coordinator) (*metrics, erro
 	}
 	k := coordKey{prefix: co.cfg.Prefix, owner: co.cfg.OwnerID}
 	c.mu.Lock()
+	if prev := c.coords[k]; prev != nil && prev.running() {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("lease: register metrics: a Coordinator for prefix %q with OwnerID %q is running on this Registerer already; give one of them a Registerer of its own", k.prefix, k.owner)
+	}
 	c.coords[k] = co
 	c.mu.Unlock()
 	return &metrics{

@@ -113,7 +113,8 @@ func TestMetricsFollowTheShards(t *testing.T) {
 }
 
 // Coordinators share a Registerer without a conflict, each with its own
-// series; a collector of another kind under one of the names is an error
+// series, but two running ones with one prefix and owner are refused; a
+// collector of another kind under one of the names is an error
 // from New.
 func TestMetricsCoordinatorsShareARegisterer(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
@@ -126,9 +127,29 @@ func TestMetricsCoordinatorsShareARegisterer(t *testing.T) {
 	if n := testutil.CollectAndCount(reg, "tenure_lease_shards_held"); n != 2 {
 		t.Errorf("%d tenure_lease_shards_held series; want 2 (x and y)", n)
 	}
+	// A running Coordinator's series are not taken over by another with
+	// the same prefix and owner (on another store): New refuses, until
+	// it has stopped.
+	running, err := lease.New(lease.Config{Store: st, OwnerID: "z", Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := running.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = lease.New(lease.Config{Store: store.New(memstore.New()), OwnerID: "z", Registerer: reg})
+	if err == nil || !strings.Contains(err.Error(), "is running on this Registerer already") {
+		t.Errorf("New beside a running Coordinator with the same prefix and owner = %v; want a registration error", err)
+	}
+	if err := running.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lease.New(lease.Config{Store: store.New(memstore.New()), OwnerID: "z", Registerer: reg}); err != nil {
+		t.Errorf("New after the other stopped: %v", err)
+	}
 	other := prometheus.NewRegistry()
 	other.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "tenure_lease_shards_held", Help: "x"}))
-	_, err := lease.New(lease.Config{Store: st, OwnerID: "x", Registerer: other})
+	_, err = lease.New(lease.Config{Store: st, OwnerID: "x", Registerer: other})
 	if err == nil || !strings.Contains(err.Error(), "lease: register metrics") {
 		t.Errorf("New beside a foreign collector = %v; want a registration error", err)
 	}
