@@ -49,7 +49,8 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 // error. Give stores distinct constLabels values to count them apart (the
 // label names must be the same on one registry, as Prometheus requires:
 // {"store": "a"} and {"store": "b"}, not nil and {"store": "b"}). A nil reg
-// registers nothing: the Metrics counts into series no registry exposes.
+// registers nothing: register the Metrics (a prometheus.Collector) where
+// it should be exposed, or not at all.
 // NewMetrics fails if reg holds other collectors with the same names.
 func NewMetrics(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, error) {
 	c := &storeCollector{
@@ -79,6 +80,13 @@ func NewMetrics(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metr
 	}
 	return &Metrics{c: c}, nil
 }
+
+// Describe and Collect make a Metrics a prometheus.Collector, for a caller
+// that registers it itself (made with a nil Registerer).
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) { m.c.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) { m.c.Collect(ch) }
 
 // Observe records one call. It is an observer for WithObserver.
 func (m *Metrics) Observe(c Call) {

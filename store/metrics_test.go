@@ -125,6 +125,8 @@ func TestMetricsShareARegisterer(t *testing.T) {
 	}
 }
 
+// Without a Registerer a Metrics still counts, and is a Collector its
+// caller may register.
 func TestMetricsWithoutRegisterer(t *testing.T) {
 	m, err := store.NewMetrics(nil, nil)
 	if err != nil {
@@ -134,6 +136,11 @@ func TestMetricsWithoutRegisterer(t *testing.T) {
 	defer s.Close()
 	if _, err := s.Put(t.Context(), "k", []byte("x"), store.IfAbsent()); err != nil {
 		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	if got := requests(t, reg, map[string]string{"op": "put", "result": "ok"}); got != 1 {
+		t.Errorf("the registered Metrics shows %v writes; want 1", got)
 	}
 }
 

@@ -17,14 +17,18 @@ import (
 	"github.com/tenure-io/tenure/store"
 )
 
-// newElectMetrics returns the registry of tenure elect's /metrics, with
-// the store's series (fed by the returned Metrics) and the Go and process
-// collectors; the elector adds its own through Config.Registerer.
-func newElectMetrics() (*prometheus.Registry, *store.Metrics, error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	sm, err := store.NewMetrics(reg, nil)
-	return reg, sm, err
+// electMetrics are the Prometheus metrics of one election member: the
+// election package's (through Config.Registerer) and the store's.
+type electMetrics struct {
+	reg   *prometheus.Registry
+	store *storeMetrics
+}
+
+func newElectMetrics() *electMetrics {
+	m := &electMetrics{reg: prometheus.NewRegistry(), store: newStoreMetrics()}
+	m.reg.MustRegister(m.store.collectors()...)
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
 }
 
 func runElect(ctx context.Context, e *env, args []string) error {
@@ -39,23 +43,22 @@ func runElect(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	if _, _, err := store.SplitKeyURL(*ef.lock); err != nil && *ef.lock != "" {
+	var el *election.Elector
+	_, _, err = store.SplitKeyURL(*ef.lock)
+	if err != nil && *ef.lock != "" {
 		return err
 	}
-	reg, storeMetrics, err := newElectMetrics()
-	if err != nil {
-		return err
-	}
-	cfg, st, err := ef.config(ctx, e, storeMetrics.Observe)
+	metrics := newElectMetrics()
+	cfg, st, err := ef.config(ctx, e, metrics.store.observe)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	cfg.Registerer = reg
+	cfg.Registerer = metrics.reg
 	cfg.OnNewLeader = func(id, addr string, term uint64) {
 		cfg.Logger.Info("leader", "leaderID", id, "leaderAddr", addr, "term", term)
 	}
-	el, err := election.New(ctx, cfg)
+	el, err = election.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -66,7 +69,7 @@ func runElect(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("--http %s: %w", *httpAddr, err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", promhttp.HandlerFor(metrics.reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(el.Status())

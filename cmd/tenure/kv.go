@@ -208,11 +208,8 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	}
 	// The rsm metrics have their own registry: readiness reads the
 	// corrupt-object count from it.
-	reg, rsmReg := prometheus.NewRegistry(), prometheus.NewRegistry()
-	sm, err := store.NewMetrics(reg, nil)
-	if err != nil {
-		return fail(err)
-	}
+	reg, rsmReg, sm := prometheus.NewRegistry(), prometheus.NewRegistry(), newStoreMetrics()
+	reg.MustRegister(sm.collectors()...)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := promhttp.HandlerFor(prometheus.Gatherers{reg, rsmReg}, promhttp.HandlerOpts{})
 	hcfg := rsm.HostConfig{ID: *id, Addr: addr, Listener: peerLn, ServerTLS: serverTLS, ClientTLS: clientTLS, Logger: log, Registerer: rsmReg}
@@ -270,7 +267,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		}
 	}
 
-	st, host, err := kvConnect(ctx, log, ks, *storeURL, hcfg, func(c store.Call) { sm.Observe(c); health.observe(c) })
+	st, host, err := kvConnect(ctx, log, ks, *storeURL, hcfg, func(c store.Call) { sm.observe(c); health.observe(c) })
 	if err != nil || ctx.Err() != nil {
 		stopHTTP()
 		if ctx.Err() != nil {
