@@ -89,7 +89,9 @@ type Config struct {
 
 	// Registerer receives the coordinator's metrics (listed in the
 	// package documentation), labelled by prefix and owner; Coordinators
-	// on one Registerer share the families. The store's requests are
+	// on one Registerer share the families (New refuses a second running
+	// one with the same Prefix and OwnerID: one would hide the other;
+	// a stopped one's series are taken over). The store's requests are
 	// counted by whoever opened Store (store.NewMetrics), and the
 	// per-shard elections of ShardLeases mode export no election series.
 	// Default nil: no metrics.
