@@ -15,64 +15,20 @@ import (
 
 	"github.com/tenure-io/tenure/election"
 	"github.com/tenure-io/tenure/store"
-	"github.com/tenure-io/tenure/store/driver"
 )
 
-// electMetrics are the Prometheus metrics of one election member.
+// electMetrics are the Prometheus metrics of one election member: the
+// election package's (through Config.Registerer) and the store's.
 type electMetrics struct {
-	reg         *prometheus.Registry
-	transitions *prometheus.CounterVec
-	store       *storeMetrics
-	renew       prometheus.Histogram
+	reg   *prometheus.Registry
+	store *storeMetrics
 }
 
-func newElectMetrics(e func() *election.Elector) *electMetrics {
+func newElectMetrics() *electMetrics {
 	m := &electMetrics{reg: prometheus.NewRegistry(), store: newStoreMetrics()}
-	m.transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tenure_election_transitions_total", Help: "Leadership transitions of this member, by kind (started, stopped).",
-	}, []string{"kind"})
-	m.renew = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "tenure_election_renew_duration_seconds", Help: "Latency of successful compare-and-swap writes of the lock (renewals and acquisitions).",
-		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-	})
-	isLeader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tenure_election_is_leader", Help: "1 while this member leads, computed against its renew deadline at scrape time.",
-	}, func() float64 {
-		if el := e(); el != nil && el.IsLeader() {
-			return 1
-		}
-		return 0
-	})
-	term := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tenure_election_term", Help: "This member's term while it leads, else the highest term it has seen.",
-	}, func() float64 {
-		if el := e(); el != nil {
-			return float64(el.Term())
-		}
-		return 0
-	})
-	problem := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tenure_election_record_problem", Help: "1 while the lock record cannot be taken over (its term cannot be read, or is at its maximum): repair it with tenure lock repair.",
-	}, func() float64 {
-		if el := e(); el != nil && el.Status().RecordProblem != "" {
-			return 1
-		}
-		return 0
-	})
 	m.reg.MustRegister(m.store.collectors()...)
-	m.reg.MustRegister(m.transitions, m.renew, isLeader, term, problem,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
-}
-
-// observe is the store observer feeding the request metrics.
-func (m *electMetrics) observe(lockKey string) func(store.Call) {
-	return func(c store.Call) {
-		m.store.observe(c)
-		if c.Op == "put" && c.Cond == driver.IfMatch && c.Key == lockKey && c.Err == nil {
-			m.renew.Observe(c.Duration.Seconds())
-		}
-	}
 }
 
 func runElect(ctx context.Context, e *env, args []string) error {
@@ -88,21 +44,17 @@ func runElect(ctx context.Context, e *env, args []string) error {
 		return errUsage
 	}
 	var el *election.Elector
-	_, lockKey, err := store.SplitKeyURL(*ef.lock)
+	_, _, err = store.SplitKeyURL(*ef.lock)
 	if err != nil && *ef.lock != "" {
 		return err
 	}
-	metrics := newElectMetrics(func() *election.Elector { return el })
-	cfg, st, err := ef.config(ctx, e, metrics.observe(lockKey))
+	metrics := newElectMetrics()
+	cfg, st, err := ef.config(ctx, e, metrics.store.observe)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	cfg.OnStartedLeading = func(ctx context.Context) {
-		metrics.transitions.WithLabelValues("started").Inc()
-		<-ctx.Done()
-	}
-	cfg.OnStoppedLeading = func() { metrics.transitions.WithLabelValues("stopped").Inc() }
+	cfg.Registerer = metrics.reg
 	cfg.OnNewLeader = func(id, addr string, term uint64) {
 		cfg.Logger.Info("leader", "leaderID", id, "leaderAddr", addr, "term", term)
 	}
