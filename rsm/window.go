@@ -49,6 +49,8 @@ type window struct {
 	snapHeld    *captured // captured, waiting until every index it covers is confirmed
 
 	followers map[string]*follower
+
+	mutation mutation // zero but in the simulator's mutation check
 }
 
 func newWindow(term uint64, o Options) *window {
@@ -503,6 +505,9 @@ func (w *window) drain() []answer {
 		add(wr.batch, rsmpb.Status_UNKNOWN_OUTCOME, "leadership ended with this batch in flight")
 	}
 	waiters := w.waiting
+	if w.mutation == mutateDropLateWaiters {
+		waiters = nil
+	}
 	for _, r := range w.rounds {
 		waiters = append(waiters, r.ws...)
 	}

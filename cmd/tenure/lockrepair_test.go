@@ -73,9 +73,8 @@ func TestElectMetricReportsRecordProblem(t *testing.T) {
 	if _, err := s.Put(t.Context(), "leader.json", []byte("\x00not a record"), store.IfAbsent()); err != nil {
 		t.Fatal(err)
 	}
-	var el *election.Elector
-	m := newElectMetrics(func() *election.Elector { return el })
-	el, err = election.New(t.Context(), election.Config{Store: s, LockfilePath: "leader.json", ServerID: "a",
+	m := newElectMetrics()
+	el, err := election.New(t.Context(), election.Config{Store: s, LockfilePath: "leader.json", ServerID: "a", Registerer: m.reg,
 		FrequentInterval: 100 * time.Millisecond, InfrequentInterval: 500 * time.Millisecond,
 		LeaderTimeout: time.Second, RenewDeadline: 600 * time.Millisecond, RetrySchedule: []time.Duration{0}})
 	if err != nil {
@@ -91,7 +90,7 @@ func TestElectMetricReportsRecordProblem(t *testing.T) {
 		}
 	}
 	want := "# HELP tenure_election_record_problem 1 while the lock record cannot be taken over (its term cannot be read, or is at its maximum): repair it with tenure lock repair.\n" +
-		"# TYPE tenure_election_record_problem gauge\ntenure_election_record_problem 1\n"
+		"# TYPE tenure_election_record_problem gauge\ntenure_election_record_problem{id=\"a\",lock=\"leader.json\"} 1\n"
 	if err := testutil.GatherAndCompare(m.reg, strings.NewReader(want), "tenure_election_record_problem"); err != nil {
 		t.Fatal(err)
 	}

@@ -109,6 +109,10 @@ func TestLongRunningProbes(t *testing.T) {
 				!strings.Contains(metrics.String(), "# TYPE tenure_store_requests_total counter") || !strings.Contains(metrics.String(), "# TYPE go_goroutines gauge") {
 				t.Errorf("/metrics: %d %s, not Prometheus text with the store's metrics:\n%.500s", resp.StatusCode, ct, metrics.String())
 			}
+			if own := map[string]string{"elect": "tenure_election_is_leader", "run": "tenure_election_is_leader", "shards": "tenure_lease_shards_held",
+				"kv serve": "tenure_rsm_"}[c.name]; !strings.Contains(metrics.String(), own) {
+				t.Errorf("/metrics of %s lacks %s", c.name, own)
+			}
 			if code, body := httpGet(t, base+"/no-such-path", ""); code != http.StatusNotFound {
 				t.Errorf("/no-such-path: %d %.200s; want 404", code, body)
 			}

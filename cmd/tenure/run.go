@@ -10,12 +10,10 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/tenure-io/tenure/election"
-	"github.com/tenure-io/tenure/store"
 )
 
 // exitError carries a child's exit status out of run.
@@ -73,9 +71,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	_, lockKey, _ := store.SplitKeyURL(*ef.lock)
-	var el atomic.Pointer[election.Elector]
-	metrics := newElectMetrics(el.Load)
+	metrics := newElectMetrics()
 	ops := newOpsState("run", cfg.ServerID)
 	defer context.AfterFunc(ctx, func() { ops.stopping.Store(true) })()
 	if *httpAddr != "" {
@@ -115,7 +111,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		}
 	})
 
-	st, err := openStore(ctx, log, ops, storeURL, metrics.observe(lockKey))
+	st, err := openStore(ctx, log, ops, storeURL, metrics.store.observe)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -123,10 +119,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer st.Close()
-	cfg.Store, cfg.SkipProbe = st, true
-	cfg.OnStoppedLeading = func() { metrics.transitions.WithLabelValues("stopped").Inc() }
+	cfg.Store, cfg.SkipProbe, cfg.Registerer = st, true, metrics.reg
 	cfg.OnStartedLeading = func(lctx context.Context) {
-		metrics.transitions.WithLabelValues("started").Inc()
 		term, _ := election.TermOf(lctx)
 		cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
@@ -187,7 +181,6 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	el.Store(member)
 	ops.running(electionView(member))
 	if err := member.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err

@@ -130,7 +130,7 @@ func runShards(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer st.Close()
-	cfg.Store = st
+	cfg.Store, cfg.Registerer = st, reg
 	c, err := lease.New(cfg)
 	if err != nil {
 		return err
