@@ -69,3 +69,7 @@ func tableAssignment(t *table) Assignment {
 	}
 	return a
 }
+
+// SetBeforeNotify installs a function run by a ShardLeases coordinator
+// just before it queues a change of its held set, before Start.
+func SetBeforeNotify(c *Coordinator, f func(held []string)) { c.impl.(*shardMode).beforeNotify = f }

@@ -31,6 +31,9 @@ type group struct {
 	nextID int
 	// steps, if set for an owner, runs at the top of its every round.
 	steps map[string]func()
+	// beforeNotify, if set for an owner in ShardLeases mode, runs before
+	// it queues each change of its held set.
+	beforeNotify map[string]func(held []string)
 }
 
 type node struct {
@@ -84,6 +87,8 @@ func (g *group) add(owner string, change func(*lease.Config)) *node {
 		if f := g.steps[owner]; f != nil {
 			lease.SetHookStep(c, f)
 		}
+	} else if f := g.beforeNotify[owner]; f != nil {
+		lease.SetBeforeNotify(c, f)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel

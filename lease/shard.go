@@ -22,6 +22,8 @@ type shardMode struct {
 	wg      sync.WaitGroup
 	heldSet map[string]bool
 	terms   map[string]uint64 // shard -> the term of its latest leadership
+
+	beforeNotify func(held []string) // tests: runs before a change is queued
 }
 
 type shardElection struct {
@@ -114,9 +116,15 @@ func (m *shardMode) setHeld(shard string, held bool) {
 	for s := range m.heldSet {
 		set = append(set, s)
 	}
-	m.mu.Unlock()
 	sort.Strings(set)
+	// Queued under the lock: each shard's election reports on its own
+	// goroutine, and the notifications must keep the order of the changes
+	// (the last one is the set held).
+	if m.beforeNotify != nil {
+		m.beforeNotify(set)
+	}
 	m.c.changed(set)
+	m.mu.Unlock()
 }
 
 // start launches shard's election; the caller holds m.mu.
