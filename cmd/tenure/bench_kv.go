@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -168,6 +169,8 @@ type kvBenchConfig struct {
 	etcd        bool
 	exe         string
 	verbose     bool
+	profile     string   // directory for the node's profiles, "" for none
+	kvFlags     []string // extra flags of the node's kv serve
 	stderr      io.Writer
 	progress    func(format string, args ...any)
 }
@@ -200,6 +203,8 @@ func runBenchKV(ctx context.Context, e *env, args []string) error {
 	etcd := fs.Bool("etcd", true, "compare with etcd when it is installed")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	verbose := fs.Bool("verbose", false, "copy the node's log to stderr")
+	kvFlags := fs.String("kv-flags", "", "extra flags for the node's `tenure kv serve`, space-separated (default none: its defaults are measured), e.g. \"--pipeline 1\"")
+	profile := fs.String("profile", "", "write the node's CPU profile of each measured phase and its heap profile after them into this directory (kv-SIZE-seq.cpu.pprof, kv-SIZE-conc.cpu.pprof, kv-SIZE.heap.pprof; read them with go tool pprof)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -213,7 +218,8 @@ func runBenchKV(ctx context.Context, e *env, args []string) error {
 		return usage("no positional arguments")
 	}
 	cfg := kvBenchConfig{url: *storeURL, dir: *dir, valueSize: *valueSize, seqPuts: *seqPuts, writers: *writers,
-		duration: *duration, fillWriters: *fillWriters, etcd: *etcd, verbose: *verbose}
+		duration: *duration, fillWriters: *fillWriters, etcd: *etcd, verbose: *verbose, profile: *profile,
+		kvFlags: strings.Fields(*kvFlags)}
 	if cfg.sizes, err = parseInts(*sizes, 1, 10_000_000); err != nil {
 		return usage("--sizes: %v", err)
 	}
@@ -275,6 +281,9 @@ func benchKV(ctx context.Context, cfg kvBenchConfig) (*kvBenchResult, error) {
 		Duration: cfg.duration, FillWriters: cfg.fillWriters, GOMAXPROCS: runtime.GOMAXPROCS(0), CPUs: runtime.NumCPU(),
 		Options: fmt.Sprintf("tenure kv serve defaults: FlushInterval 20ms, BatchMinCount %d, PipelineDepth %d, SnapshotThreshold %d",
 			rsm.DefaultBatchMinCount, rsm.DefaultPipelineDepth, rsm.DefaultSnapshotThreshold)}
+	if len(cfg.kvFlags) > 0 {
+		res.Options += "; with " + strings.Join(cfg.kvFlags, " ")
+	}
 	res.LoadBefore = loadAvg()
 	defer func() { res.LoadAfter = loadAvg() }()
 
@@ -519,6 +528,7 @@ func (b *kvTenureBench) start(ctx context.Context) (*kvChild, error) {
 	args := []string{"bench", kvNodeCommand, "--stats", "127.0.0.1:0",
 		"--store", kvCountURL(b.cfg.url), "--group", b.group, "--id", "bench-node",
 		"--peer", "127.0.0.1:0", "--listen", "127.0.0.1:0"}
+	args = append(args, b.cfg.kvFlags...)
 	c := &kvChild{exited: make(chan struct{})}
 	c.cmd = exec.Command(b.cfg.exe, args...)
 	c.cmd.SysProcAttr = memberProcAttr()
@@ -745,6 +755,9 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 
 	pid := b.node.cmd.Process.Pid
 	io0 := procIO(pid)
+	if err := b.profile(ctx, true, n, ""); err != nil {
+		return ts, err
+	}
 	start = time.Now()
 	seq, seqFailed, err := b.load(ctx, 1, 0, n, false, cfg.seqPuts, 0)
 	if err != nil {
@@ -752,6 +765,12 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	}
 	seqElapsed := time.Since(start)
 	io1 := procIO(pid)
+	if err := b.profile(ctx, false, n, "seq"); err != nil {
+		return ts, err
+	}
+	if err := b.profile(ctx, true, n, ""); err != nil {
+		return ts, err
+	}
 	start = time.Now()
 	conc, concFailed, err := b.load(ctx, cfg.writers, 0, n, false, 0, cfg.duration)
 	if err != nil {
@@ -759,6 +778,9 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	}
 	concElapsed := time.Since(start)
 	io2 := procIO(pid)
+	if err := b.profile(ctx, false, n, "conc"); err != nil {
+		return ts, err
+	}
 	// Wait for a snapshot in progress to finish, so that its window is
 	// known and its bytes are counted with the puts that caused it.
 	st2, err := b.settle(ctx)
@@ -766,6 +788,9 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 		return ts, err
 	}
 	ts.RSS, ts.HWM = procMem(pid)
+	if err := b.profile(ctx, false, n, "heap"); err != nil {
+		return ts, err
+	}
 	stGC, err := b.stats(ctx, true)
 	if err != nil {
 		return ts, err
@@ -801,6 +826,45 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	cfg.progress("kv store: %d keys: cold start to the first read %v (serving after %v), %d store bytes read",
 		n, roundDur(ts.Cold.FirstRead), roundDur(ts.Cold.Serving), ts.Cold.BytesRead)
 	return ts, nil
+}
+
+// profile, with --profile, starts the node's CPU profile (start), or
+// stops it and writes it as kv-SIZE-PHASE.cpu.pprof, or (phase "heap")
+// writes its heap profile as kv-SIZE.heap.pprof.
+func (b *kvTenureBench) profile(ctx context.Context, start bool, n int, phase string) error {
+	if b.cfg.profile == "" {
+		return nil
+	}
+	method, u, file := http.MethodPost, b.node.stats+"/profile/cpu", fmt.Sprintf("kv-%d-%s.cpu.pprof", n, phase)
+	switch {
+	case start:
+		u += "?start=1"
+	case phase == "heap":
+		method, u, file = http.MethodGet, b.node.stats+"/profile/heap", fmt.Sprintf("kv-%d.heap.pprof", n)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("the node's profile: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("the node's profile: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the node's profile: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(data))
+	}
+	if start {
+		return nil
+	}
+	if err := os.MkdirAll(b.cfg.profile, 0o777); err != nil {
+		return fmt.Errorf("--profile: %w", err)
+	}
+	return os.WriteFile(filepath.Join(b.cfg.profile, file), data, 0o666)
 }
 
 // settle waits until no snapshot is being written (the latest one has been

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -15,16 +17,25 @@ func TestBenchKV(t *testing.T) {
 	}
 	t.Setenv(runMainEnv, "1")
 	const seqPuts = 20
+	profiles := t.TempDir()
 	code, out, errs := runCmd(t, "bench", "kv", "--sizes", "100,200", "--seq-puts", "20", "--writers", "4", "--duration", "1s",
-		"--fill-writers", "8", "--value-size", "512", "--json", "--store", "file://"+t.TempDir(), "--dir", t.TempDir())
+		"--fill-writers", "8", "--value-size", "512", "--json", "--store", "file://"+t.TempDir(), "--dir", t.TempDir(),
+		"--profile", profiles, "--kv-flags", "--pipeline 2")
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	// Each profile is a gzipped protobuf (pprof's format).
+	for _, name := range []string{"kv-100-seq.cpu.pprof", "kv-100-conc.cpu.pprof", "kv-100.heap.pprof", "kv-200-conc.cpu.pprof", "kv-200.heap.pprof"} {
+		b, err := os.ReadFile(filepath.Join(profiles, name))
+		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("profile %s: %d bytes, %v", name, len(b), err)
+		}
 	}
 	var res kvBenchResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("output is not JSON: %v\n%s", err, out)
 	}
-	if res.ValueSize != 512 || res.SeqPuts != seqPuts || res.Writers != 4 || len(res.Tenure) != 2 {
+	if res.ValueSize != 512 || res.SeqPuts != seqPuts || res.Writers != 4 || len(res.Tenure) != 2 || !strings.HasSuffix(res.Options, "; with --pipeline 2") {
 		t.Fatalf("header or sizes: %+v", res)
 	}
 	var acked int64
