@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"math"
 	"math/rand/v2"
@@ -17,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -97,7 +99,8 @@ type Store struct {
 	readOnly bool
 	closed   atomic.Bool
 
-	stripes [numStripes]stripe
+	stripes  [numStripes]stripe
+	dirSyncs dirSyncs
 }
 
 // stripe is one of the locks that serialise the writes of a key. Keys share
@@ -339,18 +342,20 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 		return "", err
 	}
 	path := s.path(key)
-	var check func() error
+	var check, precheck func() error
 	switch cond.Kind {
 	case driver.IfAbsent:
 		check = func() error { return checkAbsent(path) }
+		precheck = check
 	case driver.IfMatch:
 		check = func() error { return checkVersion(path, cond.Version) }
+		precheck = func() error { return precheckVersion(path, cond.Version) }
 	default:
 		return "", driver.Errorf(driver.InvalidArgument, "filestore: put with condition %s", cond.Kind)
 	}
 	// A condition that already fails is refused without the lock: under
 	// contention, that is most of the losers.
-	if err := check(); err != nil {
+	if err := precheck(); err != nil {
 		return "", err
 	}
 	dir := filepath.Dir(path)
@@ -376,7 +381,7 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 	// Syncing the directory after releasing the lock is enough: we return
 	// only once the new name is durable, and a later writer that saw it
 	// syncs the same directory before it returns.
-	if err := syncCommitted(dir); err != nil {
+	if err := s.dirSyncs.sync(dir); err != nil {
 		return "", committedErr("sync directory", err)
 	}
 	return Version(data), nil
@@ -432,7 +437,7 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 	if err != nil || !removed {
 		return err
 	}
-	if err := syncCommitted(filepath.Dir(path)); err != nil {
+	if err := s.dirSyncs.sync(filepath.Dir(path)); err != nil {
 		return committedErr("sync directory", err)
 	}
 	return nil
@@ -461,17 +466,59 @@ func remove(ctx context.Context, path string, cond driver.Cond) (bool, error) {
 }
 
 func checkVersion(path, want string) error {
-	data, err := os.ReadFile(path)
+	v, err := fileVersion(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return driver.Errorf(driver.PreconditionFailed, "filestore: key does not exist")
 	}
 	if err != nil {
 		return ioErr("read", err)
 	}
-	if v := Version(data); v != want {
+	if v != want {
 		return driver.Errorf(driver.PreconditionFailed, "filestore: version is %s, not %s", v, want)
 	}
 	return nil
+}
+
+// precheckMax is the largest file whose version a compare-and-swap checks
+// before taking the lock as well as under it: small records are what
+// contending writers swap, and a large value is read and hashed once.
+const precheckMax = 64 << 10
+
+// precheckVersion is checkVersion for a file of at most precheckMax
+// bytes; a larger one passes, to be checked under the lock.
+func precheckVersion(path, want string) error {
+	fi, err := os.Lstat(path)
+	if err == nil && fi.Size() > precheckMax {
+		return nil
+	}
+	return checkVersion(path, want)
+}
+
+// hashBufs are the read buffers of fileVersion.
+var hashBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// fileVersion is the Version of the file at path, hashed as it is read:
+// a large value is never held in memory whole.
+func fileVersion(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	bp := hashBufs.Get().(*[]byte)
+	defer hashBufs.Put(bp)
+	for {
+		n, err := f.Read(*bp)
+		h.Write((*bp)[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16]), nil
 }
 
 func checkAbsent(path string) error {
@@ -767,6 +814,77 @@ func (s *Store) createTemp() (*os.File, error) {
 	// would refuse it if they did.
 	name := filepath.Join(s.tmp, crand.Text()+".tmp")
 	return os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+}
+
+// dirSyncs shares directory syncs between the writers of one Store (group
+// commit): a writer whose change is visible waits for a sync of its
+// directory that started after the change, and one sync serves every
+// writer waiting when it starts. Pipelined log writes and a truncation's
+// deletes land in one directory, so most of them share a sync.
+type dirSyncs struct {
+	mu   sync.Mutex
+	dirs map[string]*dirSync
+}
+
+// dirSync is the state of one directory's syncs.
+type dirSync struct {
+	users   int // writers using it; under dirSyncs.mu
+	mu      sync.Mutex
+	cond    sync.Cond
+	running bool
+	started uint64 // syncs started so far
+	synced  uint64 // the latest sync that succeeded, by its start number
+}
+
+// sync returns once a sync of dir that started after the call succeeded,
+// or with the error of the one this caller ran.
+func (ds *dirSyncs) sync(dir string) error {
+	ds.mu.Lock()
+	if ds.dirs == nil {
+		ds.dirs = map[string]*dirSync{}
+	}
+	d := ds.dirs[dir]
+	if d == nil {
+		d = &dirSync{}
+		d.cond.L = &d.mu
+		ds.dirs[dir] = d
+	}
+	d.users++
+	ds.mu.Unlock()
+	defer func() {
+		ds.mu.Lock()
+		if d.users--; d.users == 0 {
+			delete(ds.dirs, dir)
+		}
+		ds.mu.Unlock()
+	}()
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// A sync running now may have started before this caller's change.
+	need := d.started + 1
+	for d.synced < need {
+		if d.running {
+			d.cond.Wait()
+			continue
+		}
+		d.running = true
+		d.started++
+		mine := d.started
+		d.mu.Unlock()
+		err := syncCommitted(dir)
+		d.mu.Lock()
+		d.running = false
+		if err == nil {
+			d.synced = max(d.synced, mine)
+		}
+		d.cond.Broadcast()
+		if err != nil {
+			// Waiters covered by this sync run another.
+			return err
+		}
+	}
+	return nil
 }
 
 func syncDir(dir string) error {
