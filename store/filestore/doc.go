@@ -26,8 +26,9 @@
 // renames it over the old file; delete removes the file. The key's directory
 // is fsynced before the call returns, by a sync that started after the
 // change was made; writers of one Store that change the same directory at
-// the same time share such a sync (group commit), so a put or delete costs
-// two fsyncs at most and pipelined writes fewer. A crash at any moment, of
+// the same time share such a sync (group commit), so pipelined writes and
+// deletes in one directory cost one fsync each of their files and a few of
+// the directory between them. A crash at any moment, of
 // the process or of the machine, leaves each key with its old value or its
 // new one, never a torn or partial one, and an acknowledged write survives
 // it. Reads take no lock: they open one complete file or none.
