@@ -59,6 +59,9 @@ type kvLatency struct {
 	SnapMax  time.Duration `json:"snapshotMaxNanos"`
 	QuietP99 time.Duration `json:"quietP99Nanos"`
 	QuietMax time.Duration `json:"quietMaxNanos"`
+	// CPU is the serving process's CPU time (user and system, from
+	// /proc/PID/stat, Linux) over the phase.
+	CPU time.Duration `json:"cpuNanos"`
 	// DiskWritten is the serving process's write_bytes in /proc/PID/io
 	// over the phase (Linux): what reached the disk's page cache, per page.
 	DiskWritten int64 `json:"diskWriteBytes"`
@@ -105,6 +108,7 @@ type kvTenureSize struct {
 	SnapBytesPerPut  float64            `json:"snapshotBytesPerPut"`
 	RequestsPerPut   map[string]float64 `json:"requestsPerPut"`
 	DiskBytesPerPut  float64            `json:"diskBytesPerPut"`
+	CPUPerPut        time.Duration      `json:"cpuPerPutNanos"` // over both phases
 	FillBytesPerPut  float64            `json:"fillStoreBytesPerPut"`
 	Snapshots        kvSnapshots        `json:"snapshots"`
 	RSS              int64              `json:"rssBytes"`
@@ -123,6 +127,7 @@ type kvEtcdSize struct {
 	Seq             kvLatency     `json:"sequential"`
 	Conc            kvLatency     `json:"concurrent"`
 	DiskBytesPerPut float64       `json:"diskBytesPerPut"`
+	CPUPerPut       time.Duration `json:"cpuPerPutNanos"`
 	RSS             int64         `json:"rssBytes"`
 	HWM             int64         `json:"hwmBytes"`
 	DBSize          int64         `json:"dbSizeBytes"`
@@ -799,9 +804,9 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 
 	snaps := st2.Snapshots[len(st1.Snapshots):]
 	ts.Seq = kvSummarize(seq, seqFailed, 1, seqElapsed, snaps)
-	ts.Seq.DiskWritten = io1.write - io0.write
+	ts.Seq.DiskWritten, ts.Seq.CPU = io1.write-io0.write, io1.cpu-io0.cpu
 	ts.Conc = kvSummarize(conc, concFailed, cfg.writers, concElapsed, snaps)
-	ts.Conc.DiskWritten = io2.write - io1.write
+	ts.Conc.DiskWritten, ts.Conc.CPU = io2.write-io1.write, io2.cpu-io1.cpu
 	ts.MeasuredPuts = int64(len(seq) + len(conc))
 	per := func(v int64) float64 { return float64(v) / float64(max(1, ts.MeasuredPuts)) }
 	ts.BytesWritten = st2.PutBytes - st1.PutBytes
@@ -809,6 +814,7 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	ts.LogBytesPerPut = per(st2.LogBytes - st1.LogBytes)
 	ts.SnapBytesPerPut = per(st2.SnapshotBytes - st1.SnapshotBytes)
 	ts.DiskBytesPerPut = per(io2.write - io0.write)
+	ts.CPUPerPut = time.Duration(per(int64(io2.cpu - io0.cpu)))
 	ts.RequestsPerPut = map[string]float64{}
 	for op, v := range st2.Requests {
 		ts.RequestsPerPut[op] = per(v - st1.Requests[op])
@@ -1024,6 +1030,8 @@ func (b *kvEtcdBench) size(ctx context.Context, prev, n int) (kvEtcdSize, error)
 	io2 := procIO(pid)
 	es.Seq.DiskWritten, es.Conc.DiskWritten = io1.write-io0.write, io2.write-io1.write
 	es.DiskBytesPerPut = float64(io2.write-io0.write) / float64(max(1, len(seq)+len(conc)))
+	es.Seq.CPU, es.Conc.CPU = io1.cpu-io0.cpu, io2.cpu-io1.cpu
+	es.CPUPerPut = (io2.cpu - io0.cpu) / time.Duration(max(1, len(seq)+len(conc)))
 	es.RSS, es.HWM = procMem(pid)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -1062,12 +1070,16 @@ func procMem(pid int) (rss, hwm int64) {
 	return rss, hwm
 }
 
-type procIOCounts struct{ read, write int64 }
+type procIOCounts struct {
+	read, write int64
+	cpu         time.Duration // user and system time, from /proc/PID/stat
+}
 
 // procIO returns read_bytes and write_bytes of /proc/PID/io (Linux; zero
 // elsewhere or when not readable).
 func procIO(pid int) procIOCounts {
 	var c procIOCounts
+	c.cpu = procCPU(pid)
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
 	if err != nil {
 		return c
@@ -1086,6 +1098,31 @@ func procIO(pid int) procIOCounts {
 		}
 	}
 	return c
+}
+
+// procCPU returns the user and system time of pid (Linux; zero
+// elsewhere), from fields 14 and 15 of /proc/PID/stat, in clock ticks of
+// 10 ms (USER_HZ is 100 on every Linux architecture Go supports).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // ---- output ----
@@ -1122,11 +1159,11 @@ func (r *kvBenchResult) print(w io.Writer) error {
 
 	fmt.Fprintln(w, "\nkv store: store traffic per put, snapshots, memory, cold start")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "keys\tstore B/put\tlog B/put\tsnap B/put\tPUT/put\tGET/put\tdisk B/put\tsnaps\tsnap MiB\tsnap write\tsnap taken\tRSS MiB\tHWM MiB\theap MiB\tcold read\tserving\tcold MiB read\t\n")
+	fmt.Fprintf(tw, "keys\tstore B/put\tlog B/put\tsnap B/put\tPUT/put\tGET/put\tdisk B/put\tCPU/put\tsnaps\tsnap MiB\tsnap write\tsnap taken\tRSS MiB\tHWM MiB\theap MiB\tcold read\tserving\tcold MiB read\t\n")
 	for _, t := range r.Tenure {
 		puts := t.RequestsPerPut["put-create"] + t.RequestsPerPut["put-cas"]
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.3f\t%.3f\t%.0f\t%d\t%s\t%v\t%v\t%s\t%s\t%s\t%v\t%v\t%s\t\n", t.Keys,
-			t.BytesPerPut, t.LogBytesPerPut, t.SnapBytesPerPut, puts, t.RequestsPerPut["get"], t.DiskBytesPerPut,
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.3f\t%.3f\t%.0f\t%v\t%d\t%s\t%v\t%v\t%s\t%s\t%s\t%v\t%v\t%s\t\n", t.Keys,
+			t.BytesPerPut, t.LogBytesPerPut, t.SnapBytesPerPut, puts, t.RequestsPerPut["get"], t.DiskBytesPerPut, roundDur(t.CPUPerPut),
 			t.Snapshots.Count, mib(t.Snapshots.LastBytes), roundDur(t.Snapshots.WriteMean), roundDur(t.Snapshots.TakeMean),
 			mib(t.RSS), mib(t.HWM), mib(int64(t.HeapLive)), roundDur(t.Cold.FirstRead), roundDur(t.Cold.Serving), mib(t.Cold.BytesRead))
 	}
@@ -1137,11 +1174,11 @@ func (r *kvBenchResult) print(w io.Writer) error {
 	if len(r.Etcd) > 0 {
 		fmt.Fprintln(w, "\netcd:")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "keys\tfill\tseq p50\tseq p99\tseq max\tconc puts/s\tconc p50\tconc p99\tconc max\tdisk B/put\tRSS MiB\tHWM MiB\tdb MiB\tfailed\t\n")
+		fmt.Fprintf(tw, "keys\tfill\tseq p50\tseq p99\tseq max\tconc puts/s\tconc p50\tconc p99\tconc max\tdisk B/put\tCPU/put\tRSS MiB\tHWM MiB\tdb MiB\tfailed\t\n")
 		for _, e := range r.Etcd {
-			fmt.Fprintf(tw, "%d\t%v\t%v\t%v\t%v\t%.0f\t%v\t%v\t%v\t%.0f\t%s\t%s\t%s\t%d\t\n", e.Keys, roundDur(e.FillTime),
+			fmt.Fprintf(tw, "%d\t%v\t%v\t%v\t%v\t%.0f\t%v\t%v\t%v\t%.0f\t%v\t%s\t%s\t%s\t%d\t\n", e.Keys, roundDur(e.FillTime),
 				roundDur(e.Seq.P50), roundDur(e.Seq.P99), roundDur(e.Seq.Max), e.Conc.PutsPerSec, roundDur(e.Conc.P50), roundDur(e.Conc.P99), roundDur(e.Conc.Max),
-				e.DiskBytesPerPut, mib(e.RSS), mib(e.HWM), mib(e.DBSize), e.Seq.Failed+e.Conc.Failed)
+				e.DiskBytesPerPut, roundDur(e.CPUPerPut), mib(e.RSS), mib(e.HWM), mib(e.DBSize), e.Seq.Failed+e.Conc.Failed)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -1158,6 +1195,7 @@ func (r *kvBenchResult) print(w io.Writer) error {
 	}
 	fmt.Fprintln(w, "\nstore B/put: bytes of the objects the node put (log entries, snapshots, leader state) over the measured puts;")
 	fmt.Fprintln(w, "PUT/put and GET/put: store requests per put. disk B/put: the process's write_bytes (/proc/PID/io), per page.")
+	fmt.Fprintln(w, "CPU/put: the serving process's user and system time (/proc/PID/stat) over the measured puts, per put.")
 	fmt.Fprintln(w, "snap write: the snapshot object's store write; snap taken: from capturing the state to the end of that write.")
 	fmt.Fprintln(w, "heap: live heap after a collection. cold read: from starting a fresh node on the same store to its first")
 	fmt.Fprintln(w, "successful linearizable read (serving: to its HTTP API); cold MiB read: store bytes it read by then.")

@@ -71,6 +71,9 @@ func TestBenchKV(t *testing.T) {
 		if ts.Snapshots.Count > 0 && (ts.Snapshots.LastBytes <= 0 || ts.Snapshots.WriteMax < ts.Snapshots.WriteMean) {
 			t.Errorf("size %d: snapshots %+v", want, ts.Snapshots)
 		}
+		if runtime.GOOS == "linux" && ts.CPUPerPut <= 0 {
+			t.Errorf("size %d: CPU per put %v", want, ts.CPUPerPut)
+		}
 		if runtime.GOOS == "linux" && (ts.RSS <= 0 || ts.HWM < ts.RSS || ts.Cold.RSS <= 0) {
 			t.Errorf("size %d: RSS %d, high-water mark %d, after cold start %d", want, ts.RSS, ts.HWM, ts.Cold.RSS)
 		}
@@ -169,5 +172,24 @@ func TestKVTrackerCapture(t *testing.T) {
 	}
 	if len(tr.logEnd) != 1 {
 		t.Errorf("%d log entries remembered after the truncation, want 1", len(tr.logEnd))
+	}
+}
+
+func TestProcCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	// Burn some CPU so that at least one clock tick is counted.
+	before := procCPU(os.Getpid())
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ {
+		_ = x * x
+	}
+	after := procCPU(os.Getpid())
+	if after <= 0 || after < before {
+		t.Fatalf("CPU time %v, then %v after burning 100ms", before, after)
+	}
+	if procCPU(-1) != 0 {
+		t.Error("a process that does not exist has CPU time")
 	}
 }
