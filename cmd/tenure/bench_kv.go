@@ -285,7 +285,7 @@ func benchKV(ctx context.Context, cfg kvBenchConfig) (*kvBenchResult, error) {
 	res := &kvBenchResult{Store: cfg.url, ValueSize: cfg.valueSize, SeqPuts: cfg.seqPuts, Writers: cfg.writers,
 		Duration: cfg.duration, FillWriters: cfg.fillWriters, GOMAXPROCS: runtime.GOMAXPROCS(0), CPUs: runtime.NumCPU(),
 		Options: fmt.Sprintf("tenure kv serve defaults: FlushInterval 20ms, BatchMinCount %d, PipelineDepth %d, SnapshotThreshold %d",
-			rsm.DefaultBatchMinCount, rsm.DefaultPipelineDepth, rsm.DefaultSnapshotThreshold)}
+			rsm.DefaultBatchMinCount, kvPipelineDepth(cfg.url), rsm.DefaultSnapshotThreshold)}
 	if len(cfg.kvFlags) > 0 {
 		res.Options += "; with " + strings.Join(cfg.kvFlags, " ")
 	}

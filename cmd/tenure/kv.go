@@ -102,7 +102,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	id := fs.String("id", "", "node ID, unique in the group and stable across restarts (default HOSTNAME-ADVERTISE)")
 	flush := fs.Duration("flush-interval", 20*time.Millisecond, "FlushInterval: a partial batch is committed this long after its first request (the library's default is S2C's 2s; the CLI's is 20ms, for latency)")
 	batchMin := fs.Int("batch-min", rsm.DefaultBatchMinCount, "BatchMinCount: a batch is committed at once when it holds this many requests")
-	pipeline := fs.Int("pipeline", rsm.DefaultPipelineDepth, "PipelineDepth: batches in flight to the store at once")
+	pipeline := fs.Int("pipeline", 0, fmt.Sprintf("PipelineDepth: batches in flight to the store at once (default %d on file://, %d on other stores)", kvFilePipelineDepth, rsm.DefaultPipelineDepth))
 	snapThreshold := fs.Int("snapshot-threshold", rsm.DefaultSnapshotThreshold, "SnapshotThreshold: snapshot and truncate the log after this many entries")
 	reqTimeout := fs.Duration("request-timeout", rsm.DefaultRequestTimeout, "RequestTimeout: bound on one command or read")
 	heartbeat := fs.Duration("heartbeat", rsm.DefaultHeartbeatInterval, "HeartbeatInterval: the leader synchronizes followers at least this often")
@@ -155,6 +155,9 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	if *maxValue > kv.MaxValueSizeLimit {
 		return fail(fmt.Errorf("--max-value-size %d is more than the RPC layer carries: a value travels in one message of at most %d bytes (rsm.MaxMessageSizeLimit), which leaves at most %d bytes (kv.MaxValueSizeLimit) for the value",
 			*maxValue, rsm.MaxMessageSizeLimit, kv.MaxValueSizeLimit))
+	}
+	if *pipeline == 0 {
+		*pipeline = kvPipelineDepth(*storeURL)
 	}
 	opts := rsm.Options{
 		MaxMessageSize: kv.MessageSize(*maxValue),
@@ -320,6 +323,30 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "tenure kv: node %s left group %q\n", *id, *group)
 	}
 	return nil
+}
+
+// kvFilePipelineDepth is kv serve's PipelineDepth on file://. One disk
+// takes the writes in turn (each log entry is a new file, fsynced with
+// its directory), so batches in flight together are not stored sooner
+// than one after the other: a deeper pipeline only splits concurrent
+// commands into more, smaller batches, each a log entry to write, a
+// file to delete at truncation and a step towards the next snapshot.
+// With one batch in flight, commands that arrive meanwhile share the
+// next one; a lone command is still written at once. Remote stores
+// answer writes in parallel, and there the pipeline hides their latency.
+const kvFilePipelineDepth = 1
+
+// kvPipelineDepth is kv serve's default PipelineDepth for the store URL.
+func kvPipelineDepth(storeURL string) int {
+	u, err := url.Parse(storeURL)
+	if err == nil && u.Scheme == kvCountScheme {
+		// tenure bench kv's counting wrapper: the store it wraps.
+		return kvPipelineDepth(u.Query().Get("url"))
+	}
+	if err == nil && u.Scheme == "file" {
+		return kvFilePipelineDepth
+	}
+	return rsm.DefaultPipelineDepth
 }
 
 // loggedError is an error the command has already logged: main exits 1

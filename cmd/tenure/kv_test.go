@@ -352,3 +352,19 @@ func TestDemoKV(t *testing.T) {
 		}
 	}
 }
+
+func TestKVPipelineDefault(t *testing.T) {
+	for url, want := range map[string]int{
+		"file:///var/lib/tenure":    kvFilePipelineDepth,
+		"file://./data":             kvFilePipelineDepth,
+		kvCountURL("file:///tmp/x"): kvFilePipelineDepth,
+		"s3://bucket/prefix":        rsm.DefaultPipelineDepth,
+		"mem://":                    rsm.DefaultPipelineDepth,
+		kvCountURL("s3://bucket/p?endpoint=http://h"): rsm.DefaultPipelineDepth,
+		"::not a url": rsm.DefaultPipelineDepth,
+	} {
+		if got := kvPipelineDepth(url); got != want {
+			t.Errorf("kvPipelineDepth(%q) = %d, want %d", url, got, want)
+		}
+	}
+}
