@@ -36,7 +36,11 @@
 // A compare-and-swap hashes the current file to check its version, reading
 // it in pieces (a large value is not held in memory); a file of up to 64 KiB
 // is checked before the lock too, so contending writers that lost are
-// refused without waiting for it.
+// refused without waiting for it. A Store remembers the versions of the
+// last few values over 64 KiB it wrote and holds those files open: while
+// the key's file is still that file (same inode, which the open file keeps
+// from being reused, same size and modification time) its version is
+// known without reading it again.
 //
 // These guarantees hold between goroutines, between Stores opened on the
 // same directory in one process, and between processes on the same machine.

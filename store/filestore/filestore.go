@@ -101,6 +101,7 @@ type Store struct {
 
 	stripes  [numStripes]stripe
 	dirSyncs dirSyncs
+	known    knownFiles
 }
 
 // stripe is one of the locks that serialise the writes of a key. Keys share
@@ -348,8 +349,8 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 		check = func() error { return checkAbsent(path) }
 		precheck = check
 	case driver.IfMatch:
-		check = func() error { return checkVersion(path, cond.Version) }
-		precheck = func() error { return precheckVersion(path, cond.Version) }
+		check = func() error { return s.checkVersion(path, cond.Version) }
+		precheck = func() error { return s.precheckVersion(path, cond.Version) }
 	default:
 		return "", driver.Errorf(driver.InvalidArgument, "filestore: put with condition %s", cond.Kind)
 	}
@@ -374,6 +375,11 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 	if err == nil {
 		err = s.commit(ctx, path, data, cond.Kind == driver.IfAbsent)
 	}
+	version := ""
+	if err == nil {
+		version = Version(data)
+		s.known.wrote(path, version, len(data))
+	}
 	release()
 	if err != nil {
 		return "", err
@@ -384,7 +390,7 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 	if err := s.dirSyncs.sync(dir); err != nil {
 		return "", committedErr("sync directory", err)
 	}
-	return Version(data), nil
+	return version, nil
 }
 
 // commit writes data to a temp file, syncs it, and gives it the key's name:
@@ -432,7 +438,8 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 	if err != nil {
 		return err
 	}
-	removed, err := remove(ctx, path, cond)
+	removed, err := s.remove(ctx, path, cond)
+	s.known.forget(path)
 	release()
 	if err != nil || !removed {
 		return err
@@ -446,9 +453,9 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 // remove deletes the file under the key's lock. Its directory stays: were
 // directories removed, a create in another process could make the parent,
 // see it removed, and fail its link.
-func remove(ctx context.Context, path string, cond driver.Cond) (bool, error) {
+func (s *Store) remove(ctx context.Context, path string, cond driver.Cond) (bool, error) {
 	if cond.Kind == driver.IfMatch {
-		if err := checkVersion(path, cond.Version); err != nil {
+		if err := s.checkVersion(path, cond.Version); err != nil {
 			return false, err
 		}
 	}
@@ -465,8 +472,12 @@ func remove(ctx context.Context, path string, cond driver.Cond) (bool, error) {
 	return false, ioErr("remove", err)
 }
 
-func checkVersion(path, want string) error {
-	v, err := fileVersion(path)
+func (s *Store) checkVersion(path, want string) error {
+	v, ok := s.known.version(path)
+	var err error
+	if !ok {
+		v, err = fileVersion(path)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return driver.Errorf(driver.PreconditionFailed, "filestore: key does not exist")
 	}
@@ -486,12 +497,111 @@ const precheckMax = 64 << 10
 
 // precheckVersion is checkVersion for a file of at most precheckMax
 // bytes; a larger one passes, to be checked under the lock.
-func precheckVersion(path, want string) error {
+func (s *Store) precheckVersion(path, want string) error {
 	fi, err := os.Lstat(path)
 	if err == nil && fi.Size() > precheckMax {
 		return nil
 	}
-	return checkVersion(path, want)
+	return s.checkVersion(path, want)
+}
+
+// knownFiles remembers the versions of a few large values this Store
+// wrote, so that a compare-and-swap on one of them (a snapshot, replaced
+// again and again) does not read and hash it whole. Each is held open:
+// while its inode is held it cannot be freed and given to another file,
+// so a key's file with the same device and inode, size and modification
+// time as when it was written is that very file, and values are never
+// changed in place. Anything else is hashed from the file.
+type knownFiles struct {
+	mu     sync.Mutex
+	files  map[string]knownFile
+	order  []string // oldest first
+	closed bool
+}
+
+type knownFile struct {
+	f       *os.File
+	info    fs.FileInfo // when written
+	version string
+}
+
+const (
+	knownMin = precheckMax // smaller values are hashed: it costs little
+	knownMax = 8           // files held open
+)
+
+// wrote records the version of the value just committed at path, under
+// the key's lock.
+func (k *knownFiles) wrote(path, version string, size int) {
+	k.forget(path)
+	if size < knownMin {
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		_ = f.Close()
+		return
+	}
+	if k.files == nil {
+		k.files = map[string]knownFile{}
+	}
+	for len(k.order) >= knownMax {
+		old := k.order[0]
+		k.order = k.order[1:]
+		_ = k.files[old].f.Close()
+		delete(k.files, old)
+	}
+	k.files[path] = knownFile{f: f, info: fi, version: version}
+	k.order = append(k.order, path)
+}
+
+// version returns the version of the file at path if it is one this Store
+// wrote and still holds.
+func (k *knownFiles) version(path string) (string, bool) {
+	k.mu.Lock()
+	e, ok := k.files[path]
+	k.mu.Unlock()
+	if !ok {
+		return "", false
+	}
+	fi, err := os.Lstat(path)
+	if err != nil || !os.SameFile(fi, e.info) || fi.Size() != e.info.Size() || !fi.ModTime().Equal(e.info.ModTime()) {
+		return "", false
+	}
+	return e.version, true
+}
+
+// forget drops path's entry, if any.
+func (k *knownFiles) forget(path string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e, ok := k.files[path]
+	if !ok {
+		return
+	}
+	_ = e.f.Close()
+	delete(k.files, path)
+	k.order = slices.DeleteFunc(k.order, func(p string) bool { return p == path })
+}
+
+// closeAll closes every file held.
+func (k *knownFiles) closeAll() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.files {
+		_ = e.f.Close()
+	}
+	k.files, k.order, k.closed = nil, nil, true
 }
 
 // hashBufs are the read buffers of fileVersion.
@@ -687,6 +797,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.known.closeAll()
 	var errs []error
 	for i := range s.stripes {
 		st := &s.stripes[i]

@@ -165,3 +165,95 @@ func TestLargeSwapChecksVersion(t *testing.T) {
 		t.Errorf("fileVersion of a missing file: %v", err)
 	}
 }
+
+// TestKnownVersions: a large value this Store wrote keeps its version
+// known without reading it, as long as the key's file is the one it wrote:
+// not after another Store replaced it, an edit in place, a delete, or
+// Close; small values are always read.
+func TestKnownVersions(t *testing.T) {
+	dir := t.TempDir()
+	d1, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1, s2 := store.New(d1), store.New(d2)
+	defer s2.Close()
+	ctx := t.Context()
+	big := make([]byte, knownMin+1)
+	path := d1.path("snap")
+	v1, err := s1.Put(ctx, "snap", big, store.IfAbsent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := d1.known.version(path); !ok || v != v1 {
+		t.Fatalf("after a large put: %q, %v; want %q known", v, ok, v1)
+	}
+	// Swaps go on from the known version.
+	big[0] = 1
+	v2, err := s1.Put(ctx, "snap", big, store.IfMatch(v1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := d1.known.version(path); !ok || v != v2 {
+		t.Fatalf("after a swap: %q, %v; want %q known", v, ok, v2)
+	}
+	// Another store (as another process would) replaces it: not known.
+	big[0] = 2
+	v3, err := s2.Put(ctx, "snap", big, store.IfMatch(v2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d1.known.version(path); ok {
+		t.Fatal("a file another store wrote is taken for the one this store wrote")
+	}
+	if _, err := s1.Put(ctx, "snap", big, store.IfMatch(v2)); !errors.Is(err, store.ErrPreconditionFailed) {
+		t.Fatalf("swap on the version another store replaced: %v", err)
+	}
+	big[0] = 3
+	v4, err := s1.Put(ctx, "snap", big, store.IfMatch(v3))
+	if err != nil {
+		t.Fatalf("swap on the other store's version: %v", err)
+	}
+	// An edit in place (out of contract, but not to be hidden).
+	if err := os.WriteFile(path, append(big, 'x'), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d1.known.version(path); ok {
+		t.Fatal("a file edited in place keeps its known version")
+	}
+	if _, err := s1.Put(ctx, "snap", big, store.IfMatch(v4)); !errors.Is(err, store.ErrPreconditionFailed) {
+		t.Fatalf("swap over an edit in place: %v", err)
+	}
+	// Delete forgets; small values are never held.
+	if err := s1.Delete(ctx, "snap", store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d1.known.version(path); ok || len(d1.known.files) != 0 {
+		t.Fatal("a deleted key's version is still known")
+	}
+	if _, err := s1.Put(ctx, "small", []byte("x"), store.IfAbsent()); err != nil {
+		t.Fatal(err)
+	}
+	if len(d1.known.files) != 0 {
+		t.Fatal("a small value is held open")
+	}
+	// At most knownMax files are held open.
+	for i := range knownMax + 3 {
+		if _, err := s1.Put(ctx, "big/"+string(rune('a'+i)), big, store.IfAbsent()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(d1.known.files); n != knownMax {
+		t.Fatalf("%d files held open, want %d", n, knownMax)
+	}
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(d1.known.files) != 0 {
+		t.Fatal("Close left files open")
+	}
+}
