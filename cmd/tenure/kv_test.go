@@ -164,6 +164,7 @@ func TestKVUsage(t *testing.T) {
 		{[]string{"kv", "serve", "--store", "mem://", "--peer", ":0"}, 1, "--advertise"},
 		{[]string{"kv", "serve", "--store", "mem://", "--peer", "127.0.0.1:0", "--tls-cert", "x.pem"}, 1, "go together"},
 		{[]string{"kv", "serve", "--store", "mem://", "--peer", "127.0.0.1:0", "--max-value-size", "0"}, 1, "--max-value-size must be positive"},
+		{[]string{"kv", "serve", "--store", "mem://", "--peer", "127.0.0.1:0", "--gc-percent", "-2"}, 1, "--gc-percent must be -1"},
 		{[]string{"kv", "list", "--limit", "0"}, 1, "--limit must be at least 1"},
 	}
 	for _, c := range cases {
@@ -365,6 +366,29 @@ func TestKVPipelineDefault(t *testing.T) {
 	} {
 		if got := kvPipelineDepth(url); got != want {
 			t.Errorf("kvPipelineDepth(%q) = %d, want %d", url, got, want)
+		}
+	}
+}
+
+func TestKVGC(t *testing.T) {
+	noEnv := func(string) (string, bool) { return "", false }
+	env := func(k string) (string, bool) { return "200", k == "GOGC" }
+	for _, c := range []struct {
+		name    string
+		given   bool
+		flag    int
+		lookup  func(string) (string, bool)
+		want    int
+		applied bool
+	}{
+		{"default", false, kvGCPercent, noEnv, kvGCPercent, true},
+		{"GOGC in the environment wins over the default", false, kvGCPercent, env, 0, false},
+		{"the flag wins over GOGC", true, 50, env, 50, true},
+		{"the flag, off", true, -1, noEnv, -1, true},
+	} {
+		got, applied := kvGC(c.given, c.flag, c.lookup)
+		if got != c.want || applied != c.applied {
+			t.Errorf("%s: %d, %v; want %d, %v", c.name, got, applied, c.want, c.applied)
 		}
 	}
 }
