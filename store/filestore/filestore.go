@@ -375,15 +375,17 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 	if err == nil {
 		err = s.commit(ctx, path, data, cond.Kind == driver.IfAbsent)
 	}
-	version := ""
+	var held *heldFile
 	if err == nil {
-		version = Version(data)
-		s.known.wrote(path, version, len(data))
+		held = s.known.hold(path, len(data))
 	}
 	release()
 	if err != nil {
 		return "", err
 	}
+	// Hashed outside the lock: a large value takes a while.
+	version := Version(data)
+	s.known.wrote(path, held, version)
 	// Syncing the directory after releasing the lock is enough: we return
 	// only once the new name is durable, and a later writer that saw it
 	// syncs the same directory before it returns.
@@ -530,27 +532,50 @@ const (
 	knownMax = 8           // files held open
 )
 
-// wrote records the version of the value just committed at path, under
-// the key's lock.
-func (k *knownFiles) wrote(path, version string, size int) {
+// heldFile is a value just committed, opened under the key's lock.
+type heldFile struct {
+	f    *os.File
+	info fs.FileInfo
+}
+
+// hold forgets what was known of path and, for a large value, opens the
+// file just committed there; the caller holds the key's lock.
+func (k *knownFiles) hold(path string, size int) *heldFile {
 	k.forget(path)
 	if size < knownMin {
-		return
+		return nil
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return
+		return nil
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		_ = f.Close()
+		return nil
+	}
+	return &heldFile{f: f, info: fi}
+}
+
+// wrote records the version of a held file. It may run after the lock
+// was released: if the key was written again meanwhile, the entry names a
+// file that is no longer the key's, and version finds that out.
+func (k *knownFiles) wrote(path string, h *heldFile, version string) {
+	if h == nil {
 		return
 	}
+	f, fi := h.f, h.info
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
 		_ = f.Close()
 		return
+	}
+	if old, ok := k.files[path]; ok {
+		// A later write of this key registered first.
+		_ = old.f.Close()
+		delete(k.files, path)
+		k.order = slices.DeleteFunc(k.order, func(p string) bool { return p == path })
 	}
 	if k.files == nil {
 		k.files = map[string]knownFile{}
