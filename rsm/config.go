@@ -97,7 +97,9 @@ type Options struct {
 	// round trips, well under it.
 	LeadershipDelay time.Duration
 	// LogCacheSize is the number of recent entries the leader keeps to
-	// synchronize followers without reading the store. Default 1000.
+	// synchronize followers without reading the store, within at most
+	// 8 MiB of them or 4 × MaxMessageSize, whichever is more. Default
+	// 1000.
 	LogCacheSize int
 	// MaxPendingBatches bounds a follower's queue of batches waiting to be
 	// applied. Default 1000.

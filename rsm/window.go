@@ -40,8 +40,10 @@ type window struct {
 	probe   bool // a round is wanted even with no waiter (idle check, follower saw a newer term)
 	issued  int  // rounds issued since the last idle tick
 
-	cache    map[uint64]*rsmpb.Entry
-	cacheLow uint64
+	cache      map[uint64]*rsmpb.Entry
+	cacheLow   uint64
+	cacheBytes int // encoded size of the cached entries
+	cacheMax   int // bound on cacheBytes (cacheMaxBytes)
 
 	snapEnd     uint64 // end index of the newest snapshot known
 	snapVersion string
@@ -56,8 +58,14 @@ type window struct {
 func newWindow(term uint64, o Options) *window {
 	return &window{term: term, depth: o.PipelineDepth, minBatch: o.BatchMinCount, cacheSize: o.LogCacheSize,
 		snapEvery: uint64(o.SnapshotThreshold), entryRoom: entryRoom(o.MaxMessageSize, "", ""),
-		cache: map[uint64]*rsmpb.Entry{}, followers: map[string]*follower{}}
+		cache: map[uint64]*rsmpb.Entry{}, cacheMax: cacheMaxBytes(o.MaxMessageSize), followers: map[string]*follower{}}
 }
+
+// cacheMaxBytes bounds the bytes of the leader's entry cache besides its
+// count (LogCacheSize): a follower is sent at most MaxMessageSize at a
+// time, so a cache of many large batches holds memory no send needs at
+// once; a follower further behind reads the rest from the store.
+func cacheMaxBytes(maxMessage int) int { return max(8<<20, 4*maxMessage) }
 
 // syncReserve is what a Synchronize request takes besides its entries
 // (leaderRun.syncFollowers sends at most MaxMessageSize less this).
@@ -288,13 +296,22 @@ func (w *window) confirm(wt waiter) {
 	}
 }
 
+// cacheEntry keeps e for the followers, then drops the oldest entries
+// beyond LogCacheSize or cacheMax bytes (the newest always stays).
 func (w *window) cacheEntry(e *rsmpb.Entry) {
+	if old := w.cache[e.Index]; old != nil {
+		w.cacheBytes -= proto.Size(old)
+	}
 	w.cache[e.Index] = e
+	w.cacheBytes += proto.Size(e)
 	if w.cacheLow == 0 || e.Index < w.cacheLow {
 		w.cacheLow = e.Index
 	}
-	for len(w.cache) > w.cacheSize {
-		delete(w.cache, w.cacheLow)
+	for len(w.cache) > w.cacheSize || (len(w.cache) > 1 && w.cacheBytes > w.cacheMax) {
+		if old := w.cache[w.cacheLow]; old != nil {
+			w.cacheBytes -= proto.Size(old)
+			delete(w.cache, w.cacheLow)
+		}
 		w.cacheLow++
 	}
 }

@@ -492,3 +492,44 @@ func TestWindowBatchBytes(t *testing.T) {
 		t.Errorf("the refused command is batched: %d", len(w.cmds))
 	}
 }
+
+func TestWindowCacheBytes(t *testing.T) {
+	w := testWindow(1, 1)
+	w.cacheSize = 1000
+	w.cacheMax = 10 << 10
+	big := func(i uint64, n int) *rsmpb.Entry {
+		return &rsmpb.Entry{Index: i, Term: 5, Commands: []*rsmpb.Command{{Machine: "c", Data: make([]byte, n)}}}
+	}
+	for i := uint64(1); i <= 20; i++ {
+		w.cacheEntry(big(i, 1<<10))
+	}
+	if w.cacheBytes > w.cacheMax {
+		t.Fatalf("%d bytes cached, bound %d", w.cacheBytes, w.cacheMax)
+	}
+	if w.cache[20] == nil || w.cache[1] != nil || len(w.cache) < 8 || len(w.cache) > 10 {
+		t.Fatalf("cached %d entries from %d; want the newest, about 9 KiB of them", len(w.cache), w.cacheLow)
+	}
+	sum := 0
+	for _, e := range w.cache {
+		sum += proto.Size(e)
+	}
+	if sum != w.cacheBytes {
+		t.Fatalf("cacheBytes %d, entries hold %d", w.cacheBytes, sum)
+	}
+	// An entry above the bound alone stays: followers are sent it from here.
+	w.cacheEntry(big(21, 20<<10))
+	if len(w.cache) != 1 || w.cache[21] == nil {
+		t.Fatalf("after an entry above the bound: %d cached", len(w.cache))
+	}
+	// Replacing an entry (a slot taken by a stale writer) counts once.
+	w.cacheEntry(big(21, 1<<10))
+	if want := proto.Size(big(21, 1<<10)); w.cacheBytes != want {
+		t.Fatalf("cacheBytes %d after a replacement, want %d", w.cacheBytes, want)
+	}
+	if got := cacheMaxBytes(DefaultMaxMessageSize); got != 8<<20 {
+		t.Errorf("default bound %d, want 8 MiB", got)
+	}
+	if got := cacheMaxBytes(10 << 20); got != 40<<20 {
+		t.Errorf("bound for 10 MiB messages %d, want 4 of them", got)
+	}
+}

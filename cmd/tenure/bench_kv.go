@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -58,6 +59,9 @@ type kvLatency struct {
 	SnapMax  time.Duration `json:"snapshotMaxNanos"`
 	QuietP99 time.Duration `json:"quietP99Nanos"`
 	QuietMax time.Duration `json:"quietMaxNanos"`
+	// CPU is the serving process's CPU time (user and system, from
+	// /proc/PID/stat, Linux) over the phase.
+	CPU time.Duration `json:"cpuNanos"`
 	// DiskWritten is the serving process's write_bytes in /proc/PID/io
 	// over the phase (Linux): what reached the disk's page cache, per page.
 	DiskWritten int64 `json:"diskWriteBytes"`
@@ -104,6 +108,7 @@ type kvTenureSize struct {
 	SnapBytesPerPut  float64            `json:"snapshotBytesPerPut"`
 	RequestsPerPut   map[string]float64 `json:"requestsPerPut"`
 	DiskBytesPerPut  float64            `json:"diskBytesPerPut"`
+	CPUPerPut        time.Duration      `json:"cpuPerPutNanos"` // over both phases
 	FillBytesPerPut  float64            `json:"fillStoreBytesPerPut"`
 	Snapshots        kvSnapshots        `json:"snapshots"`
 	RSS              int64              `json:"rssBytes"`
@@ -122,6 +127,7 @@ type kvEtcdSize struct {
 	Seq             kvLatency     `json:"sequential"`
 	Conc            kvLatency     `json:"concurrent"`
 	DiskBytesPerPut float64       `json:"diskBytesPerPut"`
+	CPUPerPut       time.Duration `json:"cpuPerPutNanos"`
 	RSS             int64         `json:"rssBytes"`
 	HWM             int64         `json:"hwmBytes"`
 	DBSize          int64         `json:"dbSizeBytes"`
@@ -168,6 +174,8 @@ type kvBenchConfig struct {
 	etcd        bool
 	exe         string
 	verbose     bool
+	profile     string   // directory for the node's profiles, "" for none
+	kvFlags     []string // extra flags of the node's kv serve
 	stderr      io.Writer
 	progress    func(format string, args ...any)
 }
@@ -200,6 +208,8 @@ func runBenchKV(ctx context.Context, e *env, args []string) error {
 	etcd := fs.Bool("etcd", true, "compare with etcd when it is installed")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	verbose := fs.Bool("verbose", false, "copy the node's log to stderr")
+	kvFlags := fs.String("kv-flags", "", "extra flags for the node's `tenure kv serve`, space-separated (default none: its defaults are measured), e.g. \"--pipeline 1\"")
+	profile := fs.String("profile", "", "write the node's CPU profile of each measured phase and its heap profile after them into this directory (kv-SIZE-seq.cpu.pprof, kv-SIZE-conc.cpu.pprof, kv-SIZE.heap.pprof; read them with go tool pprof)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -213,7 +223,8 @@ func runBenchKV(ctx context.Context, e *env, args []string) error {
 		return usage("no positional arguments")
 	}
 	cfg := kvBenchConfig{url: *storeURL, dir: *dir, valueSize: *valueSize, seqPuts: *seqPuts, writers: *writers,
-		duration: *duration, fillWriters: *fillWriters, etcd: *etcd, verbose: *verbose}
+		duration: *duration, fillWriters: *fillWriters, etcd: *etcd, verbose: *verbose, profile: *profile,
+		kvFlags: strings.Fields(*kvFlags)}
 	if cfg.sizes, err = parseInts(*sizes, 1, 10_000_000); err != nil {
 		return usage("--sizes: %v", err)
 	}
@@ -274,7 +285,10 @@ func benchKV(ctx context.Context, cfg kvBenchConfig) (*kvBenchResult, error) {
 	res := &kvBenchResult{Store: cfg.url, ValueSize: cfg.valueSize, SeqPuts: cfg.seqPuts, Writers: cfg.writers,
 		Duration: cfg.duration, FillWriters: cfg.fillWriters, GOMAXPROCS: runtime.GOMAXPROCS(0), CPUs: runtime.NumCPU(),
 		Options: fmt.Sprintf("tenure kv serve defaults: FlushInterval 20ms, BatchMinCount %d, PipelineDepth %d, SnapshotThreshold %d",
-			rsm.DefaultBatchMinCount, rsm.DefaultPipelineDepth, rsm.DefaultSnapshotThreshold)}
+			rsm.DefaultBatchMinCount, kvPipelineDepth(cfg.url), rsm.DefaultSnapshotThreshold)}
+	if len(cfg.kvFlags) > 0 {
+		res.Options += "; with " + strings.Join(cfg.kvFlags, " ")
+	}
 	res.LoadBefore = loadAvg()
 	defer func() { res.LoadAfter = loadAvg() }()
 
@@ -518,7 +532,8 @@ var (
 func (b *kvTenureBench) start(ctx context.Context) (*kvChild, error) {
 	args := []string{"bench", kvNodeCommand, "--stats", "127.0.0.1:0",
 		"--store", kvCountURL(b.cfg.url), "--group", b.group, "--id", "bench-node",
-		"--peer", "127.0.0.1:0", "--listen", "127.0.0.1:0"}
+		"--peer-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"}
+	args = append(args, b.cfg.kvFlags...)
 	c := &kvChild{exited: make(chan struct{})}
 	c.cmd = exec.Command(b.cfg.exe, args...)
 	c.cmd.SysProcAttr = memberProcAttr()
@@ -745,6 +760,9 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 
 	pid := b.node.cmd.Process.Pid
 	io0 := procIO(pid)
+	if err := b.profile(ctx, true, n, ""); err != nil {
+		return ts, err
+	}
 	start = time.Now()
 	seq, seqFailed, err := b.load(ctx, 1, 0, n, false, cfg.seqPuts, 0)
 	if err != nil {
@@ -752,6 +770,12 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	}
 	seqElapsed := time.Since(start)
 	io1 := procIO(pid)
+	if err := b.profile(ctx, false, n, "seq"); err != nil {
+		return ts, err
+	}
+	if err := b.profile(ctx, true, n, ""); err != nil {
+		return ts, err
+	}
 	start = time.Now()
 	conc, concFailed, err := b.load(ctx, cfg.writers, 0, n, false, 0, cfg.duration)
 	if err != nil {
@@ -759,6 +783,9 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	}
 	concElapsed := time.Since(start)
 	io2 := procIO(pid)
+	if err := b.profile(ctx, false, n, "conc"); err != nil {
+		return ts, err
+	}
 	// Wait for a snapshot in progress to finish, so that its window is
 	// known and its bytes are counted with the puts that caused it.
 	st2, err := b.settle(ctx)
@@ -766,6 +793,9 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 		return ts, err
 	}
 	ts.RSS, ts.HWM = procMem(pid)
+	if err := b.profile(ctx, false, n, "heap"); err != nil {
+		return ts, err
+	}
 	stGC, err := b.stats(ctx, true)
 	if err != nil {
 		return ts, err
@@ -774,9 +804,9 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 
 	snaps := st2.Snapshots[len(st1.Snapshots):]
 	ts.Seq = kvSummarize(seq, seqFailed, 1, seqElapsed, snaps)
-	ts.Seq.DiskWritten = io1.write - io0.write
+	ts.Seq.DiskWritten, ts.Seq.CPU = io1.write-io0.write, io1.cpu-io0.cpu
 	ts.Conc = kvSummarize(conc, concFailed, cfg.writers, concElapsed, snaps)
-	ts.Conc.DiskWritten = io2.write - io1.write
+	ts.Conc.DiskWritten, ts.Conc.CPU = io2.write-io1.write, io2.cpu-io1.cpu
 	ts.MeasuredPuts = int64(len(seq) + len(conc))
 	per := func(v int64) float64 { return float64(v) / float64(max(1, ts.MeasuredPuts)) }
 	ts.BytesWritten = st2.PutBytes - st1.PutBytes
@@ -784,6 +814,7 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	ts.LogBytesPerPut = per(st2.LogBytes - st1.LogBytes)
 	ts.SnapBytesPerPut = per(st2.SnapshotBytes - st1.SnapshotBytes)
 	ts.DiskBytesPerPut = per(io2.write - io0.write)
+	ts.CPUPerPut = time.Duration(per(int64(io2.cpu - io0.cpu)))
 	ts.RequestsPerPut = map[string]float64{}
 	for op, v := range st2.Requests {
 		ts.RequestsPerPut[op] = per(v - st1.Requests[op])
@@ -801,6 +832,45 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	cfg.progress("kv store: %d keys: cold start to the first read %v (serving after %v), %d store bytes read",
 		n, roundDur(ts.Cold.FirstRead), roundDur(ts.Cold.Serving), ts.Cold.BytesRead)
 	return ts, nil
+}
+
+// profile, with --profile, starts the node's CPU profile (start), or
+// stops it and writes it as kv-SIZE-PHASE.cpu.pprof, or (phase "heap")
+// writes its heap profile as kv-SIZE.heap.pprof.
+func (b *kvTenureBench) profile(ctx context.Context, start bool, n int, phase string) error {
+	if b.cfg.profile == "" {
+		return nil
+	}
+	method, u, file := http.MethodPost, b.node.stats+"/profile/cpu", fmt.Sprintf("kv-%d-%s.cpu.pprof", n, phase)
+	switch {
+	case start:
+		u += "?start=1"
+	case phase == "heap":
+		method, u, file = http.MethodGet, b.node.stats+"/profile/heap", fmt.Sprintf("kv-%d.heap.pprof", n)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("the node's profile: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("the node's profile: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the node's profile: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(data))
+	}
+	if start {
+		return nil
+	}
+	if err := os.MkdirAll(b.cfg.profile, 0o777); err != nil {
+		return fmt.Errorf("--profile: %w", err)
+	}
+	return os.WriteFile(filepath.Join(b.cfg.profile, file), data, 0o666)
 }
 
 // settle waits until no snapshot is being written (the latest one has been
@@ -960,6 +1030,8 @@ func (b *kvEtcdBench) size(ctx context.Context, prev, n int) (kvEtcdSize, error)
 	io2 := procIO(pid)
 	es.Seq.DiskWritten, es.Conc.DiskWritten = io1.write-io0.write, io2.write-io1.write
 	es.DiskBytesPerPut = float64(io2.write-io0.write) / float64(max(1, len(seq)+len(conc)))
+	es.Seq.CPU, es.Conc.CPU = io1.cpu-io0.cpu, io2.cpu-io1.cpu
+	es.CPUPerPut = (io2.cpu - io0.cpu) / time.Duration(max(1, len(seq)+len(conc)))
 	es.RSS, es.HWM = procMem(pid)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -998,12 +1070,16 @@ func procMem(pid int) (rss, hwm int64) {
 	return rss, hwm
 }
 
-type procIOCounts struct{ read, write int64 }
+type procIOCounts struct {
+	read, write int64
+	cpu         time.Duration // user and system time, from /proc/PID/stat
+}
 
 // procIO returns read_bytes and write_bytes of /proc/PID/io (Linux; zero
 // elsewhere or when not readable).
 func procIO(pid int) procIOCounts {
 	var c procIOCounts
+	c.cpu = procCPU(pid)
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
 	if err != nil {
 		return c
@@ -1022,6 +1098,31 @@ func procIO(pid int) procIOCounts {
 		}
 	}
 	return c
+}
+
+// procCPU returns the user and system time of pid (Linux; zero
+// elsewhere), from fields 14 and 15 of /proc/PID/stat, in clock ticks of
+// 10 ms (USER_HZ is 100 on every Linux architecture Go supports).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // ---- output ----
@@ -1058,11 +1159,11 @@ func (r *kvBenchResult) print(w io.Writer) error {
 
 	fmt.Fprintln(w, "\nkv store: store traffic per put, snapshots, memory, cold start")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "keys\tstore B/put\tlog B/put\tsnap B/put\tPUT/put\tGET/put\tdisk B/put\tsnaps\tsnap MiB\tsnap write\tsnap taken\tRSS MiB\tHWM MiB\theap MiB\tcold read\tserving\tcold MiB read\t\n")
+	fmt.Fprintf(tw, "keys\tstore B/put\tlog B/put\tsnap B/put\tPUT/put\tGET/put\tdisk B/put\tCPU/put\tsnaps\tsnap MiB\tsnap write\tsnap taken\tRSS MiB\tHWM MiB\theap MiB\tcold read\tserving\tcold MiB read\t\n")
 	for _, t := range r.Tenure {
 		puts := t.RequestsPerPut["put-create"] + t.RequestsPerPut["put-cas"]
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.3f\t%.3f\t%.0f\t%d\t%s\t%v\t%v\t%s\t%s\t%s\t%v\t%v\t%s\t\n", t.Keys,
-			t.BytesPerPut, t.LogBytesPerPut, t.SnapBytesPerPut, puts, t.RequestsPerPut["get"], t.DiskBytesPerPut,
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.3f\t%.3f\t%.0f\t%v\t%d\t%s\t%v\t%v\t%s\t%s\t%s\t%v\t%v\t%s\t\n", t.Keys,
+			t.BytesPerPut, t.LogBytesPerPut, t.SnapBytesPerPut, puts, t.RequestsPerPut["get"], t.DiskBytesPerPut, roundDur(t.CPUPerPut),
 			t.Snapshots.Count, mib(t.Snapshots.LastBytes), roundDur(t.Snapshots.WriteMean), roundDur(t.Snapshots.TakeMean),
 			mib(t.RSS), mib(t.HWM), mib(int64(t.HeapLive)), roundDur(t.Cold.FirstRead), roundDur(t.Cold.Serving), mib(t.Cold.BytesRead))
 	}
@@ -1073,11 +1174,11 @@ func (r *kvBenchResult) print(w io.Writer) error {
 	if len(r.Etcd) > 0 {
 		fmt.Fprintln(w, "\netcd:")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "keys\tfill\tseq p50\tseq p99\tseq max\tconc puts/s\tconc p50\tconc p99\tconc max\tdisk B/put\tRSS MiB\tHWM MiB\tdb MiB\tfailed\t\n")
+		fmt.Fprintf(tw, "keys\tfill\tseq p50\tseq p99\tseq max\tconc puts/s\tconc p50\tconc p99\tconc max\tdisk B/put\tCPU/put\tRSS MiB\tHWM MiB\tdb MiB\tfailed\t\n")
 		for _, e := range r.Etcd {
-			fmt.Fprintf(tw, "%d\t%v\t%v\t%v\t%v\t%.0f\t%v\t%v\t%v\t%.0f\t%s\t%s\t%s\t%d\t\n", e.Keys, roundDur(e.FillTime),
+			fmt.Fprintf(tw, "%d\t%v\t%v\t%v\t%v\t%.0f\t%v\t%v\t%v\t%.0f\t%v\t%s\t%s\t%s\t%d\t\n", e.Keys, roundDur(e.FillTime),
 				roundDur(e.Seq.P50), roundDur(e.Seq.P99), roundDur(e.Seq.Max), e.Conc.PutsPerSec, roundDur(e.Conc.P50), roundDur(e.Conc.P99), roundDur(e.Conc.Max),
-				e.DiskBytesPerPut, mib(e.RSS), mib(e.HWM), mib(e.DBSize), e.Seq.Failed+e.Conc.Failed)
+				e.DiskBytesPerPut, roundDur(e.CPUPerPut), mib(e.RSS), mib(e.HWM), mib(e.DBSize), e.Seq.Failed+e.Conc.Failed)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -1094,6 +1195,7 @@ func (r *kvBenchResult) print(w io.Writer) error {
 	}
 	fmt.Fprintln(w, "\nstore B/put: bytes of the objects the node put (log entries, snapshots, leader state) over the measured puts;")
 	fmt.Fprintln(w, "PUT/put and GET/put: store requests per put. disk B/put: the process's write_bytes (/proc/PID/io), per page.")
+	fmt.Fprintln(w, "CPU/put: the serving process's user and system time (/proc/PID/stat) over the measured puts, per put.")
 	fmt.Fprintln(w, "snap write: the snapshot object's store write; snap taken: from capturing the state to the end of that write.")
 	fmt.Fprintln(w, "heap: live heap after a collection. cold read: from starting a fresh node on the same store to its first")
 	fmt.Fprintln(w, "successful linearizable read (serving: to its HTTP API); cold MiB read: store bytes it read by then.")

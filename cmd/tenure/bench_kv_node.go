@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +59,8 @@ func runBenchKVNode(ctx context.Context, e *env, args []string) error {
 	defer ln.Close()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/stats", serveKVNodeStats)
+	mux.HandleFunc("/profile/cpu", serveKVNodeCPUProfile)
+	mux.HandleFunc("/profile/heap", serveKVNodeHeapProfile)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
@@ -132,6 +136,52 @@ func serveKVNodeStats(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(st)
+}
+
+// kvNodeCPU is the CPU profile being recorded, nil if none.
+var kvNodeCPU struct {
+	mu  sync.Mutex
+	buf *bytes.Buffer
+}
+
+// serveKVNodeCPUProfile starts a CPU profile (POST ?start=1) or stops the
+// one running and returns it (POST), for tenure bench kv --profile.
+func serveKVNodeCPUProfile(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	kvNodeCPU.mu.Lock()
+	defer kvNodeCPU.mu.Unlock()
+	if r.URL.Query().Get("start") == "1" {
+		if kvNodeCPU.buf != nil {
+			http.Error(w, "a CPU profile is already running", http.StatusConflict)
+			return
+		}
+		buf := &bytes.Buffer{}
+		if err := pprof.StartCPUProfile(buf); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		kvNodeCPU.buf = buf
+		return
+	}
+	if kvNodeCPU.buf == nil {
+		http.Error(w, "no CPU profile is running", http.StatusConflict)
+		return
+	}
+	pprof.StopCPUProfile()
+	buf := kvNodeCPU.buf
+	kvNodeCPU.buf = nil
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// serveKVNodeHeapProfile returns a heap profile taken after a collection.
+func serveKVNodeHeapProfile(w http.ResponseWriter, _ *http.Request) {
+	runtime.GC()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_ = pprof.Lookup("heap").WriteTo(w, 0)
 }
 
 type kvTracker struct {

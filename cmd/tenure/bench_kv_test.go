@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -15,16 +17,25 @@ func TestBenchKV(t *testing.T) {
 	}
 	t.Setenv(runMainEnv, "1")
 	const seqPuts = 20
+	profiles := t.TempDir()
 	code, out, errs := runCmd(t, "bench", "kv", "--sizes", "100,200", "--seq-puts", "20", "--writers", "4", "--duration", "1s",
-		"--fill-writers", "8", "--value-size", "512", "--json", "--store", "file://"+t.TempDir(), "--dir", t.TempDir())
+		"--fill-writers", "8", "--value-size", "512", "--json", "--store", "file://"+t.TempDir(), "--dir", t.TempDir(),
+		"--profile", profiles, "--kv-flags", "--pipeline 2")
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	// Each profile is a gzipped protobuf (pprof's format).
+	for _, name := range []string{"kv-100-seq.cpu.pprof", "kv-100-conc.cpu.pprof", "kv-100.heap.pprof", "kv-200-conc.cpu.pprof", "kv-200.heap.pprof"} {
+		b, err := os.ReadFile(filepath.Join(profiles, name))
+		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("profile %s: %d bytes, %v", name, len(b), err)
+		}
 	}
 	var res kvBenchResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("output is not JSON: %v\n%s", err, out)
 	}
-	if res.ValueSize != 512 || res.SeqPuts != seqPuts || res.Writers != 4 || len(res.Tenure) != 2 {
+	if res.ValueSize != 512 || res.SeqPuts != seqPuts || res.Writers != 4 || len(res.Tenure) != 2 || !strings.HasSuffix(res.Options, "; with --pipeline 2") {
 		t.Fatalf("header or sizes: %+v", res)
 	}
 	var acked int64
@@ -59,6 +70,9 @@ func TestBenchKV(t *testing.T) {
 		}
 		if ts.Snapshots.Count > 0 && (ts.Snapshots.LastBytes <= 0 || ts.Snapshots.WriteMax < ts.Snapshots.WriteMean) {
 			t.Errorf("size %d: snapshots %+v", want, ts.Snapshots)
+		}
+		if runtime.GOOS == "linux" && ts.CPUPerPut <= 0 {
+			t.Errorf("size %d: CPU per put %v", want, ts.CPUPerPut)
 		}
 		if runtime.GOOS == "linux" && (ts.RSS <= 0 || ts.HWM < ts.RSS || ts.Cold.RSS <= 0) {
 			t.Errorf("size %d: RSS %d, high-water mark %d, after cold start %d", want, ts.RSS, ts.HWM, ts.Cold.RSS)
@@ -158,5 +172,24 @@ func TestKVTrackerCapture(t *testing.T) {
 	}
 	if len(tr.logEnd) != 1 {
 		t.Errorf("%d log entries remembered after the truncation, want 1", len(tr.logEnd))
+	}
+}
+
+func TestProcCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	// Burn some CPU so that at least one clock tick is counted.
+	before := procCPU(os.Getpid())
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ {
+		_ = x * x
+	}
+	after := procCPU(os.Getpid())
+	if after <= 0 || after < before {
+		t.Fatalf("CPU time %v, then %v after burning 100ms", before, after)
+	}
+	if procCPU(-1) != 0 {
+		t.Error("a process that does not exist has CPU time")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,7 +100,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	id := fs.String("id", "", "node ID, unique in the group and stable across restarts (default HOSTNAME-ADVERTISE)")
 	flush := fs.Duration("flush-interval", 20*time.Millisecond, "FlushInterval: a partial batch is committed this long after its first request (the library's default is S2C's 2s; the CLI's is 20ms, for latency)")
 	batchMin := fs.Int("batch-min", rsm.DefaultBatchMinCount, "BatchMinCount: a batch is committed at once when it holds this many requests")
-	pipeline := fs.Int("pipeline", rsm.DefaultPipelineDepth, "PipelineDepth: batches in flight to the store at once")
+	pipeline := fs.Int("pipeline", 0, fmt.Sprintf("PipelineDepth: batches in flight to the store at once (default %d on file://, %d on other stores)", kvFilePipelineDepth, rsm.DefaultPipelineDepth))
 	snapThreshold := fs.Int("snapshot-threshold", rsm.DefaultSnapshotThreshold, "SnapshotThreshold: snapshot and truncate the log after this many entries")
 	reqTimeout := fs.Duration("request-timeout", rsm.DefaultRequestTimeout, "RequestTimeout: bound on one command or read")
 	heartbeat := fs.Duration("heartbeat", rsm.DefaultHeartbeatInterval, "HeartbeatInterval: the leader synchronizes followers at least this often")
@@ -116,6 +117,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	tokenFile := fs.String("token-file", "", "require 'Authorization: Bearer TOKEN' on every request but the probes; the file holds TOKEN, at least 16 bytes")
 	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP on an --http address that is not loopback: the API's traffic, and any token, cross the network in clear")
 	metricsAddr := fs.String("metrics-http", "", "also serve Prometheus /metrics on this address, plain HTTP and without token or client certificate")
+	gcPercent := fs.Int("gc-percent", kvGCPercent, "the Go collector's GOGC for this process: between collections the heap grows this many percent above the live state (Go's default is 100; the state's values hold no pointers, so collecting more often costs little); -1 turns the collector off. Without this flag, a GOGC environment variable wins")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json (json: every line on stdout and stderr is JSON, gRPC's included)")
 	deprecatedAlias(fs, "listen", "http")
@@ -153,9 +155,20 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	if *maxValue <= 0 {
 		return fail(fmt.Errorf("--max-value-size must be positive (got %d)", *maxValue))
 	}
+	if *gcPercent < -1 {
+		return fail(fmt.Errorf("--gc-percent must be -1 (no collection) or more (got %d)", *gcPercent))
+	}
+	gcGiven := false
+	fs.Visit(func(f *flag.Flag) { gcGiven = gcGiven || f.Name == "gc-percent" })
+	if v, ok := kvGC(gcGiven, *gcPercent, os.LookupEnv); ok {
+		debug.SetGCPercent(v)
+	}
 	if *maxValue > kv.MaxValueSizeLimit {
 		return fail(fmt.Errorf("--max-value-size %d is more than the RPC layer carries: a value travels in one message of at most %d bytes (rsm.MaxMessageSizeLimit), which leaves at most %d bytes (kv.MaxValueSizeLimit) for the value",
 			*maxValue, rsm.MaxMessageSizeLimit, kv.MaxValueSizeLimit))
+	}
+	if *pipeline == 0 {
+		*pipeline = kvPipelineDepth(*storeURL)
 	}
 	opts := rsm.Options{
 		MaxMessageSize: kv.MessageSize(*maxValue),
@@ -321,6 +334,50 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "tenure kv: node %s left group %q\n", *id, *group)
 	}
 	return nil
+}
+
+// kvFilePipelineDepth is kv serve's PipelineDepth on file://. One disk
+// takes the writes in turn (each log entry is a new file, fsynced with
+// its directory), so batches in flight together are not stored sooner
+// than one after the other: a deeper pipeline only splits concurrent
+// commands into more, smaller batches, each a log entry to write, a
+// file to delete at truncation and a step towards the next snapshot.
+// With one batch in flight, commands that arrive meanwhile share the
+// next one; a lone command is still written at once. Remote stores
+// answer writes in parallel, and there the pipeline hides their latency.
+const kvFilePipelineDepth = 1
+
+// kvPipelineDepth is kv serve's default PipelineDepth for the store URL.
+func kvPipelineDepth(storeURL string) int {
+	u, err := url.Parse(storeURL)
+	if err == nil && u.Scheme == kvCountScheme {
+		// tenure bench kv's counting wrapper: the store it wraps.
+		return kvPipelineDepth(u.Query().Get("url"))
+	}
+	if err == nil && u.Scheme == "file" {
+		return kvFilePipelineDepth
+	}
+	return rsm.DefaultPipelineDepth
+}
+
+// kvGCPercent is kv serve's default GOGC. A node's heap is mostly its
+// state: with Go's default of 100 the heap, and the process's memory, grow
+// to twice the state, and further while a snapshot is encoded. The state's
+// values are byte slices, which the collector does not scan, so
+// collecting at 25% above it costs little CPU (docs/BENCHMARKS.md).
+const kvGCPercent = 25
+
+// kvGC is the GOGC kv serve sets, if any: --gc-percent when given, else
+// none when the GOGC environment variable is set (the runtime read it),
+// else kvGCPercent.
+func kvGC(given bool, flagValue int, lookupEnv func(string) (string, bool)) (int, bool) {
+	if given {
+		return flagValue, true
+	}
+	if _, ok := lookupEnv("GOGC"); ok {
+		return 0, false
+	}
+	return kvGCPercent, true
 }
 
 // loggedError is an error the command has already logged: main exits 1

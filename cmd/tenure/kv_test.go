@@ -164,6 +164,7 @@ func TestKVUsage(t *testing.T) {
 		{[]string{"kv", "serve", "--store", "mem://", "--peer-listen", ":0"}, 1, "--advertise"},
 		{[]string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0", "--tls-cert", "x.pem"}, 1, "go together"},
 		{[]string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0", "--max-value-size", "0"}, 1, "--max-value-size must be positive"},
+		{[]string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0", "--gc-percent", "-2"}, 1, "--gc-percent must be -1"},
 		{[]string{"kv", "list", "--limit", "0"}, 1, "--limit must be at least 1"},
 	}
 	for _, c := range cases {
@@ -349,6 +350,45 @@ func TestDemoKV(t *testing.T) {
 	for _, want := range []string{"leads (term 1)", "killed kv", "leads (term 2)", "cold restart", "recovered 30/30 acknowledged writes", "failover"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestKVPipelineDefault(t *testing.T) {
+	for url, want := range map[string]int{
+		"file:///var/lib/tenure":    kvFilePipelineDepth,
+		"file://./data":             kvFilePipelineDepth,
+		kvCountURL("file:///tmp/x"): kvFilePipelineDepth,
+		"s3://bucket/prefix":        rsm.DefaultPipelineDepth,
+		"mem://":                    rsm.DefaultPipelineDepth,
+		kvCountURL("s3://bucket/p?endpoint=http://h"): rsm.DefaultPipelineDepth,
+		"::not a url": rsm.DefaultPipelineDepth,
+	} {
+		if got := kvPipelineDepth(url); got != want {
+			t.Errorf("kvPipelineDepth(%q) = %d, want %d", url, got, want)
+		}
+	}
+}
+
+func TestKVGC(t *testing.T) {
+	noEnv := func(string) (string, bool) { return "", false }
+	env := func(k string) (string, bool) { return "200", k == "GOGC" }
+	for _, c := range []struct {
+		name    string
+		given   bool
+		flag    int
+		lookup  func(string) (string, bool)
+		want    int
+		applied bool
+	}{
+		{"default", false, kvGCPercent, noEnv, kvGCPercent, true},
+		{"GOGC in the environment wins over the default", false, kvGCPercent, env, 0, false},
+		{"the flag wins over GOGC", true, 50, env, 50, true},
+		{"the flag, off", true, -1, noEnv, -1, true},
+	} {
+		got, applied := kvGC(c.given, c.flag, c.lookup)
+		if got != c.want || applied != c.applied {
+			t.Errorf("%s: %d, %v; want %d, %v", c.name, got, applied, c.want, c.applied)
 		}
 	}
 }

@@ -302,7 +302,7 @@ func measureFault(t *testing.T, srv testutil.S3Server, bin string, flags []strin
 		}
 		defer f.Close()
 		args := append([]string{"kv", "serve", "--store", nodes[i].storeURL, "--group", "avail",
-			"--id", p.id, "--peer", p.peer, "--advertise", nodes[i].advertise, "--listen", p.http, "--log-level", "warn"}, flags...)
+			"--id", p.id, "--peer-listen", p.peer, "--advertise", nodes[i].advertise, "--http", p.http, "--log-level", "warn"}, flags...)
 		p.cmd = newCmd(bin, args, f)
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -78,7 +78,7 @@ func (c *procCluster) start(i int) {
 	}
 	defer f.Close()
 	p.cmd = exec.Command(c.bin, "kv", "serve", "--store", c.store, "--group", "proc",
-		"--id", p.id, "--peer", p.peer, "--listen", p.http,
+		"--id", p.id, "--peer-listen", p.peer, "--http", p.http,
 		"--flush-interval", "5ms", "--heartbeat", "100ms", "--max-missed-heartbeats", "5",
 		"--leadership-delay", "100ms", "--request-timeout", "3s", "--snapshot-threshold", "50",
 		"--log-level", "warn")

@@ -24,10 +24,23 @@
 // in <dir>/.tmp and fsync it; create-if-absent links the temp file into
 // place with link(2), which fails if the name exists; compare-and-swap
 // renames it over the old file; delete removes the file. The key's directory
-// is fsynced before the call returns. A crash at any moment, of the process
-// or of the machine, leaves each key with its old value or its new one,
-// never a torn or partial one. Reads take no lock: they open one complete
-// file or none.
+// is fsynced before the call returns, by a sync that started after the
+// change was made; writers of one Store that change the same directory at
+// the same time share such a sync (group commit), so pipelined writes and
+// deletes in one directory cost one fsync each of their files and a few of
+// the directory between them. A crash at any moment, of
+// the process or of the machine, leaves each key with its old value or its
+// new one, never a torn or partial one, and an acknowledged write survives
+// it. Reads take no lock: they open one complete file or none.
+//
+// A compare-and-swap hashes the current file to check its version, reading
+// it in pieces (a large value is not held in memory); a file of up to 64 KiB
+// is checked before the lock too, so contending writers that lost are
+// refused without waiting for it. A Store remembers the versions of the
+// last few values over 64 KiB it wrote and holds those files open: while
+// the key's file is still that file (same inode, which the open file keeps
+// from being reused, same size and modification time) its version is
+// known without reading it again.
 //
 // These guarantees hold between goroutines, between Stores opened on the
 // same directory in one process, and between processes on the same machine.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"math"
 	"math/rand/v2"
@@ -17,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -97,7 +99,9 @@ type Store struct {
 	readOnly bool
 	closed   atomic.Bool
 
-	stripes [numStripes]stripe
+	stripes  [numStripes]stripe
+	dirSyncs dirSyncs
+	known    knownFiles
 }
 
 // stripe is one of the locks that serialise the writes of a key. Keys share
@@ -339,18 +343,20 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 		return "", err
 	}
 	path := s.path(key)
-	var check func() error
+	var check, precheck func() error
 	switch cond.Kind {
 	case driver.IfAbsent:
 		check = func() error { return checkAbsent(path) }
+		precheck = check
 	case driver.IfMatch:
-		check = func() error { return checkVersion(path, cond.Version) }
+		check = func() error { return s.checkVersion(path, cond.Version) }
+		precheck = func() error { return s.precheckVersion(path, cond.Version) }
 	default:
 		return "", driver.Errorf(driver.InvalidArgument, "filestore: put with condition %s", cond.Kind)
 	}
 	// A condition that already fails is refused without the lock: under
 	// contention, that is most of the losers.
-	if err := check(); err != nil {
+	if err := precheck(); err != nil {
 		return "", err
 	}
 	dir := filepath.Dir(path)
@@ -369,17 +375,24 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 	if err == nil {
 		err = s.commit(ctx, path, data, cond.Kind == driver.IfAbsent)
 	}
+	var held *heldFile
+	if err == nil {
+		held = s.known.hold(path, len(data))
+	}
 	release()
 	if err != nil {
 		return "", err
 	}
+	// Hashed outside the lock: a large value takes a while.
+	version := Version(data)
+	s.known.wrote(path, held, version)
 	// Syncing the directory after releasing the lock is enough: we return
 	// only once the new name is durable, and a later writer that saw it
 	// syncs the same directory before it returns.
-	if err := syncCommitted(dir); err != nil {
+	if err := s.dirSyncs.sync(dir); err != nil {
 		return "", committedErr("sync directory", err)
 	}
-	return Version(data), nil
+	return version, nil
 }
 
 // commit writes data to a temp file, syncs it, and gives it the key's name:
@@ -427,12 +440,13 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 	if err != nil {
 		return err
 	}
-	removed, err := remove(ctx, path, cond)
+	removed, err := s.remove(ctx, path, cond)
+	s.known.forget(path)
 	release()
 	if err != nil || !removed {
 		return err
 	}
-	if err := syncCommitted(filepath.Dir(path)); err != nil {
+	if err := s.dirSyncs.sync(filepath.Dir(path)); err != nil {
 		return committedErr("sync directory", err)
 	}
 	return nil
@@ -441,9 +455,9 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 // remove deletes the file under the key's lock. Its directory stays: were
 // directories removed, a create in another process could make the parent,
 // see it removed, and fail its link.
-func remove(ctx context.Context, path string, cond driver.Cond) (bool, error) {
+func (s *Store) remove(ctx context.Context, path string, cond driver.Cond) (bool, error) {
 	if cond.Kind == driver.IfMatch {
-		if err := checkVersion(path, cond.Version); err != nil {
+		if err := s.checkVersion(path, cond.Version); err != nil {
 			return false, err
 		}
 	}
@@ -460,18 +474,186 @@ func remove(ctx context.Context, path string, cond driver.Cond) (bool, error) {
 	return false, ioErr("remove", err)
 }
 
-func checkVersion(path, want string) error {
-	data, err := os.ReadFile(path)
+func (s *Store) checkVersion(path, want string) error {
+	v, ok := s.known.version(path)
+	var err error
+	if !ok {
+		v, err = fileVersion(path)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return driver.Errorf(driver.PreconditionFailed, "filestore: key does not exist")
 	}
 	if err != nil {
 		return ioErr("read", err)
 	}
-	if v := Version(data); v != want {
+	if v != want {
 		return driver.Errorf(driver.PreconditionFailed, "filestore: version is %s, not %s", v, want)
 	}
 	return nil
+}
+
+// precheckMax is the largest file whose version a compare-and-swap checks
+// before taking the lock as well as under it: small records are what
+// contending writers swap, and a large value is read and hashed once.
+const precheckMax = 64 << 10
+
+// precheckVersion is checkVersion for a file of at most precheckMax
+// bytes; a larger one passes, to be checked under the lock.
+func (s *Store) precheckVersion(path, want string) error {
+	fi, err := os.Lstat(path)
+	if err == nil && fi.Size() > precheckMax {
+		return nil
+	}
+	return s.checkVersion(path, want)
+}
+
+// knownFiles remembers the versions of a few large values this Store
+// wrote, so that a compare-and-swap on one of them (a snapshot, replaced
+// again and again) does not read and hash it whole. Each is held open:
+// while its inode is held it cannot be freed and given to another file,
+// so a key's file with the same device and inode, size and modification
+// time as when it was written is that very file, and values are never
+// changed in place. Anything else is hashed from the file.
+type knownFiles struct {
+	mu     sync.Mutex
+	files  map[string]knownFile
+	order  []string // oldest first
+	closed bool
+}
+
+type knownFile struct {
+	f       *os.File
+	info    fs.FileInfo // when written
+	version string
+}
+
+const (
+	knownMin = precheckMax // smaller values are hashed: it costs little
+	knownMax = 8           // files held open
+)
+
+// heldFile is a value just committed, opened under the key's lock.
+type heldFile struct {
+	f    *os.File
+	info fs.FileInfo
+}
+
+// hold forgets what was known of path and, for a large value, opens the
+// file just committed there; the caller holds the key's lock.
+func (k *knownFiles) hold(path string, size int) *heldFile {
+	k.forget(path)
+	if size < knownMin {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil
+	}
+	return &heldFile{f: f, info: fi}
+}
+
+// wrote records the version of a held file. It may run after the lock
+// was released: if the key was written again meanwhile, the entry names a
+// file that is no longer the key's, and version finds that out.
+func (k *knownFiles) wrote(path string, h *heldFile, version string) {
+	if h == nil {
+		return
+	}
+	f, fi := h.f, h.info
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		_ = f.Close()
+		return
+	}
+	if old, ok := k.files[path]; ok {
+		// A later write of this key registered first.
+		_ = old.f.Close()
+		delete(k.files, path)
+		k.order = slices.DeleteFunc(k.order, func(p string) bool { return p == path })
+	}
+	if k.files == nil {
+		k.files = map[string]knownFile{}
+	}
+	for len(k.order) >= knownMax {
+		old := k.order[0]
+		k.order = k.order[1:]
+		_ = k.files[old].f.Close()
+		delete(k.files, old)
+	}
+	k.files[path] = knownFile{f: f, info: fi, version: version}
+	k.order = append(k.order, path)
+}
+
+// version returns the version of the file at path if it is one this Store
+// wrote and still holds.
+func (k *knownFiles) version(path string) (string, bool) {
+	k.mu.Lock()
+	e, ok := k.files[path]
+	k.mu.Unlock()
+	if !ok {
+		return "", false
+	}
+	fi, err := os.Lstat(path)
+	if err != nil || !os.SameFile(fi, e.info) || fi.Size() != e.info.Size() || !fi.ModTime().Equal(e.info.ModTime()) {
+		return "", false
+	}
+	return e.version, true
+}
+
+// forget drops path's entry, if any.
+func (k *knownFiles) forget(path string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e, ok := k.files[path]
+	if !ok {
+		return
+	}
+	_ = e.f.Close()
+	delete(k.files, path)
+	k.order = slices.DeleteFunc(k.order, func(p string) bool { return p == path })
+}
+
+// closeAll closes every file held.
+func (k *knownFiles) closeAll() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.files {
+		_ = e.f.Close()
+	}
+	k.files, k.order, k.closed = nil, nil, true
+}
+
+// hashBufs are the read buffers of fileVersion.
+var hashBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// fileVersion is the Version of the file at path, hashed as it is read:
+// a large value is never held in memory whole.
+func fileVersion(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	bp := hashBufs.Get().(*[]byte)
+	defer hashBufs.Put(bp)
+	for {
+		n, err := f.Read(*bp)
+		h.Write((*bp)[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16]), nil
 }
 
 func checkAbsent(path string) error {
@@ -640,6 +822,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.known.closeAll()
 	var errs []error
 	for i := range s.stripes {
 		st := &s.stripes[i]
@@ -767,6 +950,77 @@ func (s *Store) createTemp() (*os.File, error) {
 	// would refuse it if they did.
 	name := filepath.Join(s.tmp, crand.Text()+".tmp")
 	return os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+}
+
+// dirSyncs shares directory syncs between the writers of one Store (group
+// commit): a writer whose change is visible waits for a sync of its
+// directory that started after the change, and one sync serves every
+// writer waiting when it starts. Pipelined log writes and a truncation's
+// deletes land in one directory, so most of them share a sync.
+type dirSyncs struct {
+	mu   sync.Mutex
+	dirs map[string]*dirSync
+}
+
+// dirSync is the state of one directory's syncs.
+type dirSync struct {
+	users   int // writers using it; under dirSyncs.mu
+	mu      sync.Mutex
+	cond    sync.Cond
+	running bool
+	started uint64 // syncs started so far
+	synced  uint64 // the latest sync that succeeded, by its start number
+}
+
+// sync returns once a sync of dir that started after the call succeeded,
+// or with the error of the one this caller ran.
+func (ds *dirSyncs) sync(dir string) error {
+	ds.mu.Lock()
+	if ds.dirs == nil {
+		ds.dirs = map[string]*dirSync{}
+	}
+	d := ds.dirs[dir]
+	if d == nil {
+		d = &dirSync{}
+		d.cond.L = &d.mu
+		ds.dirs[dir] = d
+	}
+	d.users++
+	ds.mu.Unlock()
+	defer func() {
+		ds.mu.Lock()
+		if d.users--; d.users == 0 {
+			delete(ds.dirs, dir)
+		}
+		ds.mu.Unlock()
+	}()
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// A sync running now may have started before this caller's change.
+	need := d.started + 1
+	for d.synced < need {
+		if d.running {
+			d.cond.Wait()
+			continue
+		}
+		d.running = true
+		d.started++
+		mine := d.started
+		d.mu.Unlock()
+		err := syncCommitted(dir)
+		d.mu.Lock()
+		d.running = false
+		if err == nil {
+			d.synced = max(d.synced, mine)
+		}
+		d.cond.Broadcast()
+		if err != nil {
+			// Waiters covered by this sync run another.
+			return err
+		}
+	}
+	return nil
 }
 
 func syncDir(dir string) error {
