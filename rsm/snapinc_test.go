@@ -496,3 +496,76 @@ func FuzzChunkedStream(f *testing.F) {
 		}
 	})
 }
+
+// TestEarlierSnapshotFormatsReplacedByManifest: a group whose snapshot is
+// in an earlier format (one chunked object, or the v1 protobuf) loads it,
+// and its next snapshot is a manifest with a base, from which a fresh
+// node reaches the same state.
+func TestEarlierSnapshotFormatsReplacedByManifest(t *testing.T) {
+	for _, format := range []string{"chunked", "v1"} {
+		t.Run(format, func(t *testing.T) {
+			mem := memstore.New()
+			a := newTestNode(t, mem, "a", testOptions())
+			a.leadInBackground(t)
+			for i := uint64(1); i <= 6; i++ {
+				mustCommand(t, a, i)
+			}
+			stopNode(a)
+			r := newTestNode(t, mem, "r", testOptions())
+			if _, _, err := r.catchUp(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			var data []byte
+			if format == "chunked" {
+				c, err := r.rep.capture()
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.head.Nonce, c.head.Group, c.head.WriterTerm = newNonce(), testGroup, 1
+				var buf bytes.Buffer
+				if err := encodeCaptured(&buf, c); err != nil {
+					t.Fatal(err)
+				}
+				data = buf.Bytes()
+			} else {
+				s, err := r.rep.snapshot()
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Nonce, s.Group, s.WriterTerm = newNonce(), testGroup, 1
+				if data, err = encodeSnapshot(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := mem.Put(t.Context(), testGroup+"/"+snapshotKey, data, driver.Cond{Kind: driver.IfAbsent}); err != nil {
+				t.Fatal(err)
+			}
+
+			opts := testOptions()
+			opts.SnapshotThreshold = 4
+			b := newTestNode(t, mem, "b", opts)
+			b.leadInBackground(t)
+			for i := uint64(7); i <= 16; i++ {
+				mustCommand(t, b, i)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				raw, _, err := mem.Get(t.Context(), testGroup+"/"+snapshotKey)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if raw[len(frameMagic)] == kindManifest {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the earlier format was never replaced")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			stopNode(b)
+			if count, _ := fresh(t, mem); count != 16 {
+				t.Fatalf("fresh node: count %d, want 16", count)
+			}
+		})
+	}
+}
