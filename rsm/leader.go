@@ -194,7 +194,8 @@ func (l *leaderRun) takeover() error {
 		}
 		l.w.next, l.w.confirmed = index+1, index
 		l.w.snapEnd, l.w.snapVersion = snapEnd, snapVersion
-		l.w.snapBase, l.w.snapSegs = n.gs.manifestStats(snapVersion)
+		st := n.gs.manifestStats(snapVersion)
+		l.w.snapBase, l.w.snapSegs, l.w.snapSegN = st.base, st.segs, st.count
 		l.confirmed.Store(index)
 		n.log.Info("leading", "term", l.term, "seal", index)
 		return nil
@@ -306,10 +307,10 @@ type (
 		err error
 	}
 	snapshotResult struct {
-		end        uint64
-		version    string
-		base, segs uint64 // bytes of its manifest's base and segments
-		err        error
+		end     uint64
+		version string
+		stats   snapStats // of its manifest
+		err     error
 	}
 	truncated struct{}
 )
@@ -537,7 +538,7 @@ func (l *leaderRun) handle(ev any) {
 		}
 	case snapshotResult:
 		// On error too: a newer snapshot found is not written over again.
-		w.snapshotWritten(ev.end, ev.version, ev.base, ev.segs)
+		w.snapshotWritten(ev.end, ev.version, ev.stats)
 		if ev.err != nil {
 			n.log.Warn("snapshot not written", "err", ev.err)
 			w.snapBusy = false
@@ -764,8 +765,7 @@ func (l *leaderRun) snapshot(j *snapJob) {
 	if err == nil {
 		n.setSnapshotIndex(out.end)
 	}
-	base, segs := out.stats()
-	l.report(snapshotResult{end: out.end, version: out.version, base: base, segs: segs, err: err})
+	l.report(snapshotResult{end: out.end, version: out.version, stats: out.stats(), err: err})
 	if err != nil {
 		l.sweep = true // it may have left objects behind
 		return

@@ -48,7 +48,12 @@ const (
 	// segments' bytes reach baseFactor times the base's. Store bytes per
 	// command ≈ log + segment + base/baseFactor; a cold start reads up to
 	// (1 + baseFactor) × the base (docs/rsm.md, "What it costs").
-	baseFactor = 2
+	baseFactor = 3
+	// maxSegments bounds the segments of a manifest: a base is written
+	// instead of another segment beyond it, which bounds a cold start's
+	// requests. A decoded manifest may hold up to maxManifestSegments.
+	maxSegments         = 1 << 16
+	maxManifestSegments = 1 << 20
 	// manifestFormat is the version of the manifest's encoding.
 	manifestFormat = 1
 )
@@ -204,12 +209,24 @@ func encodeManifest(m *manifest) []byte {
 	b = protowire.AppendVarint(b, uint64(len(m.Runs)))
 	prev := m.Base.Index
 	for _, r := range m.Runs {
+		// Segments as (entries, repeat) pairs: a leader cuts them at
+		// multiples of SnapshotThreshold, so a run is a pair or a few.
+		var pairs [][2]uint64
+		for _, last := range r.Lasts {
+			d := last - prev
+			prev = last
+			if n := len(pairs); n > 0 && pairs[n-1][0] == d {
+				pairs[n-1][1]++
+				continue
+			}
+			pairs = append(pairs, [2]uint64{d, 1})
+		}
 		b = protowire.AppendVarint(b, r.Term)
 		b = protowire.AppendBytes(b, []byte(r.Nonce))
-		b = protowire.AppendVarint(b, uint64(len(r.Lasts)))
-		for _, last := range r.Lasts {
-			b = protowire.AppendVarint(b, last-prev)
-			prev = last
+		b = protowire.AppendVarint(b, uint64(len(pairs)))
+		for _, p := range pairs {
+			b = protowire.AppendVarint(b, p[0])
+			b = protowire.AppendVarint(b, p[1])
 		}
 	}
 	return frame(kindManifest, b)
@@ -288,7 +305,7 @@ func decodeManifest(b []byte) (*manifest, error) {
 		return nil, fmt.Errorf("manifest has %d runs in %d bytes", runs, len(d.b))
 	}
 	m.Base.Parts = int(parts)
-	prev := m.Base.Index
+	prev, total := m.Base.Index, uint64(0)
 	for range runs {
 		r := segRun{Term: d.varint("run term"), Nonce: string(d.bytes("run nonce"))}
 		n := d.varint("run length")
@@ -299,18 +316,24 @@ func decodeManifest(b []byte) (*manifest, error) {
 			return nil, fmt.Errorf("manifest run nonce %q is not lowercase hex", r.Nonce)
 		}
 		if n == 0 || n > uint64(len(d.b)) {
-			return nil, fmt.Errorf("manifest run of %d segments in %d bytes", n, len(d.b))
+			return nil, fmt.Errorf("manifest run of %d groups of segments in %d bytes", n, len(d.b))
 		}
 		for range n {
-			delta := d.varint("segment")
+			delta, repeat := d.varint("segment length"), d.varint("segment count")
 			if d.err != nil {
 				return nil, d.err
 			}
-			if delta == 0 || delta > m.End-prev {
-				return nil, fmt.Errorf("manifest segment after %d covers %d entries, past its end %d", prev, delta, m.End)
+			if repeat == 0 || total+repeat > maxManifestSegments {
+				return nil, fmt.Errorf("manifest has %d more segments after %d (at most %d)", repeat, total, maxManifestSegments)
 			}
-			prev += delta
-			r.Lasts = append(r.Lasts, prev)
+			if delta == 0 || delta > (m.End-prev)/repeat {
+				return nil, fmt.Errorf("manifest segments after %d of %d entries each (%d of them) pass its end %d", prev, delta, repeat, m.End)
+			}
+			total += repeat
+			for range repeat {
+				prev += delta
+				r.Lasts = append(r.Lasts, prev)
+			}
 		}
 		m.Runs = append(m.Runs, r)
 	}

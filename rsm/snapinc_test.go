@@ -32,6 +32,18 @@ func TestManifestRoundTrip(t *testing.T) {
 	if !bytes.Equal(encodeManifest(got), encodeManifest(m)) || got.End != 130 || len(got.Runs) != 2 {
 		t.Fatalf("round trip: %+v", got)
 	}
+	// Segments of equal length take a few bytes, however many.
+	big := testManifest()
+	big.Runs = []segRun{{Term: 2, Nonce: "01"}}
+	for i := uint64(1); i <= 10000; i++ {
+		big.Runs[0].Lasts = append(big.Runs[0].Lasts, 100+i*100)
+	}
+	big.End = 100 + 10000*100
+	if b := encodeManifest(big); len(b) > 100 {
+		t.Fatalf("a manifest of 10000 equal segments takes %d bytes", len(b))
+	} else if got, err := decodeManifest(b); err != nil || len(got.segments()) != 10000 {
+		t.Fatalf("%v", err)
+	}
 	segs := got.segments()
 	if len(segs) != 3 || segs[0].first != 101 || segs[1].first != 111 || segs[2].first != 121 || segs[2].last != 130 {
 		t.Fatalf("segments %+v", segs)
@@ -58,6 +70,13 @@ func TestManifestRejects(t *testing.T) {
 		"bad nonce in a name": func(m *manifest) { m.Base.Nonce = "../x" },
 		"bad run nonce":       func(m *manifest) { m.Runs[0].Nonce = "XY" },
 		"segments backwards":  func(m *manifest) { m.Runs[0].Lasts = []uint64{120, 110}; m.End = 110; m.Runs = m.Runs[:1] },
+		"too many segments": func(m *manifest) {
+			m.Runs = []segRun{{Term: 2, Nonce: "01"}}
+			for i := uint64(1); i <= maxManifestSegments+1; i++ {
+				m.Runs[0].Lasts = append(m.Runs[0].Lasts, 100+i)
+			}
+			m.End = 100 + maxManifestSegments + 1
+		},
 	} {
 		m := testManifest()
 		mut(m)

@@ -478,22 +478,28 @@ type snapOutcome struct {
 	prev    *manifest // the manifest it replaced, if it was one
 }
 
-// stats returns the bytes of the stored manifest's base and segments.
-func (o snapOutcome) stats() (base, segs uint64) {
-	if o.man == nil {
-		return 0, 0
+// stats returns the size of the stored manifest.
+func (o snapOutcome) stats() snapStats { return o.man.stats() }
+
+func (m *manifest) stats() snapStats {
+	if m == nil {
+		return snapStats{}
 	}
-	return o.man.Base.Bytes, o.man.SegBytes
+	n := 0
+	for _, r := range m.Runs {
+		n += len(r.Lasts)
+	}
+	return snapStats{base: m.Base.Bytes, segs: m.SegBytes, count: n}
 }
 
-// manifestStats returns the bytes of the base and segments of the
-// manifest this store last read or wrote at version (0 if it is not one).
-func (g *groupStore) manifestStats(version string) (base, segs uint64) {
+// manifestStats returns the size of the manifest this store last read or
+// wrote at version (zero if it is not one).
+func (g *groupStore) manifestStats(version string) snapStats {
 	v, m, _ := g.heldSnapshot()
-	if v != version || m == nil {
-		return 0, 0
+	if v != version {
+		return snapStats{}
 	}
-	return m.Base.Bytes, m.SegBytes
+	return m.stats()
 }
 
 // writeSnapshot writes j (rule 7: every index it covers is confirmed) over

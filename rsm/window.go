@@ -47,6 +47,7 @@ type window struct {
 	snapVersion string
 	snapBase    uint64   // bytes of its base; 0 if it is not a manifest (or none): the next snapshot writes a base
 	snapSegs    uint64   // bytes of its segments
+	snapSegN    int      // and how many there are
 	snapBusy    bool     // a snapshot is captured, being written or truncating
 	snapHeld    *snapJob // waiting until every index it covers is confirmed
 
@@ -317,9 +318,10 @@ func (w *window) snapshotDue() bool {
 
 // wantsBase says the next snapshot writes a new base rather than a
 // segment: the stored snapshot is not a manifest, or its segments have
-// grown to baseFactor times its base (docs/rsm.md, "What it costs").
+// grown to baseFactor times its base (docs/rsm.md, "What it costs") or
+// to maxSegments.
 func (w *window) wantsBase() bool {
-	return w.snapBase == 0 || w.snapSegs >= baseFactor*w.snapBase
+	return w.snapBase == 0 || w.snapSegs >= baseFactor*w.snapBase || w.snapSegN >= maxSegments
 }
 
 // snapJob is a snapshot to write: a new base, or a segment of the
@@ -340,11 +342,13 @@ func (w *window) hold(s *captured) {
 	w.snapBusy, w.snapHeld = true, &snapJob{base: s, from: w.snapEnd + 1, end: s.head.EndIndex}
 }
 
-// holdSegment takes the confirmed entries since the stored snapshot as a
-// segment, those the cache holds with it (the rest are read from the
-// store).
+// holdSegment takes confirmed entries since the stored snapshot as a
+// segment: a multiple of SnapshotThreshold of them (so that a manifest's
+// segments are alike and it stays small), with those the cache holds
+// (the rest are read from the store).
 func (w *window) holdSegment() {
-	j := &snapJob{from: w.snapEnd + 1, end: w.confirmed}
+	n := (w.confirmed - w.snapEnd) / w.snapEvery * w.snapEvery
+	j := &snapJob{from: w.snapEnd + 1, end: w.snapEnd + n}
 	first := max(j.from, w.cacheLow)
 	for i := first; i <= j.end; i++ {
 		e := w.cache[i]
@@ -370,11 +374,20 @@ func (w *window) snapshotToWrite() *snapJob {
 }
 
 // snapshotWritten records a snapshot written (or found) at end, with its
-// base's and segments' bytes (0 if it is not a manifest).
-func (w *window) snapshotWritten(end uint64, version string, base, segs uint64) {
+// base's and segments' bytes and its number of segments (0 if it is not a
+// manifest).
+func (w *window) snapshotWritten(end uint64, version string, st snapStats) {
 	if end > w.snapEnd {
-		w.snapEnd, w.snapVersion, w.snapBase, w.snapSegs = end, version, base, segs
+		w.snapEnd, w.snapVersion = end, version
+		w.snapBase, w.snapSegs, w.snapSegN = st.base, st.segs, st.count
 	}
+}
+
+// snapStats is the size of a stored manifest: its base's bytes, its
+// segments' bytes and their number.
+type snapStats struct {
+	base, segs uint64
+	count      int
 }
 
 // register adds or replaces a follower; it reports whether it is new.

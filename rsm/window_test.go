@@ -197,8 +197,8 @@ func TestWindowSnapshotWaitsForConfirmation(t *testing.T) {
 	if j == nil || j.base == nil || j.prevEnd != 1 || j.prevVersion != "v1" {
 		t.Fatalf("snapshot %+v", j)
 	}
-	w.snapshotWritten(13, "v2", 100, 0)
-	w.snapshotWritten(12, "v0", 0, 0) // never backwards
+	w.snapshotWritten(13, "v2", snapStats{base: 100, segs: 0})
+	w.snapshotWritten(12, "v0", snapStats{base: 0, segs: 0}) // never backwards
 	if w.snapEnd != 13 || w.snapVersion != "v2" || w.snapBase != 100 {
 		t.Fatalf("snapshot end %d version %q base %d", w.snapEnd, w.snapVersion, w.snapBase)
 	}
@@ -214,7 +214,7 @@ func TestWindowSegmentPolicy(t *testing.T) {
 	if !w.wantsBase() {
 		t.Fatal("no manifest stored, yet a segment is wanted")
 	}
-	w.snapshotWritten(20, "v1", 1000, 0)
+	w.snapshotWritten(20, "v1", snapStats{base: 1000, segs: 0})
 	for i := uint64(1); i <= 40; i++ {
 		w.cacheEntry(&rsmpb.Entry{Index: i, Term: 1})
 	}
@@ -224,16 +224,21 @@ func TestWindowSegmentPolicy(t *testing.T) {
 	}
 	w.holdSegment()
 	j := w.snapshotToWrite()
-	if j == nil || j.base != nil || j.from != 21 || j.end != 33 || len(j.entries) != 13 || j.entries[12].Index != 33 {
+	// A multiple of the threshold, so that segments are alike.
+	if j == nil || j.base != nil || j.from != 21 || j.end != 30 || len(j.entries) != 10 || j.entries[9].Index != 30 {
 		t.Fatalf("segment job %+v", j)
 	}
-	w.snapshotWritten(33, "v2", 1000, 2*1000-1)
+	w.snapshotWritten(33, "v2", snapStats{base: 1000, segs: baseFactor*1000 - 1})
 	if w.wantsBase() {
 		t.Fatal("a base wanted below the factor")
 	}
-	w.snapshotWritten(34, "v3", 1000, 2*1000)
+	w.snapshotWritten(34, "v3", snapStats{base: 1000, segs: baseFactor * 1000})
 	if !w.wantsBase() {
 		t.Fatalf("segments at %d times the base, no base wanted", baseFactor)
+	}
+	w.snapshotWritten(35, "v4", snapStats{base: 1000, segs: 1, count: maxSegments})
+	if !w.wantsBase() {
+		t.Fatalf("%d segments, no base wanted", maxSegments)
 	}
 }
 
