@@ -126,6 +126,7 @@ type simCoverage struct {
 	dropped          int // objects an old manifest referenced, deleted after a swap
 	swept            int // leftovers (a failed write's, an earlier leader's) deleted
 	snapMoved        int // a reader found a referenced object gone and read the snapshot again
+	lateParts        int // a base part or segment landed after its writer crashed
 	acked            int
 	crashes          int
 }
@@ -143,6 +144,7 @@ func (c *simCoverage) add(o simCoverage) {
 	c.dropped += o.dropped
 	c.swept += o.swept
 	c.snapMoved += o.snapMoved
+	c.lateParts += o.lateParts
 	c.acked += o.acked
 	c.crashes += o.crashes
 }
@@ -1555,17 +1557,18 @@ func TestSimulation(t *testing.T) {
 	// seeds, or the simulation no longer reaches them.
 	if n >= 100 {
 		for name, c := range map[string]int{
-			"a candidate meeting a higher term before its seal": cover.sealMetHigher,
-			"a late create on a truncated slot":                 cover.lateCreates,
-			"a catch-up superseded by a snapshot (rule 8)":      cover.catchUpSupersede,
-			"a takeover taken again after a snapshot passed it": cover.takeoverRetries,
-			"a slot taken by a stale writer":                    cover.skipped,
-			"a command of an expired session":                   cover.expired,
-			"a snapshot written as a segment":                   cover.segments,
-			"a new base over a manifest with segments":          cover.rebases,
-			"an old manifest's objects collected":               cover.dropped,
-			"leftovers swept":                                   cover.swept,
-			"a reader racing the collection, starting over":     cover.snapMoved,
+			"a candidate meeting a higher term before its seal":  cover.sealMetHigher,
+			"a late create on a truncated slot":                  cover.lateCreates,
+			"a catch-up superseded by a snapshot (rule 8)":       cover.catchUpSupersede,
+			"a takeover taken again after a snapshot passed it":  cover.takeoverRetries,
+			"a slot taken by a stale writer":                     cover.skipped,
+			"a command of an expired session":                    cover.expired,
+			"a snapshot written as a segment":                    cover.segments,
+			"a new base over a manifest with segments":           cover.rebases,
+			"an old manifest's objects collected":                cover.dropped,
+			"leftovers swept":                                    cover.swept,
+			"a reader racing the collection, starting over":      cover.snapMoved,
+			"a snapshot object landing after its writer crashed": cover.lateParts,
 		} {
 			if c == 0 {
 				t.Errorf("no seed reached %s", name)
@@ -1616,6 +1619,7 @@ func TestSimulationFamilies(t *testing.T) {
 		{"an old manifest's objects collected", 42, func(c simCoverage) int { return c.dropped }},
 		{"leftovers swept", 60, func(c simCoverage) int { return c.swept }},
 		{"a reader racing the collection, starting over", 42, func(c simCoverage) int { return c.snapMoved }},
+		{"a snapshot object landing after its writer crashed", 21, func(c simCoverage) int { return c.lateParts }},
 	} {
 		s := runSim(tc.seed, false)
 		if s.fail != "" {

@@ -214,6 +214,9 @@ func (p *simProc) put(n *simNode, key string, v any, prev int) (int, error) {
 		if prev == 0 && st.deleted[key] && strings.HasPrefix(key, "log/") {
 			p.s.cover.lateCreates++
 		}
+		if strings.HasPrefix(key, "obj:") && p.killed {
+			p.s.cover.lateParts++ // its writer crashed: a leftover for a sweep
+		}
 		st.ver++
 		st.objs[key] = simObject{v: v, ver: st.ver}
 		return nil, st.ver, nil
