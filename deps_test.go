@@ -40,3 +40,29 @@ func TestCorePackagesStayLight(t *testing.T) {
 		}
 	}
 }
+
+// Beyond the standard library, the core packages link only the Prometheus
+// client (their optional Registerer) and what it needs. It costs a program
+// that imports election about 4 MB; anything else that creeps in fails here.
+func TestCorePackagesLinkOnlyThePrometheusClient(t *testing.T) {
+	allowed := []string{
+		"github.com/tenure-io/tenure/",
+		"github.com/prometheus/client_golang/", "github.com/prometheus/client_model/",
+		"github.com/prometheus/common/", "github.com/prometheus/procfs",
+		"github.com/beorn7/perks/", "github.com/cespare/xxhash/", "github.com/munnerz/goautoneg",
+		"google.golang.org/protobuf/", "golang.org/x/sys/",
+	}
+	for _, p := range deps(t, "./election", "./lease", "./store/filestore", "./store/memstore") {
+		first, _, _ := strings.Cut(p, "/")
+		if !strings.Contains(first, ".") {
+			continue // the standard library
+		}
+		ok := false
+		for _, a := range allowed {
+			ok = ok || strings.HasPrefix(p, a)
+		}
+		if !ok {
+			t.Errorf("the core packages link %s", p)
+		}
+	}
+}

@@ -71,6 +71,7 @@ var snippetImports = map[string]string{
 	"testing":    "testing",
 	"driver":     "github.com/tenure-io/tenure/store/driver",
 	"awsutil":    "github.com/tenure-io/tenure/internal/awsutil",
+	"prometheus": "github.com/prometheus/client_golang/prometheus",
 }
 
 type snippet struct {

@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tenure-io/tenure/internal/clock"
 	"github.com/tenure-io/tenure/store"
 )
@@ -152,6 +154,17 @@ type Config struct {
 	// enforces conditional writes. Set it only when the caller has probed
 	// the store itself (the lease package probes once for all its shards).
 	SkipProbe bool
+
+	// Registerer receives the elector's metrics (listed in the package
+	// documentation). Electors on one Registerer share the families, each
+	// with its own series labelled by lock (LockfilePath) and id
+	// (ServerID); a later Elector with the same lock and ServerID takes
+	// the series over once the earlier one has stopped (New refuses it
+	// while the earlier one runs). When the elector opens its store from StoreURL or
+	// LockURL, the store's calls are counted there too (store.Metrics,
+	// without const labels); a Store passed in is counted by whoever opened
+	// it. Default nil: no metrics.
+	Registerer prometheus.Registerer
 
 	// Logger receives transitions and errors. Default slog.Default().
 	Logger *slog.Logger

@@ -121,8 +121,8 @@
 // a term, as S3lect writes it) nor one whose term is the largest a uint64
 // holds (the next would wrap to 0). It reports such a record instead: an
 // ERROR log once per record version, Status.RecordProblem, RecordProblem
-// (an error matching ErrUnreadableRecord or ErrTermExhausted) and, in
-// tenure elect, the tenure_election_record_problem metric; and it keeps
+// (an error matching ErrUnreadableRecord or ErrTermExhausted) and, with a
+// Registerer, the tenure_election_record_problem metric; and it keeps
 // reading the store. The lock then stays with nobody (or with a live holder that does
 // not count terms) until an operator repairs it:
 //
@@ -154,6 +154,33 @@
 // for the work), RenewDeadline (the release) and a second or two (peer
 // server, queued OnNewLeader calls), whatever the callbacks do; Stop also
 // returns when its own context ends.
+//
+// # Metrics
+//
+// With Config.Registerer set, an Elector exports these series, each
+// labelled lock (LockfilePath) and id (ServerID):
+//
+//	tenure_election_is_leader               gauge: 1 while leading (IsLeader at scrape time)
+//	tenure_election_term                    gauge: Term at scrape time
+//	tenure_election_record_problem          gauge: 1 while RecordProblem is set
+//	tenure_election_transitions_total       counter by kind: started, stopped (terms)
+//	tenure_election_renewals_total          counter by result: ok, lost, error
+//	tenure_election_renew_duration_seconds  histogram: successful renewals and acquisitions
+//
+// and, for a store it opens itself from a URL, the store package's
+// tenure_store_requests_total and tenure_store_request_duration_seconds.
+// Any number of Electors may share a Registerer: they share one collector,
+// each with its own series; a new Elector with the same lock and ServerID
+// (after a Stop, say) takes its predecessor's series over, so that New
+// does not fail on them, but New refuses while the predecessor still runs
+// (two stores with one lock key and ServerID: one would hide the other). A stopped Elector's series stay (is_leader 0,
+// its last term), and the collector keeps a reference to it, until another
+// Elector takes them over: a program that makes many Electors with ever new
+// ServerIDs or locks should give each a Registerer of its own. New fails
+// only if the Registerer holds another collector under one of these names,
+// or one whose label names differ (Prometheus requires a name to have one
+// set of label names on a registry: a Registerer wrapped with const labels
+// needs a registry apart from an unwrapped one).
 //
 // # Errors
 //

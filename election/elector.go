@@ -73,6 +73,7 @@ type Elector struct {
 	// reported is the observation whose term problem was last logged.
 	reported obsKey
 
+	metrics    *metrics // nil without a Registerer
 	notes      *notify.Queue
 	peer       *peerServer
 	httpClient *http.Client // configured peer client (PeerClientTLS, or system roots)
@@ -148,12 +149,20 @@ func New(ctx context.Context, cfg Config) (*Elector, error) {
 		wake:    make(chan struct{}, 1),
 	}
 	e.log = cfg.Logger.With("election", cfg.LockfilePath, "server", cfg.ServerID)
+	var storeOpts []store.Option
+	if cfg.Registerer != nil && e.st == nil {
+		sm, err := store.NewMetrics(cfg.Registerer, nil)
+		if err != nil {
+			return nil, fmt.Errorf("election: %w", err)
+		}
+		storeOpts = append(storeOpts, store.WithObserver(sm.Observe))
+	}
 	if e.st == nil {
 		u := cfg.StoreURL
 		if !strings.Contains(u, "://") {
 			u = "s3://" + u
 		}
-		st, err := store.Open(ctx, u)
+		st, err := store.Open(ctx, u, storeOpts...)
 		if err != nil {
 			return nil, fmt.Errorf("election: %w", err)
 		}
@@ -171,6 +180,16 @@ func New(ctx context.Context, cfg Config) (*Elector, error) {
 	if w, ok := e.st.Driver().(driver.Watcher); ok {
 		e.watcher = w
 		e.core.watch = true
+	}
+	if cfg.Registerer != nil {
+		m, err := registerMetrics(cfg.Registerer, e)
+		if err != nil {
+			if e.ownsSt {
+				e.st.Close()
+			}
+			return nil, err
+		}
+		e.metrics = m
 	}
 	return e, nil
 }
@@ -208,6 +227,22 @@ func (e *Elector) Start(ctx context.Context) error {
 		close(e.runDone)
 	}()
 	return nil
+}
+
+// running reports whether Start or Run was called and the loop has not
+// ended.
+func (e *Elector) running() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.startOnce || e.runDone == nil {
+		return false
+	}
+	select {
+	case <-e.runDone:
+		return false
+	default:
+		return true
+	}
 }
 
 // Stop ends the election: it cancels the leadership context, waits for
@@ -529,6 +564,7 @@ func (e *Elector) write(ctx context.Context, d decision) {
 	})
 	cancel()
 	now := e.clk.Now()
+	e.metrics.wrote(d.op, err, errors.Is(err, store.ErrPreconditionFailed), now.Sub(start).Seconds())
 	switch {
 	case err == nil:
 		e.core.wrote(d.op, start, now, d.record, version)
@@ -667,6 +703,7 @@ func (e *Elector) startTerm(now time.Time) {
 	l := &leadership{ctx: ctx, cancel: cancel, done: make(chan struct{}), term: c.term, deadline: c.deadline()}
 	l.timer = e.clk.AfterFunc(c.deadline().Sub(now), cancel)
 	e.lead = l
+	e.metrics.transition(true)
 	// Publish before the work starts, so that IsLeader is true inside
 	// OnStartedLeading.
 	e.mu.Lock()
@@ -701,6 +738,7 @@ func (e *Elector) endTerm(now time.Time) {
 	l.timer.Stop()
 	l.cancel()
 	e.prevWork = l.done
+	e.metrics.transition(false)
 	if e.hookTransition != nil {
 		e.hookTransition(transition{leading: false, term: l.term, at: now, deadline: l.deadline})
 	}

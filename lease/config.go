@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tenure-io/tenure/election"
 	"github.com/tenure-io/tenure/internal/clock"
 	"github.com/tenure-io/tenure/store"
@@ -84,6 +86,16 @@ type Config struct {
 	// OnChange is called, in order, with the sorted set of shards this
 	// member leads each time it changes.
 	OnChange func(held []string)
+
+	// Registerer receives the coordinator's metrics (listed in the
+	// package documentation), labelled by prefix and owner; Coordinators
+	// on one Registerer share the families (New refuses a second running
+	// one with the same Prefix and OwnerID: one would hide the other;
+	// a stopped one's series are taken over). The store's requests are
+	// counted by whoever opened Store (store.NewMetrics), and the
+	// per-shard elections of ShardLeases mode export no election series.
+	// Default nil: no metrics.
+	Registerer prometheus.Registerer
 
 	// Logger: default slog.Default(). Clock: default the system clock.
 	Logger *slog.Logger

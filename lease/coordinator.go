@@ -30,6 +30,8 @@ type Coordinator struct {
 	cfg  Config
 	log  *slog.Logger
 	impl modeImpl
+	// metrics is nil without a Registerer.
+	metrics *metrics
 
 	mu        sync.Mutex
 	started   bool
@@ -80,6 +82,13 @@ func New(cfg Config) (*Coordinator, error) {
 	default:
 		c.impl = newShardMode(c)
 	}
+	if cfg.Registerer != nil {
+		m, err := registerMetrics(cfg.Registerer, c)
+		if err != nil {
+			return nil, err
+		}
+		c.metrics = m
+	}
 	return c, nil
 }
 
@@ -119,6 +128,21 @@ func (c *Coordinator) finish(err error) {
 	c.runErr = err
 	c.mu.Unlock()
 	close(c.runDone)
+}
+
+// running reports whether Start was called and the run has not ended.
+func (c *Coordinator) running() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.started || c.runDone == nil {
+		return false
+	}
+	select {
+	case <-c.runDone:
+		return false
+	default:
+		return true
+	}
 }
 
 // Stop ends every lease: it cancels the shards' contexts, waits for

@@ -73,6 +73,24 @@
 // (store.GetLimited): a larger object at such a key is refused unread and
 // reported in Status.LastError.
 //
+// # Metrics
+//
+// With Config.Registerer set, a Coordinator exports these series, each
+// labelled prefix (Prefix) and owner (OwnerID):
+//
+//	tenure_lease_shards_held          gauge: shards led now (Held at scrape time)
+//	tenure_lease_shards               gauge: shards known
+//	tenure_lease_acquisitions_total   counter: shards this member started to lead
+//	tenure_lease_losses_total         counter: shards it stopped leading (released or lost)
+//	tenure_lease_members              gauge: live members seen (MemberLeases mode only)
+//	tenure_lease_assignment_epoch     gauge: epoch of the assignment applied (MemberLeases only)
+//
+// Coordinators may share a Registerer, as Electors do (see the election
+// package). There is no per-shard series: the shard count would be the
+// series count. The ShardLeases mode's elections export no election
+// series, and the store's requests are counted by whoever opened the
+// store (store.NewMetrics).
+//
 // # What is not guaranteed
 //
 // As for elections: safety assumes that members' monotonic clocks run at

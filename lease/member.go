@@ -1180,6 +1180,7 @@ func (m *memberMode) stopRunLocked(r *shardRun) {
 	delete(m.runs, r.id)
 	m.ended[r.id] = r.term
 	m.heldGen++
+	m.c.metrics.leading(false)
 	m.c.log.Debug("stopped leading shard", "shard", r.id, "term", r.term)
 	if r.cancel == nil {
 		return
@@ -1259,6 +1260,7 @@ func (m *memberMode) startRunLocked(id string, term uint64, deadline time.Time) 
 	r := &shardRun{id: id, term: term}
 	m.runs[id] = r
 	m.heldGen++
+	m.c.metrics.leading(true)
 	m.c.log.Debug("leading shard", "shard", id, "term", term)
 	if cfg.OnStartedLeading == nil && cfg.OnStoppedLeading == nil {
 		return

@@ -109,6 +109,7 @@ func (m *shardMode) setHeld(shard string, held bool) {
 	} else {
 		delete(m.heldSet, shard)
 	}
+	m.c.metrics.leading(held)
 	set := make([]string, 0, len(m.heldSet))
 	for s := range m.heldSet {
 		set = append(set, s)

@@ -125,7 +125,8 @@ type Options struct {
 // group the host joins.
 type HostConfig struct {
 	// ID identifies this node in every group. It must be unique and stable
-	// across restarts. Required.
+	// across restarts (a second live process with the same ID is reported
+	// as a *DuplicateIDError). Required.
 	ID string
 	// Addr is the host:port other nodes dial. Required.
 	Addr string

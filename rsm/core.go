@@ -46,7 +46,31 @@ type replica struct {
 
 	refused  error       // the first settings mismatch met
 	onRefuse func(error) // told of it, once
+
+	mutation mutation // zero but in the simulator's mutation check
 }
+
+// mutation puts a historical bug back into the pure core, so that the
+// simulator's mutation check (TestSimulationCatchesMutations) shows that
+// the simulation catches it. Only tests set it; the zero value is the
+// protocol.
+type mutation int
+
+const (
+	noMutation mutation = iota
+	// Rule 9 broken: a command of a session not in the table (evicted)
+	// numbered 1 is taken for a new session's first command, so a retry
+	// after eviction applies again.
+	mutateUnknownSessionIsNew
+	// Rule 10 broken: the session bound is this node's option, not the
+	// group's setting, so replicas with different options evict
+	// differently and diverge.
+	mutateLocalSessionBound
+	// Rule 11 broken: waiters registered after the last confirmation
+	// round was issued are dropped when the leadership ends, never
+	// answered.
+	mutateDropLateWaiters
+)
 
 func newReplica(machines map[string]StateMachine, maxSessions int) (*replica, error) {
 	r := &replica{machines: machines, initial: map[string][]byte{},
@@ -118,7 +142,7 @@ func (r *replica) check() {
 // maxSessions is the bound apply uses: the group's, or, replaying a log
 // of the previous version that recorded none, this node's.
 func (r *replica) maxSessions() int {
-	if r.settings != nil {
+	if r.settings != nil && r.mutation != mutateLocalSessionBound {
 		return int(r.settings.MaxSessions)
 	}
 	return int(r.local.MaxSessions)
@@ -170,6 +194,11 @@ func (r *replica) register(label string, index uint64) result {
 // be told apart from a retry of one of them.
 func (r *replica) applySession(c *rsmpb.Command, index uint64) result {
 	rec := r.sessions[c.Session]
+	if rec == nil && c.Seq == 1 && r.mutation == mutateUnknownSessionIsNew {
+		rec = &rsmpb.SessionRecord{Session: c.Session, Label: fmt.Sprintf("session %d", c.Session), LastUsed: index}
+		r.sessions[c.Session] = rec
+		r.evictSessions()
+	}
 	switch {
 	case rec == nil:
 		return result{status: rsmpb.Status_SESSION_EXPIRED}

@@ -552,27 +552,43 @@ func TestCorruptLeaderStateOnStart(t *testing.T) {
 }
 
 // TestCorruptLeaderStateUnderLeader: leader_state.json is damaged under a
-// running leader. Its next confirmation read fails: the command's outcome
-// is unknown, nothing is acknowledged, and the leader does not overwrite
-// the object.
+// running leader. Its next confirmation read fails: nothing is
+// acknowledged, and requests fail at once with a *CorruptError naming the
+// object (a command sent as of unknown outcome) instead of waiting out
+// their deadlines. The node reports it in Status and the refused gauge,
+// never overwrites it, and serves again once an operator restores it.
 func TestCorruptLeaderStateUnderLeader(t *testing.T) {
 	mem, st := newCluster()
 	opts := corruptOptions()
+	// A store that answers, if only with a corrupt object, is no reason
+	// to step down (docs/rsm.md, "Availability"): the heartbeat timeout
+	// is set beyond the requests' deadlines so that only the corrupt
+	// object's report can end them.
+	opts.HeartbeatInterval = 10 * time.Minute
 	a := startCorruptHost(t, mem, "a")
 	na := a.join(t, opts)
 	waitLeader(t, na)
 	command(t, na, 1)
-	damaged := editLeaderState(t, getRaw(t, st, leaderStateKeyOf))
+	orig := getRaw(t, st, leaderStateKeyOf)
+	damaged := editLeaderState(t, orig)
 	replaceRaw(t, st, leaderStateKeyOf, damaged)
 	puts := a.calls.putCount(leaderStateKeyOf)
 	reads := a.reads(leaderStateKeyOf)
 
-	_, err := na.Command(ctxT(t, time.Second), "counter", nil)
-	if !errors.Is(err, rsm.ErrUnknownOutcome) {
-		t.Fatalf("command under a corrupt leader_state.json: %v, want ErrUnknownOutcome", err)
+	// Deadlines far beyond the node's retries: only a request that fails
+	// at once, with the object, passes.
+	_, err := na.Command(ctxT(t, 60*time.Second), "counter", nil)
+	if !errors.Is(err, rsm.ErrCorrupt) || !errors.Is(err, rsm.ErrUnknownOutcome) || !strings.Contains(err.Error(), leaderStateKeyOf) {
+		t.Fatalf("command under a corrupt leader_state.json: %v; want ErrCorrupt naming %s, as of unknown outcome", err, leaderStateKeyOf)
 	}
-	if _, err := na.Read(ctxT(t, 500*time.Millisecond), "counter", nil); err == nil {
-		t.Fatal("a read was answered without confirming the term")
+	if res, err := na.Read(ctxT(t, 60*time.Second), "counter", nil); !errors.Is(err, rsm.ErrCorrupt) || !strings.Contains(err.Error(), leaderStateKeyOf) {
+		t.Fatalf("read under a corrupt leader_state.json: %x, %v; want ErrCorrupt naming %s", res, err, leaderStateKeyOf)
+	}
+	if s := na.Status(); !strings.Contains(s.Problem, leaderStateKeyOf) || s.Role == "LEADER" {
+		t.Fatalf("status %+v: want no leadership and a problem naming %s", s, leaderStateKeyOf)
+	}
+	if g := a.gauge(t, "tenure_rsm_refused", "object", "leader_state"); g != 1 {
+		t.Fatalf("tenure_rsm_refused{object=\"leader_state\"} = %v, want 1", g)
 	}
 	poll(t, "five reports of the corrupt leader_state.json", func() bool {
 		return a.corruptCount(t, "leader_state") >= 5
@@ -584,4 +600,71 @@ func TestCorruptLeaderStateUnderLeader(t *testing.T) {
 		t.Fatalf("leader_state.json was overwritten with %s", got)
 	}
 	a.assertBackoff(t, leaderStateKeyOf, reads, opts)
+
+	// The operator restores the last good version: the node takes a new
+	// term and serves. The command of unknown outcome had landed in the
+	// log before its confirmation failed, so it counts.
+	replaceRaw(t, st, leaderStateKeyOf, orig)
+	poll(t, "the node serves again", func() bool {
+		s := na.Status()
+		return s.State == "JOINED" && s.Role == "LEADER" && s.Problem == ""
+	})
+	if g := a.gauge(t, "tenure_rsm_refused", "object", "leader_state"); g != 0 {
+		t.Fatalf("tenure_rsm_refused{object=\"leader_state\"} = %v after the repair, want 0", g)
+	}
+	command(t, na, 3)
+}
+
+// gauge reads the sample of the gauge family name whose label has value.
+func (ch *corruptHost) gauge(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := ch.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					sum += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// TestCorruptLeaderStateTellsFollowers: the leader that finds
+// leader_state.json corrupt tells its followers it leaves, so they check
+// the store at once and report the object too, instead of serving
+// requests to a leader that is gone until they miss its heartbeats.
+func TestCorruptLeaderStateTellsFollowers(t *testing.T) {
+	mem, st := newCluster()
+	opts := corruptOptions()
+	opts.HeartbeatInterval = 10 * time.Minute // only the leader's word can tell the follower
+	a := startCorruptHost(t, mem, "a")
+	na := a.join(t, opts)
+	waitLeader(t, na)
+	b := startCorruptHost(t, mem, "b")
+	nb := b.join(t, opts)
+	poll(t, "b follows", func() bool {
+		s := nb.Status()
+		return s.State == "JOINED" && s.Role == "FOLLOWER"
+	})
+	command(t, nb, 1)
+	replaceRaw(t, st, leaderStateKeyOf, editLeaderState(t, getRaw(t, st, leaderStateKeyOf)))
+
+	if _, err := na.Command(ctxT(t, 60*time.Second), "counter", nil); !errors.Is(err, rsm.ErrCorrupt) {
+		t.Fatalf("command on the leader: %v; want ErrCorrupt", err)
+	}
+	poll(t, "the follower reports the corrupt leader_state.json", func() bool {
+		return strings.Contains(nb.Status().Problem, leaderStateKeyOf)
+	})
+	if _, err := nb.Command(ctxT(t, 60*time.Second), "counter", nil); !errors.Is(err, rsm.ErrCorrupt) || !strings.Contains(err.Error(), leaderStateKeyOf) {
+		t.Fatalf("command on the follower: %v; want ErrCorrupt naming %s", err, leaderStateKeyOf)
+	}
 }

@@ -42,7 +42,10 @@
 // (matching ErrCorrupt) are as named. A node that meets a corrupt object,
 // or finds missing one the group depends on, neither leads nor serves:
 // Status().Problem names the object, and its requests fail at once with
-// that *CorruptError until the object is back.
+// that *CorruptError until the object is back. *DuplicateIDError
+// (matching ErrDuplicateID): another live process runs with this node's ID
+// and took leadership under it; the node reports it the same way and does
+// not take leadership back while that process lives.
 //
 // # Sessions and settings
 //
@@ -60,7 +63,9 @@
 // simulated store and network with delays, lost answers, late writes,
 // partitions, crashes and restarts, in virtual time, every choice drawn
 // from one seed. It checks agreement, durability, exactly-once, rule 1,
-// rule 11 and linearizable reads. CI runs 2000 seeds (150 under -race);
+// rule 11 and linearizable reads; TestSimulationCatchesMutations checks
+// that it catches the historical bugs when they are put back. CI runs 2000
+// seeds (150 under -race);
 // `-sim.seeds=N` or TENURE_SIM_SEEDS=N runs more, `-sim.seed=S -v`
 // replays one seed with its trace. docs/rsm.md describes it.
 //
@@ -69,7 +74,8 @@
 // Exactly-once holds per node incarnation (a command retried after its
 // node restarted is a new command, and may apply twice) and at-least-once
 // only while the node's session stays in the table. Node IDs must
-// be unique. Liveness needs the store: without it nothing commits and no
+// be unique: two processes with one ID are detected only when one takes
+// leadership, not while both follow. Liveness needs the store: without it nothing commits and no
 // read is answered. Safety never depends on clocks; failover speed does
 // (HeartbeatInterval × MaxMissedHeartbeats, then half of it more and
 // LeadershipDelay per rank; a leader the store does not answer for

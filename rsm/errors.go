@@ -52,7 +52,28 @@ var (
 	ErrSessionExpired = errors.New("rsm: session expired")
 	// ErrSettingsMismatch matches a *SettingsMismatchError.
 	ErrSettingsMismatch = errors.New("rsm: options disagree with the group's settings")
+	// ErrDuplicateID matches a *DuplicateIDError.
+	ErrDuplicateID = errors.New("rsm: another process uses this node's ID")
 )
+
+// DuplicateIDError reports that since this node started, leader_state.json
+// was written under its ID by another process (Incarnation, at Addr, term
+// Term): two processes run with one node ID and would take leadership from
+// each other. The node does not lead while that process lives, and
+// requests on it fail at once with this error; stop one of the two.
+type DuplicateIDError struct {
+	ID          string
+	Incarnation string
+	Addr        string
+	Term        uint64
+}
+
+func (e *DuplicateIDError) Error() string {
+	return fmt.Sprintf("rsm: another process uses node ID %q: it took term %d at %s (incarnation %s); node IDs must be unique, stop one of them",
+		e.ID, e.Term, e.Addr, e.Incarnation)
+}
+
+func (e *DuplicateIDError) Is(target error) bool { return target == ErrDuplicateID }
 
 // SettingsMismatchError reports that this node's options disagree with a
 // setting the group recorded in its log; the node refuses to join rather

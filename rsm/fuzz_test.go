@@ -32,7 +32,7 @@ func sampleSnapshot() *rsmpb.Snapshot {
 }
 
 func sampleLeaderState() leaderState {
-	return leaderState{Term: 5, LeaderID: "node-a", LeaderAddr: "127.0.0.1:7000", CommitIndex: 42, Counter: 8,
+	return leaderState{Term: 5, LeaderID: "node-a", LeaderAddr: "127.0.0.1:7000", Group: "g", CommitIndex: 42, Counter: 8,
 		Followers: []followerInfo{{ID: "node-b", Addr: "127.0.0.1:7001", ApplyIndex: 40}, {ID: "node-c", Addr: "127.0.0.1:7002", ApplyIndex: 41}}}
 }
 

@@ -218,12 +218,34 @@ func (h *Host) client(ctx context.Context, addr, group string) (rsmpb.ReplicaCli
 		return nil, fmt.Errorf("rsm: handshake with %s: %w", addr, err)
 	}
 	if resp.Status != rsmpb.Status_OK {
-		return nil, fmt.Errorf("rsm: handshake with %s refused: %s %s", addr, resp.Status, resp.Message)
+		return nil, &handshakeRefused{addr: addr, resp: resp}
 	}
 	h.mu.Lock()
 	h.shaken[addr+"|"+group] = true
 	h.mu.Unlock()
 	return c, nil
+}
+
+// handshakeRefused is a handshake the node at addr answered, refusing it.
+type handshakeRefused struct {
+	addr string
+	resp *rsmpb.HandshakeResponse
+}
+
+func (e *handshakeRefused) Error() string {
+	return fmt.Sprintf("rsm: handshake with %s refused: %s %s", e.addr, e.resp.Status, e.resp.Message)
+}
+
+// answersAs reports whether a process answers at addr under this host's
+// ID (its handshake refuses our ID as its own): another live process
+// started with the same ID.
+func (h *Host) answersAs(ctx context.Context, addr, group string) bool {
+	if addr == h.cfg.Addr {
+		return false // we would ask ourselves
+	}
+	_, err := h.client(ctx, addr, group)
+	var r *handshakeRefused
+	return errors.As(err, &r) && r.resp.NodeId == h.cfg.ID
 }
 
 func (h *Host) follow(ctx context.Context, addr string, req *rsmpb.FollowRequest) (*rsmpb.FollowResponse, error) {

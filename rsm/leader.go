@@ -689,6 +689,14 @@ func (l *leaderRun) confirmRound() error {
 		if err == nil || errors.Is(err, errDeposed) || l.ctx.Err() != nil {
 			return err
 		}
+		if errors.Is(err, ErrCorrupt) {
+			// The term cannot be confirmed until an operator repairs
+			// leader_state.json: the leadership ends and requests fail at
+			// once naming it (rule 12) rather than wait out their
+			// deadlines. The node retries and leads again once it reads.
+			l.n.setProblem(err)
+			return fmt.Errorf("%w: %w", errDeposed, err)
+		}
 		l.n.log.Warn("confirmation read failed; retrying", "err", err)
 		if sleepCtx(l.ctx, l.n.gs.backoff(min(attempt+1, 5))) != nil {
 			return context.Cause(l.ctx)

@@ -95,7 +95,7 @@ func newMetrics(reg prometheus.Registerer, node string) (*metrics, error) {
 		corrupt:      c("corrupt_objects_total", "Objects in the store that failed their checksum or did not decode.", "object"),
 		confirmReads: c("confirm_reads_total", "Reads of leader_state.json that confirmed a round."),
 		refused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Subsystem: "rsm", Name: "refused", ConstLabels: cl,
-			Help: "1 while the node refuses to lead or serve because an object in the store is corrupt or missing (Status.Problem names it)."}, []string{"group", "object"}),
+			Help: "1 while the node refuses to lead or serve because an object in the store is corrupt or missing, or leader_state.json shows another process using this node's ID (Status.Problem names it)."}, []string{"group", "object"}),
 		role:       gv("role", "0 joining, 1 follower, 2 leader."),
 		term:       gv("term", "The term this node knows."),
 		applyIndex: gv("apply_index", "Last log index applied."),

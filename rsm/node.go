@@ -61,10 +61,20 @@ type Node struct {
 	listed     uint64 // a term whose leader's heartbeats listed us as a follower
 	refusal    error  // why the node refused to join, if it did
 	commitSeen uint64 // the highest commit index known: leader_state.json, the leader's heartbeats
-	// problem is a corrupt or missing object that stops the node from
-	// leading or serving; refused is closed while it is set.
+	// problem is a corrupt or missing object, or another process using
+	// this node's ID, that stops the node from leading or serving; refused
+	// is closed while it is set.
 	problem error
 	refused chan struct{}
+
+	// incarnation names this Node in the leader_state.json it writes;
+	// firstTerm is the term of the first leader_state.json it read (0:
+	// none): a record naming its ID with another incarnation at a higher
+	// term was written by another process after it started.
+	incarnation string
+	readFirst   bool
+	firstTerm   uint64
+	dupReported string // the other incarnation last reported
 }
 
 func newNode(h *Host, group string, machines map[string]StateMachine, opts Options) (*Node, error) {
@@ -95,6 +105,8 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 		joined:  make(chan struct{}),
 		heard:   make(chan struct{}, 1),
 		refused: make(chan struct{}),
+
+		incarnation: newNonceHex(),
 	}
 	rep.onRefuse = n.refuse
 	return n, nil
@@ -138,11 +150,10 @@ func (n *Node) setState(st State, role Role) {
 func (n *Node) setStateLocked(st State, role Role) {
 	if st == Joined && n.problem != nil {
 		// Whatever was refused has been repaired.
-		var c *CorruptError
-		if errors.As(n.problem, &c) {
-			n.m.refused.WithLabelValues(n.group, objectKind(n.group, c.Key)).Set(0)
+		if kind, _ := problemOf(n.group, n.problem); kind != "" {
+			n.m.refused.WithLabelValues(n.group, kind).Set(0)
 		}
-		n.log.Info("the object refused earlier is readable again", "problem", n.problem)
+		n.log.Info("the problem that stopped this node is gone", "problem", n.problem)
 		n.problem = nil
 		n.refused = make(chan struct{})
 	}
@@ -201,17 +212,39 @@ func (n *Node) noteCorrupt(err error) {
 // node joins again.
 func (n *Node) recordProblem(err error) {
 	n.noteCorrupt(err)
-	var c *CorruptError
-	if !errors.As(err, &c) {
+	n.setProblem(err)
+}
+
+// setProblem is recordProblem for an error already reported.
+func (n *Node) setProblem(err error) {
+	kind, p := problemOf(n.group, err)
+	if p == nil {
 		return
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.problem == nil {
 		close(n.refused)
+	} else if was, _ := problemOf(n.group, n.problem); was != kind {
+		n.m.refused.WithLabelValues(n.group, was).Set(0)
 	}
-	n.problem = c
-	n.m.refused.WithLabelValues(n.group, objectKind(n.group, c.Key)).Set(1)
+	n.problem = p
+	n.m.refused.WithLabelValues(n.group, kind).Set(1)
+}
+
+// problemOf returns the refused gauge's object label and the problem in
+// err that stops a node from leading or serving; nil if there is none.
+// Another process writing as this node is seen in leader_state.json.
+func problemOf(group string, err error) (string, error) {
+	var c *CorruptError
+	var d *DuplicateIDError
+	switch {
+	case errors.As(err, &c):
+		return objectKind(group, c.Key), c
+	case errors.As(err, &d):
+		return "leader_state", d
+	}
+	return "", nil
 }
 
 // checkHole is called where a catch-up found the log's end at index h
@@ -305,6 +338,7 @@ func (n *Node) joinOnce() error {
 	ls, version, err := n.gs.readLeaderState(n.ctx)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
+		n.noteFirst(0)
 		// The first node creates the group, unless the group has a log or
 		// a snapshot: then leader_state.json was lost, and with it the
 		// highest term used, so no new term can be chosen safely.
@@ -315,8 +349,12 @@ func (n *Node) joinOnce() error {
 	case err != nil:
 		return err
 	}
+	n.noteFirst(ls.Term)
 	n.observeLeader(ls)
 	if ls.LeaderID == n.host.cfg.ID {
+		if dup := n.duplicate(ls); dup != nil {
+			return n.refuseDuplicate(dup, ls, version)
+		}
 		// We led before a restart or a step-down: take a new term.
 		return n.lead(ls, version)
 	}
@@ -363,6 +401,82 @@ func (n *Node) joinOnce() error {
 	n.mu.Unlock()
 	n.log.Info("following", "leader", ls.LeaderID, "term", ls.Term)
 	return n.watchLeader()
+}
+
+// noteFirst records the term of the first leader_state.json read.
+func (n *Node) noteFirst(term uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.readFirst {
+		n.readFirst, n.firstTerm = true, term
+	}
+}
+
+// duplicate returns the other process if ls was written under this node's
+// ID by another incarnation since this node started. A record written
+// before (a restart: its writer is gone) is not one, nor one without an
+// incarnation (the previous version's).
+func (n *Node) duplicate(ls leaderState) *DuplicateIDError {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ls.LeaderID != n.host.cfg.ID || ls.Incarnation == "" || ls.Incarnation == n.incarnation || ls.Term <= n.firstTerm {
+		return nil
+	}
+	return &DuplicateIDError{ID: ls.LeaderID, Incarnation: ls.Incarnation, Addr: ls.LeaderAddr, Term: ls.Term}
+}
+
+// refuseDuplicate is called when leader_state.json (ls, version) names this
+// node's ID with another process that wrote it since this node started.
+// Taking a new term over it would depose that process, which would then
+// take one over ours, and so on: the node reports it (ERROR once per other
+// process, Status, the refused gauge, requests) and does not lead while
+// the other lives, that is while it answers at its address as this ID or
+// writes to the group. One that does neither for half the heartbeat
+// timeout has stopped (or is cut off from us and the log), and the node
+// takes over as from a leader that stopped.
+func (n *Node) refuseDuplicate(dup *DuplicateIDError, ls leaderState, version string) error {
+	n.mu.Lock()
+	first := n.dupReported != dup.Incarnation
+	n.dupReported = dup.Incarnation
+	n.mu.Unlock()
+	if first {
+		n.log.Error("another process uses this node's ID: it wrote leader_state.json under this ID after this node started; not leading while it lives (node IDs must be unique: stop one of them)",
+			"other_incarnation", dup.Incarnation, "other_addr", dup.Addr, "term", dup.Term, "incarnation", n.incarnation)
+	}
+	n.setProblem(dup)
+	if n.host.answersAs(n.ctx, ls.LeaderAddr, n.group) {
+		return dup
+	}
+	n.repMu.Lock()
+	from := n.rep.applied
+	n.repMu.Unlock()
+	n.mu.Lock()
+	from = max(from, n.commitSeen)
+	n.mu.Unlock()
+	end, err := n.logEnd(n.ctx, from)
+	if err != nil {
+		return err
+	}
+	if sleepCtx(n.ctx, time.Duration(n.opts.MaxMissedHeartbeats)*n.opts.HeartbeatInterval/2) != nil {
+		return nil
+	}
+	cur, v, err := n.gs.readLeaderState(n.ctx)
+	if err != nil {
+		return err
+	}
+	if v != version {
+		n.observeLeader(cur)
+		return nil // it changed: look again
+	}
+	now, err := n.logEnd(n.ctx, max(from, end))
+	if err != nil {
+		return err
+	}
+	if now > end {
+		return dup
+	}
+	n.log.Warn("the other process using this node's ID neither answers nor writes: taking leadership", "other_incarnation", dup.Incarnation, "term", ls.Term)
+	return n.lead(cur, v)
 }
 
 // checkGroupEmpty fails if the group has objects other than
@@ -556,7 +670,8 @@ func (n *Node) lead(prev leaderState, version string) error {
 	n.repMu.Unlock()
 	// The commit index never decreases: a node that restarted empty
 	// knows less than the group did.
-	ls := leaderState{Term: prev.Term + 1, LeaderID: n.host.cfg.ID, LeaderAddr: n.host.cfg.Addr, CommitIndex: max(applied, prev.CommitIndex), Counter: prev.Counter}
+	ls := leaderState{Term: prev.Term + 1, LeaderID: n.host.cfg.ID, LeaderAddr: n.host.cfg.Addr, Incarnation: n.incarnation,
+		CommitIndex: max(applied, prev.CommitIndex), Counter: prev.Counter}
 	v, err := n.gs.writeLeaderState(n.ctx, ls, version)
 	n.m.leaderUpdate.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
 	if errors.Is(err, store.ErrPreconditionFailed) && !store.IsAmbiguous(err) {
@@ -587,9 +702,10 @@ func (n *Node) lead(prev leaderState, version string) error {
 	err = l.serve()
 	n.setState(Joining, NoRole)
 	n.log.Info("leadership ended", "term", ls.Term, "cause", err)
-	if errors.Is(err, errStoreLost) {
+	if errors.Is(err, errStoreLost) || errors.Is(err, ErrCorrupt) {
 		// Heartbeats stopped with the loop; telling the followers lets
-		// one that reaches the store take over without waiting for them.
+		// one that reaches the store take over without waiting for them,
+		// or report the corrupt leader_state.json at once.
 		n.tellLeaving(n.ctx, l)
 	}
 	// What we applied may include entries that were never confirmed.
@@ -986,7 +1102,7 @@ func (n *Node) roundTrip(ctx context.Context, req *rsmpb.StateRequest) ([]byte, 
 	isCmd := req.Type == rsmpb.RequestType_COMMAND
 	maybeApplied := false // an attempt was sent: if ctx ends, the outcome is open
 	inDoubt := false      // an attempt's answer was lost: it may have been applied
-	var refused error     // the node refuses to serve: an object in the store is corrupt or missing
+	var refused error     // the node refuses to serve: an object in the store is corrupt or missing, or its ID is another's
 	var last rsmpb.Status // the last retryable answer, for the error at the deadline
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -996,7 +1112,7 @@ func (n *Node) roundTrip(ctx context.Context, req *rsmpb.StateRequest) ([]byte, 
 			}
 		}
 		if err := n.waitJoined(ctx); err != nil {
-			if errors.Is(err, ErrCorrupt) {
+			if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrDuplicateID) {
 				refused = err
 			}
 			break

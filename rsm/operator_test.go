@@ -141,12 +141,21 @@ func TestMissingSnapshotIsRefused(t *testing.T) {
 	opts.SnapshotThreshold = 4
 	a := newTestNode(t, mem, "a", opts)
 	a.leadInBackground(t)
-	for i := uint64(1); i <= 10; i++ {
+	// Seal 1, registration 2, commands 3..7: one snapshot, at 4 (the next
+	// is due at 8), so entries remain after it whatever the truncation
+	// has deleted when the leader stops.
+	for i := uint64(1); i <= 5; i++ {
 		mustCommand(t, a, i)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if absent(t, mem, logKey(testGroup, 2)) {
+		// The log starts after 2 (its deletes run in parallel: 2 gone
+		// does not mean 1 is).
+		idx, err := a.gs.listLog(t.Context(), 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(idx) > 0 && idx[0] > 2 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -264,4 +273,119 @@ func TestObjectOfAnotherGroupIsRefused(t *testing.T) {
 		b.attempt(t)
 		assertRefused(t, b, key, "snapshot")
 	})
+	t.Run("leader state", func(t *testing.T) {
+		mem := memstore.New()
+		a := newTestNode(t, mem, "a", testOptions())
+		a.leadInBackground(t)
+		mustCommand(t, a, 1)
+		a.Node.cancel()
+		a.wg.Wait()
+		// The other group's record, with a term above ours: absorbing it
+		// would lower no term, but the record is not this group's.
+		key := testGroup + "/" + leaderStateKey
+		_, v, err := a.gs.readLeaderState(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// It names b, the node started next: read as this group's, b would
+		// take it for its own earlier record and lead over it.
+		data := encodeLeaderState(leaderState{Term: 9, LeaderID: "b", LeaderAddr: "127.0.0.1:1", Group: "other"}, time.Now())
+		if _, err := mem.Put(t.Context(), key, data, driver.Cond{Kind: driver.IfMatch, Version: v}); err != nil {
+			t.Fatal(err)
+		}
+		b := newTestNode(t, mem, "b", testOptions())
+		b.start()
+		assertRefused(t, b, key, "leader_state")
+		if got := getLS(t, mem); got.Group != "other" {
+			t.Fatalf("leader_state.json was overwritten: %+v", got)
+		}
+	})
+}
+
+func getLS(t *testing.T, mem driver.Store) leaderState {
+	t.Helper()
+	b, _, err := mem.Get(t.Context(), testGroup+"/"+leaderStateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := decodeLeaderState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ls
+}
+
+// A leader_state.json of the previous version carries no group name: it
+// is accepted, and the next write adds the name.
+func TestLeaderStateWithoutGroupIsAccepted(t *testing.T) {
+	const previous = `{
+  "term": 7,
+  "leaderID": "a",
+  "leaderAddr": "127.0.0.1:7000",
+  "followers": [
+    {
+      "id": "b",
+      "addr": "127.0.0.1:7001",
+      "applyIndex": 11
+    }
+  ],
+  "commitIndex": 12,
+  "lastUpdated": "2025-01-02T03:04:05Z",
+  "nonce": "1de178f9f83d95026a55af16",
+  "counter": 4,
+  "checksum": "3742c160"
+}`
+	mem := memstore.New()
+	v, err := mem.Put(t.Context(), testGroup+"/"+leaderStateKey, []byte(previous), driver.Cond{Kind: driver.IfAbsent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := &groupStore{st: store.New(mem), group: testGroup, retry: testOptions().withDefaults().Retry, now: time.Now}
+	ls, _, err := gs.readLeaderState(t.Context())
+	if err != nil {
+		t.Fatalf("the previous version's leader_state.json: %v", err)
+	}
+	if ls.Term != 7 || ls.LeaderID != "a" || ls.Group != "" {
+		t.Fatalf("read %+v", ls)
+	}
+	ls.Term++
+	if _, err := gs.writeLeaderState(t.Context(), ls, v); err != nil {
+		t.Fatal(err)
+	}
+	if got := getLS(t, mem); got.Group != testGroup || got.Term != 8 {
+		t.Fatalf("after a write: %+v, want group %q, term 8", got, testGroup)
+	}
+}
+
+// Which records name another process using this node's ID: only one
+// written, under its ID and with another incarnation, at a term above
+// the first record the node read (a restart reads its predecessor's
+// record first).
+func TestDuplicateSeenOnlyAfterStart(t *testing.T) {
+	n := newTestNode(t, memstore.New(), "a", testOptions())
+	n.noteFirst(5)
+	n.noteFirst(9) // only the first read counts
+	other := "0123456789abcdef"
+	for _, tc := range []struct {
+		name string
+		ls   leaderState
+		dup  bool
+	}{
+		{"the record found at start (a restart)", leaderState{Term: 5, LeaderID: "a", Incarnation: other}, false},
+		{"written since, by another process as a", leaderState{Term: 6, LeaderID: "a", Incarnation: other}, true},
+		{"written since, by this process", leaderState{Term: 6, LeaderID: "a", Incarnation: n.incarnation}, false},
+		{"written since, by the previous version (no incarnation)", leaderState{Term: 6, LeaderID: "a"}, false},
+		{"written since, by another node", leaderState{Term: 6, LeaderID: "b", Incarnation: other}, false},
+	} {
+		d := n.duplicate(tc.ls)
+		if (d != nil) != tc.dup {
+			t.Errorf("%s: duplicate %v, want %v", tc.name, d, tc.dup)
+		}
+		if d != nil && (d.Incarnation != other || d.Term != 6 || !errors.Is(d, ErrDuplicateID)) {
+			t.Errorf("%s: %+v does not name the other process", tc.name, d)
+		}
+	}
+	if m := newTestNode(t, memstore.New(), "a", testOptions()); m.incarnation == n.incarnation || m.incarnation == "" {
+		t.Fatalf("two nodes share incarnation %q", m.incarnation)
+	}
 }

@@ -205,10 +205,14 @@ func checkSnapshot(s *rsmpb.Snapshot) error {
 
 // leaderState is leader_state.json. It changes only on leadership and
 // membership changes; Nonce and Counter make every write's bytes unique.
+// Group and Incarnation are absent in records of the previous version (the
+// checksum covers only the fields present, so those still verify).
 type leaderState struct {
 	Term        uint64         `json:"term"`
 	LeaderID    string         `json:"leaderID"`
 	LeaderAddr  string         `json:"leaderAddr"`
+	Group       string         `json:"group,omitempty"`
+	Incarnation string         `json:"incarnation,omitempty"` // the leader's process: random per Node
 	Followers   []followerInfo `json:"followers"`
 	CommitIndex uint64         `json:"commitIndex"` // a hint, not the truth
 	LastUpdated string         `json:"lastUpdated"` // for people only

@@ -162,6 +162,7 @@ type sim struct {
 	stopped bool
 	fail    string
 	cover   simCoverage
+	mutate  mutation // a historical bug put back (sim_mutation_test.go)
 
 	// checks
 	nonceAt   map[uint64]string
@@ -330,6 +331,7 @@ func (n *simNode) resetReplica() {
 	if err != nil {
 		panic(err)
 	}
+	rep.mutation = n.s.mutate
 	n.rep = rep
 	n.buf = nil
 	n.specMax = 0
@@ -622,6 +624,7 @@ func (n *simNode) leadTerm(p *simProc, term uint64) {
 	s := n.s
 	l := &simLeader{n: n, term: term, meta: map[*pending]*simCall{}, segNonce: hex.EncodeToString(s.nonce()), sweep: true,
 		w: newWindow(term, Options{PipelineDepth: s.cfg.depth, BatchMinCount: s.cfg.minBatch, LogCacheSize: 16, SnapshotThreshold: s.cfg.snapEvery, MaxMessageSize: DefaultMaxMessageSize})}
+	l.w.mutation = s.mutate
 	n.lead = l
 	defer func() { n.lead = nil }()
 	if !l.takeover(p) {
@@ -1337,9 +1340,12 @@ func (s *sim) busy() bool {
 }
 
 // runSim runs one seed and returns its violation ("" if none).
-func runSim(seed uint64, keep bool) (s *sim) {
+func runSim(seed uint64, keep bool) (s *sim) { return runSimMutated(seed, keep, noMutation) }
+
+// runSimMutated runs one seed with a historical bug put back (or none).
+func runSimMutated(seed uint64, keep bool, m mutation) (s *sim) {
 	s = newSim(seed)
-	s.keep = keep
+	s.keep, s.mutate = keep, m
 	for i := range s.cfg.nodes {
 		n := s.newNode(i, false)
 		n.client = &simClient{n: n, left: s.cfg.opsPerClient}

@@ -53,8 +53,9 @@ type Status struct {
 	// Followers are the leader's registered followers (leader only).
 	Followers []FollowerStatus `json:"followers,omitempty"`
 	// Problem, if set, is why the node neither leads nor serves: an object
-	// in the store that is corrupt or missing, and the reason. Requests on
-	// the node fail at once with it until the object is repaired.
+	// in the store that is corrupt or missing, and the reason, or another
+	// live process using this node's ID. Requests on the node fail at once
+	// with it until the object is repaired or the other process stops.
 	Problem string `json:"problem,omitempty"`
 }
 

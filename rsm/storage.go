@@ -84,6 +84,9 @@ func (g *groupStore) readLeaderState(ctx context.Context) (ls leaderState, versi
 		return leaderState{}, "", err
 	}
 	ls, err = decodeLeaderState(data)
+	if err == nil && ls.Group != "" && ls.Group != g.group {
+		err = fmt.Errorf("it belongs to group %q", ls.Group)
+	}
 	if err != nil {
 		return leaderState{}, "", &CorruptError{Key: g.key(leaderStateKey), Err: err}
 	}
@@ -94,6 +97,7 @@ func (g *groupStore) readLeaderState(ctx context.Context) (ls leaderState, versi
 // absent), settling ambiguous outcomes. ErrPreconditionFailed means another
 // write won.
 func (g *groupStore) writeLeaderState(ctx context.Context, ls leaderState, prev string) (string, error) {
+	ls.Group = g.group
 	data := encodeLeaderState(ls, g.now())
 	cond := store.IfAbsent()
 	if prev != "" {

@@ -52,6 +52,8 @@ type window struct {
 	snapHeld    *snapJob // waiting until every index it covers is confirmed
 
 	followers map[string]*follower
+
+	mutation mutation // zero but in the simulator's mutation check
 }
 
 func newWindow(term uint64, o Options) *window {
@@ -556,6 +558,9 @@ func (w *window) drain() []answer {
 		add(wr.batch, rsmpb.Status_UNKNOWN_OUTCOME, "leadership ended with this batch in flight")
 	}
 	waiters := w.waiting
+	if w.mutation == mutateDropLateWaiters {
+		waiters = nil
+	}
 	for _, r := range w.rounds {
 		waiters = append(waiters, r.ws...)
 	}

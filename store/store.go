@@ -35,10 +35,10 @@ func IfMatch(version string) Cond { return Cond{Kind: driver.IfMatch, Version: v
 // concurrent use by multiple goroutines; whether it is safe across processes
 // is up to the driver (all bundled drivers are).
 type Store struct {
-	drv      driver.Store
-	observer func(Call)
-	readOnly bool
-	logger   *slog.Logger // for Open's driver only
+	drv       driver.Store
+	observers []func(Call)
+	readOnly  bool
+	logger    *slog.Logger // for Open's driver only
 
 	mu       sync.RWMutex // held shared by each call, exclusively by Close
 	closed   bool
@@ -60,8 +60,15 @@ type Call struct {
 type Option func(*Store)
 
 // WithObserver calls f after every call that reached the driver. f must be
-// safe for concurrent use and quick.
-func WithObserver(f func(Call)) Option { return func(s *Store) { s.observer = f } }
+// safe for concurrent use and quick. Observers given in several options are
+// all called, in order (a Metrics' Observe beside the caller's own).
+func WithObserver(f func(Call)) Option {
+	return func(s *Store) {
+		if f != nil {
+			s.observers = append(s.observers, f)
+		}
+	}
+}
 
 // WithLogger gives Open's driver l for what it, or the SDK under it, logs
 // (the AWS SDK's warnings, for one), so that those lines follow the
@@ -86,8 +93,12 @@ func New(drv driver.Store, opts ...Option) *Store {
 }
 
 func (s *Store) observe(op string, cond driver.CondKind, key string, start time.Time, err error) {
-	if s.observer != nil {
-		s.observer(Call{Op: op, Cond: cond, Key: key, Err: err, Duration: time.Since(start)})
+	if len(s.observers) == 0 {
+		return
+	}
+	c := Call{Op: op, Cond: cond, Key: key, Err: err, Duration: time.Since(start)}
+	for _, f := range s.observers {
+		f(c)
 	}
 }
 

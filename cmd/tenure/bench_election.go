@@ -30,7 +30,7 @@ import (
 // gap after the leader is killed, against the earliest moment the lease
 // lets a follower take over; the gap of a graceful handover; and the store
 // requests the group makes in an hour of stable leadership. It learns each
-// member's view from its /healthz (election.Status) and its store requests
+// member's view from its /status (election.Status) and its store requests
 // from its /metrics.
 
 // benchTiming is a named set of election timings.
@@ -81,14 +81,14 @@ const maxBenchNodes = 32
 // benchConfigs are the member configurations the bench can compare.
 var benchConfigs = map[string]string{
 	"store": "store only (no flags: followers poll the lock four times per lease and when the held version would expire)",
-	"addr":  "an address only (--addr: peer mode, followers long-poll the leader over HTTPS, its key pinned by the lock record)",
-	"tls":   "an address and certificates (--addr --tls-cert --tls-key --tls-ca: peer mode checked by a CA)",
+	"addr":  "an address only (--advertise: peer mode, followers long-poll the leader over HTTPS, its key pinned by the lock record)",
+	"tls":   "an address and certificates (--advertise --tls-cert --tls-key --tls-ca: peer mode checked by a CA)",
 }
 
 func runBenchElection(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "bench election", "bench election [--store URL] [--nodes N] [--rounds R] [--config store,addr,tls] [--timing default|fast] [--window D] [--json]\n\n"+
-		"For each member configuration (--config: store, the default settings; addr, --addr and nothing else;\n"+
-		"tls, --addr with certificates), runs N members of one election as `tenure elect` processes and\n"+
+		"For each member configuration (--config: store, the default settings; addr, --advertise and nothing else;\n"+
+		"tls, --advertise with certificates), runs N members of one election as `tenure elect` processes and\n"+
 		"measures, over R rounds each:\n"+
 		"  crash     SIGKILL the leader; the gap until another member leads, against the limit: the\n"+
 		"            earliest moment the lease, as the followers saw it, lets one of them take over;\n"+
@@ -98,11 +98,11 @@ func runBenchElection(ctx context.Context, e *env, args []string) error {
 	storeURL := fs.String("store", "", "store the members share (default: a new temporary directory, file://); the lock is a new key under it")
 	nodes := fs.Int("nodes", 3, "members in the group")
 	rounds := fs.Int("rounds", 5, "crash rounds, and as many handover rounds")
-	configs := fs.String("config", "store,addr", "member configurations to run one after the other: store (no flags), addr (--addr only), tls (--addr and certificates made for the run)")
+	configs := fs.String("config", "store,addr", "member configurations to run one after the other: store (no flags), addr (--advertise only), tls (--advertise and certificates made for the run)")
 	peer := fs.Bool("peer", false, "deprecated: the same as --config tls")
 	timingName := fs.String("timing", "default", "election timings: default (the library's defaults) or fast (the defaults divided by 20)")
 	window := fs.Duration("window", 0, "how long to count store requests during stable leadership (default 5m with default timing, 30s with fast)")
-	poll := fs.Duration("poll", 2*time.Millisecond, "how often each member's /healthz is read while a transition is timed: the resolution of the gaps")
+	poll := fs.Duration("poll", 2*time.Millisecond, "how often each member's /status is read while a transition is timed: the resolution of the gaps")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	verbose := fs.Bool("verbose", false, "copy the members' logs to stderr")
 	pos, err := parse(fs, args)
@@ -291,7 +291,7 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 type benchMember struct {
 	id     string
 	cmd    *exec.Cmd
-	addr   string        // its /healthz and /metrics
+	addr   string        // its /status and /metrics
 	exited chan struct{} // closed once the process has exited and been waited for
 	err    error         // Wait's result, valid after exited
 
@@ -317,15 +317,15 @@ func (m *benchMember) gone() bool {
 	}
 }
 
-// start runs member id and waits until it serves /healthz.
+// start runs member id and waits until it serves /status.
 func (b *electionBench) start(ctx context.Context, id string) (*benchMember, error) {
 	args := []string{"elect", "--lock", b.lock, "--id", id, "--http", "127.0.0.1:0", "--log-format", "json", "--log-level", "info"}
 	args = append(args, b.timing.args()...)
 	switch b.config {
 	case "addr":
-		args = append(args, "--addr", "127.0.0.1:0")
+		args = append(args, "--advertise", "127.0.0.1:0")
 	case "tls":
-		args = append(args, "--addr", "127.0.0.1:0", "--tls-cert", b.tls.Cert, "--tls-key", b.tls.Key, "--tls-ca", b.tls.CA)
+		args = append(args, "--advertise", "127.0.0.1:0", "--tls-cert", b.tls.Cert, "--tls-key", b.tls.Key, "--tls-ca", b.tls.CA)
 	}
 	cmd := exec.Command(b.exe, args...)
 	cmd.SysProcAttr = memberProcAttr()
@@ -352,7 +352,7 @@ func (b *electionBench) start(ctx context.Context, id string) (*benchMember, err
 	case <-m.exited:
 		return nil, fmt.Errorf("member %s exited at start (%v):\n%s", id, m.err, m.logTail())
 	case <-timer.C:
-		err = fmt.Errorf("member %s did not serve /healthz within 30s:\n%s", id, m.logTail())
+		err = fmt.Errorf("member %s did not serve /status within 30s:\n%s", id, m.logTail())
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
@@ -380,7 +380,7 @@ func (m *benchMember) readLog(r io.Reader, addr chan<- string, verbose bool, w i
 		}
 		if !sent {
 			var rec struct{ Msg, Addr string }
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "serving /metrics and /healthz" && rec.Addr != "" {
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "serving HTTP" && rec.Addr != "" {
 				addr <- rec.Addr
 				sent = true
 			}
@@ -412,7 +412,7 @@ func (b *electionBench) stopAll() {
 	}
 }
 
-// benchSample is one reading of a member's /healthz.
+// benchSample is one reading of a member's /status.
 type benchSample struct {
 	m  *benchMember
 	at time.Time // when the answer arrived
@@ -425,13 +425,17 @@ func (b *electionBench) sample(ctx context.Context, m *benchMember) benchSample 
 	if !m.gone() {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+m.addr+"/healthz", nil)
+		req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+m.addr+"/status", nil)
 		if err == nil {
 			resp, err := b.client.Do(req)
 			if err == nil {
-				err = json.NewDecoder(resp.Body).Decode(&s.st)
+				var st opsStatus
+				err = json.NewDecoder(resp.Body).Decode(&st)
 				_ = resp.Body.Close()
-				s.ok = err == nil && resp.StatusCode == http.StatusOK
+				s.ok = err == nil && resp.StatusCode == http.StatusOK && st.Election != nil
+				if s.ok {
+					s.st = *st.Election
+				}
 			}
 		}
 	}
@@ -439,7 +443,7 @@ func (b *electionBench) sample(ctx context.Context, m *benchMember) benchSample 
 	return s
 }
 
-// sampleAll reads every member's /healthz one after another, first of
+// sampleAll reads every member's /status one after another, first of
 // all first: a transition seen in first is thus timed before anything
 // seen in the others in the same pass.
 func (b *electionBench) sampleAll(ctx context.Context, first *benchMember) []benchSample {
@@ -560,7 +564,7 @@ type crashRound struct {
 	Term      uint64 `json:"term"`
 	NewLeader string `json:"newLeader"`
 	NewTerm   uint64 `json:"newTerm"`
-	// Gap: until the first /healthz answer of another member that leads.
+	// Gap: until the first /status answer of another member that leads.
 	Gap time.Duration `json:"gapNanos"`
 	// Limit: the earliest moment a follower's lease expiry allowed a
 	// takeover (see limitDefinition); LimitFollower is that follower.
@@ -568,7 +572,7 @@ type crashRound struct {
 	LimitFollower string        `json:"limitFollower"`
 	OverLimit     time.Duration `json:"overLimitNanos"`
 	// LeaderLease: the start of the killed leader's last successful
-	// renewal plus LeaderTimeout, from its last /healthz before the kill.
+	// renewal plus LeaderTimeout, from its last /status before the kill.
 	LeaderLease time.Duration `json:"leaderLeaseNanos"`
 	// FollowersCurrent: followers that had seen the killed leader's last
 	// write when it was killed.
@@ -577,7 +581,7 @@ type crashRound struct {
 }
 
 const limitDefinition = "limit: for each follower, the moment it first saw the version of the lock record the killed leader wrote last " +
-	"(the bench's clock when it read the follower's /healthz, minus the follower's unchangedNanos), plus LeaderTimeout; " +
+	"(the bench's clock when it read the follower's /status, minus the follower's unchangedNanos), plus LeaderTimeout; " +
 	"the earliest over the followers, measured from the kill. No follower may take the lock before it. " +
 	"For a follower that had already seen that version at the kill, it is kill + LeaderTimeout - unchanged at the kill."
 
@@ -712,7 +716,7 @@ type handoverRound struct {
 	Term      uint64 `json:"term"`
 	NewLeader string `json:"newLeader"`
 	NewTerm   uint64 `json:"newTerm"`
-	// StepDown: until the old leader's first /healthz answer that it does
+	// StepDown: until the old leader's first /status answer that it does
 	// not lead (or no answer).
 	StepDown time.Duration `json:"stepDownNanos"`
 	// Gap: from then until the first answer of another member that leads.
@@ -992,7 +996,7 @@ type electionBenchResult struct {
 	HandoverGap    benchStats `json:"handoverGap"`
 	StepDown       benchStats `json:"stepDown"`
 	Cost           costResult `json:"cost"`
-	// Overlaps counts /healthz passes in which two members said they led.
+	// Overlaps counts /status passes in which two members said they led.
 	// Each pass reads the members one after another, within a
 	// millisecond or so; it must be 0.
 	Overlaps        int    `json:"overlaps"`
@@ -1043,7 +1047,7 @@ func (b *electionBench) run(ctx context.Context, nodes, rounds int, window time.
 	res.LeaderLease, res.HandoverGap, res.StepDown = summarize(leases), summarize(hgaps), summarize(steps)
 	res.Overlaps = b.overlaps
 	if b.overlaps > 0 {
-		return res, fmt.Errorf("two members reported leading in the same /healthz pass %d times", b.overlaps)
+		return res, fmt.Errorf("two members reported leading in the same /status pass %d times", b.overlaps)
 	}
 	return res, nil
 }
@@ -1065,7 +1069,7 @@ func (r *electionBenchResult) print(w io.Writer) error {
 	fmt.Fprintf(w, "store   %s\n", r.Store)
 	fmt.Fprintf(w, "timing  %s: %s\n", r.Timing, r.TimingDetail)
 	fmt.Fprintf(w, "rounds  %d crash (SIGKILL of the leader) and %d handover (SIGTERM: it releases the lock);\n", len(r.Crash), len(r.Handover))
-	fmt.Fprintf(w, "        each member's /healthz read every %v while a transition was timed\n\n", r.Poll)
+	fmt.Fprintf(w, "        each member's /status read every %v while a transition was timed\n\n", r.Poll)
 
 	fmt.Fprintf(w, "%-46s %9s %9s %9s %9s %4s\n", "", "min", "p50", "p90", "max", "n")
 	row := func(name string, s benchStats) {
@@ -1096,11 +1100,11 @@ func (r *electionBenchResult) print(w io.Writer) error {
 	if !c.Stable {
 		fmt.Fprintln(w, "  (leadership changed during the window: these figures include a transition)")
 	}
-	fmt.Fprintf(w, "\ntwo members seen leading in one /healthz pass: %d\n\n", r.Overlaps)
-	fmt.Fprintln(w, "gap: from the kill (or from the first /healthz answer of the stopped leader that it no longer leads)")
-	fmt.Fprintln(w, "     to the first /healthz answer of another member that leads, with a higher term.")
+	fmt.Fprintf(w, "\ntwo members seen leading in one /status pass: %d\n\n", r.Overlaps)
+	fmt.Fprintln(w, "gap: from the kill (or from the first /status answer of the stopped leader that it no longer leads)")
+	fmt.Fprintln(w, "     to the first /status answer of another member that leads, with a higher term.")
 	fmt.Fprintln(w, wrap(r.LimitDefinition, 100))
-	fmt.Fprintln(w, "lease by the leader's last renewal: its start (from the killed leader's last /healthz) + LeaderTimeout.")
+	fmt.Fprintln(w, "lease by the leader's last renewal: its start (from the killed leader's last /status) + LeaderTimeout.")
 	return nil
 }
 

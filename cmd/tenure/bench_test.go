@@ -51,7 +51,7 @@ func TestBenchElection(t *testing.T) {
 		for _, want := range []string{"2 members as OS processes", "store only", "an address only", "crash: leaderless gap after SIGKILL",
 			"config  crash gap min / p50 / max",
 			"limit: lease expiry as the followers saw it", "gap - limit", "handover: leaderless gap",
-			"leader", "follower", "group", "two members seen leading in one /healthz pass: 0"} {
+			"leader", "follower", "group", "two members seen leading in one /status pass: 0"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}
@@ -69,7 +69,7 @@ func checkBenchResult(t *testing.T, res electionBenchResult, nodes, rounds int, 
 	}
 	// A follower may take the lock only once its lease has expired: the
 	// gap can exceed the limit, never fall far below it. The slack covers
-	// the sampling (the bench reads /healthz on a loaded machine), not
+	// the sampling (the bench reads /status on a loaded machine), not
 	// the protocol.
 	slack := benchTimings[1].timeout / 2
 	for i, c := range res.Crash {
@@ -97,7 +97,7 @@ func checkBenchResult(t *testing.T, res electionBenchResult, nodes, rounds int, 
 		}
 	}
 	if res.Overlaps != 0 {
-		t.Errorf("two members led in %d /healthz passes", res.Overlaps)
+		t.Errorf("two members led in %d /status passes", res.Overlaps)
 	}
 
 	c := res.Cost

@@ -15,11 +15,10 @@ func electConfigFromFlags(t *testing.T, args ...string) (map[string]any, error) 
 	if err := fs.Parse(append([]string{"--lock", uniqueMem(t, "flags") + "/leader.json"}, args...)); err != nil {
 		t.Fatal(err)
 	}
-	cfg, st, err := ef.config(t.Context(), &env{stdout: io.Discard, stderr: io.Discard}, nil)
+	cfg, _, err := ef.config(&env{stdout: io.Discard, stderr: io.Discard})
 	if err != nil {
 		return nil, err
 	}
-	st.Close()
 	return map[string]any{"addr": cfg.ServerAddr, "listen": cfg.PeerListenAddr, "peerMode": cfg.PeerMode,
 		"disabled": cfg.PeerDisabled, "serverTLS": cfg.PeerServerTLS != nil}, nil
 }
@@ -31,17 +30,20 @@ func TestElectAddrAloneIsPeerMode(t *testing.T) {
 		want map[string]any // nil: refused
 		says string
 	}{
-		{"addr alone", []string{"--addr", "node1.example:8443"},
+		{"advertise alone", []string{"--advertise", "node1.example:8443"},
 			map[string]any{"addr": "node1.example:8443", "listen": ":8443", "peerMode": false, "disabled": false, "serverTLS": false}, ""},
-		{"listen given", []string{"--addr", "10.0.0.1:8443", "--listen", "127.0.0.1:9000"},
+		{"peer-listen given", []string{"--advertise", "10.0.0.1:8443", "--peer-listen", "127.0.0.1:9000"},
 			map[string]any{"addr": "10.0.0.1:8443", "listen": "127.0.0.1:9000", "peerMode": false, "disabled": false, "serverTLS": false}, ""},
-		{"store only", []string{"--addr", "node1.example:8443", "--no-peer"},
+		{"store only", []string{"--advertise", "node1.example:8443", "--no-peer"},
 			map[string]any{"addr": "node1.example:8443", "listen": "", "peerMode": false, "disabled": true, "serverTLS": false}, ""},
-		{"deprecated --peer", []string{"--addr", "127.0.0.1:0", "--peer"},
+		{"require-peer", []string{"--advertise", "127.0.0.1:0", "--require-peer"},
 			map[string]any{"addr": "127.0.0.1:0", "listen": ":0", "peerMode": true, "disabled": false, "serverTLS": false}, ""},
+		// The spellings of earlier releases still work.
+		{"deprecated --addr --listen --peer", []string{"--addr", "10.0.0.1:8443", "--listen", "127.0.0.1:9000", "--peer"},
+			map[string]any{"addr": "10.0.0.1:8443", "listen": "127.0.0.1:9000", "peerMode": true, "disabled": false, "serverTLS": false}, ""},
 		{"no address", nil, map[string]any{"addr": "", "listen": "", "peerMode": false, "disabled": false, "serverTLS": false}, ""},
-		{"address without port", []string{"--addr", "node1"}, nil, "--addr"},
-		{"--peer and --no-peer", []string{"--addr", "127.0.0.1:0", "--peer", "--no-peer"}, nil, "PeerDisabled"},
+		{"address without port", []string{"--advertise", "node1"}, nil, "--advertise"},
+		{"--require-peer and --no-peer", []string{"--advertise", "127.0.0.1:0", "--require-peer", "--no-peer"}, nil, "PeerDisabled"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

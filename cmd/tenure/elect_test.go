@@ -54,7 +54,7 @@ func TestElectRefusesBadFlags(t *testing.T) {
 		"no lock":        {"elect", "--http", ""},
 		"bad timings":    {"elect", "--lock", "mem://x/l", "--http", "", "--leader-timeout", "1s"},
 		"bad retry":      {"elect", "--lock", "mem://x/l", "--http", "", "--retry", "soon"},
-		"peer sans addr": append([]string{"elect", "--lock", "mem://x/l", "--http", "", "--peer"}, fastFlags...),
+		"peer sans addr": append([]string{"elect", "--lock", "mem://x/l", "--http", "", "--require-peer"}, fastFlags...),
 		"bad log level":  {"elect", "--lock", "mem://x/l", "--http", "", "--log-level", "loud"},
 	}
 	for name, args := range cases {

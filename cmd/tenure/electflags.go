@@ -31,14 +31,19 @@ type electFlags struct {
 
 func addElectFlags(fs *flag.FlagSet) *electFlags {
 	host, _ := os.Hostname()
+	defer func() {
+		deprecatedAlias(fs, "addr", "advertise")
+		deprecatedAlias(fs, "listen", "peer-listen")
+		deprecatedAlias(fs, "peer", "require-peer")
+	}()
 	return &electFlags{
 		lock: fs.String("lock", "", "the lock: a store URL ending with the lock's key, e.g. s3://bucket/prefix/leader.json; a key with \"/\" in it follows \"//\", e.g. file:///var/lib/tenure//jobs/leader.json (required)"),
 		id:   fs.String("id", host, "this member's ServerID"),
-		addr: fs.String("addr", "", "host:port where peers reach this member; turns peer mode on: followers long-poll the leader over HTTPS "+
+		addr: fs.String("advertise", "", "host:port where peers reach this member; turns peer mode on: followers long-poll the leader over HTTPS "+
 			"instead of reading the store, and check it by the key its lock record names (no certificates needed)"),
-		listen:         fs.String("listen", "", "address the peer server listens on (default: the port of --addr, on every interface)"),
-		peer:           fs.Bool("peer", false, "deprecated: peer mode is on whenever --addr is given; --peer makes it required (fail rather than run store-only)"),
-		noPeer:         fs.Bool("no-peer", false, "store-only: no peer server, though --addr is given (--addr is then only shown to others)"),
+		listen:         fs.String("peer-listen", "", "address the peer server listens on (default: the port of --advertise, on every interface)"),
+		peer:           fs.Bool("require-peer", false, "fail rather than run store-only when the peer server cannot listen (peer mode is on whenever --advertise is given)"),
+		noPeer:         fs.Bool("no-peer", false, "store-only: no peer server, though --advertise is given (it is then only shown to others)"),
 		certFile:       fs.String("tls-cert", "", "peer server certificate (PEM; default: an ephemeral key named in the lock record)"),
 		keyFile:        fs.String("tls-key", "", "peer server key (PEM)"),
 		caFile:         fs.String("tls-ca", "", "CA certificates that sign the peers' server certificates (PEM; default: system roots)"),
@@ -72,25 +77,25 @@ func (f *electFlags) logger(e *env) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", *f.logFormat)
 }
 
-// config builds the election configuration and opens the store, with
-// observer attached to it. The caller closes the returned store.
-func (f *electFlags) config(ctx context.Context, e *env, observer func(store.Call)) (election.Config, *store.Store, error) {
+// config builds the election configuration, without its store, and
+// returns the URL of the store the lock lives in.
+func (f *electFlags) config(e *env) (cfg election.Config, storeURL string, err error) {
 	if *f.lock == "" {
-		return election.Config{}, nil, fmt.Errorf("--lock is required, e.g. --lock file://./data/leader.json")
+		return election.Config{}, "", fmt.Errorf("--lock is required, e.g. --lock file://./data/leader.json")
 	}
 	storeURL, key, err := store.SplitKeyURL(*f.lock)
 	if err != nil {
-		return election.Config{}, nil, err
+		return election.Config{}, "", err
 	}
 	log, err := f.logger(e)
 	if err != nil {
-		return election.Config{}, nil, err
+		return election.Config{}, "", err
 	}
 	var retry []time.Duration
 	for _, part := range strings.Split(*f.retry, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(part))
 		if err != nil {
-			return election.Config{}, nil, fmt.Errorf("--retry %q: %q is not a duration (want e.g. 0,100ms,1s)", *f.retry, part)
+			return election.Config{}, "", fmt.Errorf("--retry %q: %q is not a duration (want e.g. 0,100ms,1s)", *f.retry, part)
 		}
 		retry = append(retry, d)
 	}
@@ -100,11 +105,11 @@ func (f *electFlags) config(ctx context.Context, e *env, observer func(store.Cal
 		// name, a NAT address): listen on its port.
 		_, port, err := net.SplitHostPort(*f.addr)
 		if err != nil {
-			return election.Config{}, nil, fmt.Errorf("--addr %q: want host:port: %w", *f.addr, err)
+			return election.Config{}, "", fmt.Errorf("--advertise %q: want host:port: %w", *f.addr, err)
 		}
 		listen = ":" + port
 	}
-	cfg := election.Config{
+	cfg = election.Config{
 		RetrySchedule: retry,
 		LockfilePath:  key, ServerID: *f.id, ServerAddr: *f.addr, PeerListenAddr: listen,
 		FrequentInterval: *f.frequent, InfrequentInterval: *f.infrequent,
@@ -113,28 +118,43 @@ func (f *electFlags) config(ctx context.Context, e *env, observer func(store.Cal
 	}
 	if *f.certFile != "" || *f.keyFile != "" {
 		if cfg.PeerServerTLS, err = tlsutil.LoadServer(*f.certFile, *f.keyFile, *f.clientCAFile); err != nil {
-			return election.Config{}, nil, err
+			return election.Config{}, "", err
 		}
 	}
 	if *f.caFile != "" || *f.clientCertFile != "" {
 		if cfg.PeerClientTLS, err = tlsutil.LoadClient(*f.caFile, *f.clientCertFile, *f.clientKeyFile); err != nil {
-			return election.Config{}, nil, err
+			return election.Config{}, "", err
 		}
 	}
 	// Validate before touching the store, so a bad flag costs nothing.
 	probe := cfg
 	probe.StoreURL = storeURL
 	if err := probe.Validate(); err != nil {
-		return election.Config{}, nil, err
+		return election.Config{}, "", err
 	}
-	opts := []store.Option{store.WithLogger(log)}
-	if observer != nil {
-		opts = append(opts, store.WithObserver(observer))
-	}
-	st, err := store.Open(ctx, storeURL, opts...)
+	return cfg, storeURL, nil
+}
+
+// openStore opens the store at storeURL for an election member and checks
+// it, retrying while it does not answer (o reports it not ready
+// meanwhile); a permanent error is returned at once. Its calls feed o's
+// store health and observer. The caller closes the returned store; the
+// member need not probe it again (election.Config.SkipProbe).
+func openStore(ctx context.Context, log *slog.Logger, o *opsState, storeURL string, observer func(store.Call)) (*store.Store, error) {
+	opts := []store.Option{store.WithLogger(log), store.WithObserver(func(c store.Call) {
+		o.health.observe(c)
+		if observer != nil {
+			observer(c)
+		}
+	})}
+	var st *store.Store
+	err := connectStore(ctx, log, o, func(ctx context.Context) error {
+		var err error
+		st, err = openProbed(ctx, storeURL, opts...)
+		return err
+	})
 	if err != nil {
-		return election.Config{}, nil, err
+		return nil, err
 	}
-	cfg.Store = st
-	return cfg, st, nil
+	return st, nil
 }

@@ -24,11 +24,11 @@ func TestElectFlagsShortTimings(t *testing.T) {
 			if err := fs.Parse(append([]string{"--lock", lock, "--priority", "2"}, args...)); err != nil {
 				t.Fatal(err)
 			}
-			cfg, st, err := ef.config(t.Context(), e, nil)
+			cfg, storeURL, err := ef.config(e)
 			if err != nil {
 				t.Fatalf("tenure elect %v: %v", args, err)
 			}
-			defer st.Close()
+			cfg.StoreURL = storeURL
 			if err := cfg.Validate(); err != nil {
 				t.Fatalf("tenure elect %v: %v", args, err)
 			}

@@ -20,25 +20,21 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/grpclog"
 
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
 	"github.com/tenure-io/tenure/store"
-	"github.com/tenure-io/tenure/store/driver"
 )
 
 const kvUsage = `Usage:
-  tenure kv serve --store URL --peer HOST:PORT [--group NAME] [--listen ADDR] ...
+  tenure kv serve --store URL --peer-listen HOST:PORT [--group NAME] [--http ADDR] ...
                                    run a node of a kv group and serve its HTTP API
   tenure kv get KEY                print KEY's value (its revisions go to stderr)
   tenure kv put KEY VALUE|-        set KEY (- reads the value from stdin)
@@ -47,7 +43,7 @@ const kvUsage = `Usage:
   tenure kv list [PREFIX]          list keys with their revisions
   tenure kv status                 show the node's view of its group
 
-The client commands take --addr (default $TENURE_KV_ADDR or http://127.0.0.1:7480),
+The client commands take --server (default $TENURE_KV_ADDR or http://127.0.0.1:7480),
 --json, --token-file (default: the token in $TENURE_KV_TOKEN), and for an https://
 address --ca and --cert/--key. Run 'tenure kv COMMAND --help' for a command's flags.`
 
@@ -77,17 +73,18 @@ func runKV(ctx context.Context, e *env, args []string) error {
 
 // ---- serve ----
 
-const kvServeHelp = "kv serve --store URL --peer HOST:PORT [--group NAME] [--listen ADDR] [--id ID] [flags]\n\n" +
+const kvServeHelp = "kv serve --store URL --peer-listen HOST:PORT [--group NAME] [--http ADDR] [--id ID] [flags]\n\n" +
 	"Runs one node of a replicated kv group whose log and snapshots live in the store, and serves\n" +
-	"the HTTP API (GET/PUT/DELETE /v1/kv/KEY, POST /v1/cas, GET /v1/list, GET /v1/status) on --listen,\n" +
-	"with /metrics (Prometheus) and the probes /livez (200 while the process runs) and /readyz\n" +
-	"(200 while the node leads or follows a known leader; else 503 and the reason as JSON).\n" +
+	"the HTTP API (GET/PUT/DELETE /v1/kv/KEY, POST /v1/cas, GET /v1/list, GET /v1/status) on --http,\n" +
+	"with /status, /metrics (Prometheus) and the probes /livez (200 while the process runs) and /readyz\n" +
+	"(200 while the node leads or follows a known leader; else 503 and the reason as JSON; /healthz\n" +
+	"is an alias).\n" +
 	"A store that cannot be reached at start is retried (the node reports not ready meanwhile);\n" +
 	"a permanent store error (missing bucket, refused credentials, bad URL) exits.\n\n" +
-	"Security: plain HTTP is served on a loopback --listen only, unless --insecure-http. Serve HTTPS\n" +
+	"Security: plain HTTP is served on a loopback --http only, unless --insecure-http. Serve HTTPS\n" +
 	"with --http-tls-cert/--http-tls-key; --http-client-ca requires client certificates and\n" +
-	"--token-file a bearer token on every request except /livez and /readyz (so /metrics needs them\n" +
-	"too; --metrics serves it on a second address without them). The peer RPCs have their own TLS\n" +
+	"--token-file a bearer token on every request except the probes (so /status and /metrics need them\n" +
+	"too; --metrics-http serves /metrics on a second address without them). The peer RPCs have their own TLS\n" +
 	"flags (--tls-dir or --tls-cert/--tls-key/--tls-ca).\n\n" +
 	"Give every node of a group the same --max-value-size: the group's RPC message limit follows it.\n" +
 	"SIGINT or SIGTERM leaves the group (a leader steps down) and exits."
@@ -96,9 +93,9 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "kv serve", kvServeHelp)
 	storeURL := fs.String("store", "", "store URL, e.g. file:///var/lib/tenure or s3://bucket/prefix (required)")
 	group := fs.String("group", "kv", "the group's name: its objects live under this prefix in the store")
-	listen := fs.String("listen", "127.0.0.1:7480", "address of the HTTP API and the probes (plain HTTP only on loopback, unless --insecure-http)")
-	peer := fs.String("peer", "", "host:port the node's gRPC server listens on for the group's other nodes (required)")
-	advertise := fs.String("advertise", "", "host:port the other nodes dial (default --peer, with the port chosen if --peer's is 0)")
+	listen := fs.String("http", "127.0.0.1:7480", "address of the HTTP API, the probes, /status and /metrics (plain HTTP only on loopback, unless --insecure-http)")
+	peer := fs.String("peer-listen", "", "host:port the node's gRPC server listens on for the group's other nodes (required)")
+	advertise := fs.String("advertise", "", "host:port the other nodes dial (default --peer-listen, with the port chosen if its port is 0)")
 	id := fs.String("id", "", "node ID, unique in the group and stable across restarts (default HOSTNAME-ADVERTISE)")
 	flush := fs.Duration("flush-interval", 20*time.Millisecond, "FlushInterval: a partial batch is committed this long after its first request (the library's default is S2C's 2s; the CLI's is 20ms, for latency)")
 	batchMin := fs.Int("batch-min", rsm.DefaultBatchMinCount, "BatchMinCount: a batch is committed at once when it holds this many requests")
@@ -117,16 +114,19 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	httpKey := fs.String("http-tls-key", "", "key of --http-tls-cert (PEM)")
 	httpClientCA := fs.String("http-client-ca", "", "require API clients to present a certificate signed by these CAs (PEM; needs --http-tls-cert; the probes do not)")
 	tokenFile := fs.String("token-file", "", "require 'Authorization: Bearer TOKEN' on every request but the probes; the file holds TOKEN, at least 16 bytes")
-	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP on a --listen address that is not loopback: the API's traffic, and any token, cross the network in clear")
-	metricsAddr := fs.String("metrics", "", "also serve Prometheus /metrics on this address, plain HTTP and without token or client certificate")
+	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP on an --http address that is not loopback: the API's traffic, and any token, cross the network in clear")
+	metricsAddr := fs.String("metrics-http", "", "also serve Prometheus /metrics on this address, plain HTTP and without token or client certificate")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json (json: every line on stdout and stderr is JSON, gRPC's included)")
+	deprecatedAlias(fs, "listen", "http")
+	deprecatedAlias(fs, "peer", "peer-listen")
+	deprecatedAlias(fs, "metrics", "metrics-http")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 0 || *storeURL == "" || *peer == "" {
-		fmt.Fprintln(e.stderr, "tenure kv serve: --store and --peer are required")
+		fmt.Fprintln(e.stderr, "tenure kv serve: --store and --peer-listen are required")
 		fs.Usage()
 		return errUsage
 	}
@@ -135,6 +135,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	kvGRPCLogger.Store(log)
+	warnDeprecated(fs, log)
 	// In JSON, a fatal error is a log line too, not main's plain one.
 	fail := func(err error) error {
 		if *logFormat == "json" && err != nil {
@@ -174,7 +175,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		return fail(err)
 	}
 	if apiTLS == nil && !*insecureHTTP && !loopback(*listen) {
-		return fail(fmt.Errorf("--listen %s is not a loopback address: serve HTTPS there with --http-tls-cert and --http-tls-key, or pass --insecure-http to serve plain HTTP anyway", *listen))
+		return fail(fmt.Errorf("--http %s is not a loopback address: serve HTTPS there with --http-tls-cert and --http-tls-key, or pass --insecure-http to serve plain HTTP anyway", *listen))
 	}
 	var token *[sha256.Size]byte
 	if *tokenFile != "" {
@@ -189,7 +190,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	// Listen before touching the store, so a busy port costs nothing.
 	peerLn, err := net.Listen("tcp", *peer)
 	if err != nil {
-		return fail(fmt.Errorf("--peer %s: %w", *peer, err))
+		return fail(fmt.Errorf("--peer-listen %s: %w", *peer, err))
 	}
 	defer peerLn.Close() // the host closes it too; a second close is harmless
 	addr, err := advertiseAddr(*advertise, *peer, peerLn.Addr())
@@ -210,28 +211,28 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	// corrupt-object count from it.
 	reg, rsmReg, sm := prometheus.NewRegistry(), prometheus.NewRegistry(), newStoreMetrics()
 	reg.MustRegister(sm.collectors()...)
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := promhttp.HandlerFor(prometheus.Gatherers{reg, rsmReg}, promhttp.HandlerOpts{})
+	reg.MustRegister(processCollectors()...)
+	gatherers := prometheus.Gatherers{reg, rsmReg}
 	hcfg := rsm.HostConfig{ID: *id, Addr: addr, Listener: peerLn, ServerTLS: serverTLS, ClientTLS: clientTLS, Logger: log, Registerer: rsmReg}
 	if err := hcfg.Validate(); err != nil {
 		return fail(err)
 	}
 	httpLn, err := net.Listen("tcp", *listen)
 	if err != nil {
-		return fail(fmt.Errorf("--listen %s: %w", *listen, err))
+		return fail(fmt.Errorf("--http %s: %w", *listen, err))
 	}
 	defer httpLn.Close()
 	var metricsLn net.Listener
 	if *metricsAddr != "" {
 		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
-			return fail(fmt.Errorf("--metrics %s: %w", *metricsAddr, err))
+			return fail(fmt.Errorf("--metrics-http %s: %w", *metricsAddr, err))
 		}
 		defer metricsLn.Close()
 	}
 
-	health := &storeHealth{}
-	ks := &kvServer{token: token, clientCerts: *httpClientCA != "", metrics: metrics, health: health, rsmReg: rsmReg}
-	ks.starting.Store(ptr("connecting to the store"))
+	ops := newOpsState("kv serve", *id)
+	ks := newKVAPIServer(ops, gatherers, rsmReg)
+	ks.token, ks.clientCerts = token, *httpClientCA != ""
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	srv := &http.Server{Handler: ks, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 	apiLn, scheme := httpLn, "http"
@@ -243,7 +244,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	var msrv *http.Server
 	if metricsLn != nil {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", metrics)
+		mux.Handle("/metrics", metricsHandler(gatherers))
 		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 		go func() { serveErr <- msrv.Serve(metricsLn) }()
 		log.Info("serving /metrics", "addr", metricsLn.Addr().String())
@@ -255,7 +256,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "tenure kv: node %s of group %q: HTTP API on %s, peers dial %s\n", *id, *group, apiURL, addr)
 	}
 	stopHTTP := func() {
-		ks.stopping.Store(true)
+		ops.stopping.Store(true)
 		// Let requests in flight finish (each is bounded by RequestTimeout).
 		sctx, cancel := context.WithTimeout(context.Background(), *reqTimeout+time.Second)
 		defer cancel()
@@ -267,7 +268,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		}
 	}
 
-	st, host, err := kvConnect(ctx, log, ks, *storeURL, hcfg, func(c store.Call) { sm.observe(c); health.observe(c) })
+	st, host, err := kvConnect(ctx, log, ops, *storeURL, hcfg, func(c store.Call) { sm.observe(c); ops.health.observe(c) })
 	if err != nil || ctx.Err() != nil {
 		stopHTTP()
 		if ctx.Err() != nil {
@@ -289,7 +290,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	}
 	ks.status.Store(ptr(node.Status))
 	ks.api.Store(&h)
-	ks.starting.Store(nil)
+	ops.starting.Store(nil)
 
 	var runErr error
 	select {
@@ -330,45 +331,27 @@ func (e loggedError) Error() string { return e.err.Error() }
 func (e loggedError) Unwrap() error { return e.err }
 
 // kvConnect opens the store and starts the host, retrying while the store
-// does not answer (ks reports why meanwhile). An error the store
-// classifies as permanent, or one that is not the store's (a bad URL, a
-// store that ignores conditional writes), is returned at once; so is
-// ctx's end, as a nil store.
-func kvConnect(ctx context.Context, log *slog.Logger, ks *kvServer, storeURL string, hcfg rsm.HostConfig, observe func(store.Call)) (*store.Store, *rsm.Host, error) {
-	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
-		st, err := store.Open(ctx, storeURL, store.WithObserver(observe), store.WithLogger(log))
-		if err == nil {
-			var host *rsm.Host
-			if host, err = rsm.NewHost(ctx, st, hcfg); err == nil {
-				return st, host, nil
-			}
+// does not answer (see connectStore).
+func kvConnect(ctx context.Context, log *slog.Logger, o *opsState, storeURL string, hcfg rsm.HostConfig, observe func(store.Call)) (*store.Store, *rsm.Host, error) {
+	var (
+		st   *store.Store
+		host *rsm.Host
+	)
+	err := connectStore(ctx, log, o, func(ctx context.Context) error {
+		var err error
+		if st, err = store.Open(ctx, storeURL, store.WithObserver(observe), store.WithLogger(log)); err != nil {
+			return err
+		}
+		if host, err = rsm.NewHost(ctx, st, hcfg); err != nil {
 			st.Close()
+			return err
 		}
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
-		}
-		if !kvRetryable(err) {
-			return nil, nil, err
-		}
-		ks.starting.Store(ptr("store unreachable: " + err.Error()))
-		log.Warn("the store is unreachable; retrying", "err", err, "retryIn", wait)
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-time.After(wait):
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-}
-
-// kvRetryable: the store did not answer, or answered that it is busy.
-// Anything else needs the operator.
-func kvRetryable(err error) bool {
-	var se *store.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	return !errors.Is(err, store.ErrPermanent) && !errors.Is(err, store.ErrInvalidArgument) &&
-		!errors.Is(err, store.ErrConditionsIgnored) && !errors.Is(err, store.ErrClosed) && !errors.Is(err, store.ErrTooLarge)
+	return st, host, nil
 }
 
 // kvServer is kv serve's HTTP handler: the probes, then authentication,
@@ -376,61 +359,72 @@ func kvRetryable(err error) bool {
 type kvServer struct {
 	token       *[sha256.Size]byte // of the bearer token; nil: none required
 	clientCerts bool               // require a verified client certificate
-	metrics     http.Handler
-	health      *storeHealth
+	ops         *opsState
+	mux         *http.ServeMux // the probes, /status and /metrics
 	rsmReg      prometheus.Gatherer
 
-	starting atomic.Pointer[string]            // why there is no node yet; nil once there is
-	stopping atomic.Bool                       // shutting down
-	status   atomic.Pointer[func() rsm.Status] // the node's, once joined
-	api      atomic.Pointer[http.Handler]
+	status atomic.Pointer[func() rsm.Status] // the node's, once joined
+	api    atomic.Pointer[http.Handler]
+}
+
+func newKVAPIServer(ops *opsState, g, rsmReg prometheus.Gatherer) *kvServer {
+	s := &kvServer{ops: ops, rsmReg: rsmReg}
+	s.mux = opsMux(s.opsStatus, g)
+	return s
 }
 
 func (s *kvServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
-	case "/livez", "/readyz":
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			kvWriteJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": "method not allowed; allowed: GET, HEAD", "code": "method_not_allowed"})
-			return
-		}
-		w.Header().Set("Cache-Control", "no-store")
-		if r.URL.Path == "/livez" {
-			kvWriteJSON(w, http.StatusOK, map[string]any{"alive": true})
-			return
-		}
-		h := s.healthNow()
-		if ok, reason := kvReadiness(h); !ok {
-			kvWriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason})
-			return
-		}
-		kvWriteJSON(w, http.StatusOK, map[string]any{"ready": true, "role": h.status.Role, "leader": h.status.LeaderID, "term": h.status.Term})
+	case "/livez", "/readyz", "/healthz":
+		// Kubelets and load balancers probe without credentials.
+		s.mux.ServeHTTP(w, r)
 		return
 	}
 	if s.clientCerts && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
-		kvWriteJSON(w, http.StatusUnauthorized, map[string]any{"error": "this server requires a client certificate (tenure kv: --cert and --key)", "code": "client_certificate_required"})
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"error": "this server requires a client certificate (tenure kv: --cert and --key)", "code": "client_certificate_required"})
 		return
 	}
 	if !s.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tenure kv"`)
-		kvWriteJSON(w, http.StatusUnauthorized, map[string]any{"error": "missing or wrong bearer token: send Authorization: Bearer TOKEN (tenure kv: --token-file or $TENURE_KV_TOKEN)", "code": "unauthorized"})
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"error": "missing or wrong bearer token: send Authorization: Bearer TOKEN (tenure kv: --token-file or $TENURE_KV_TOKEN)", "code": "unauthorized"})
 		return
 	}
-	if r.URL.Path == "/metrics" {
-		s.metrics.ServeHTTP(w, r)
+	if r.URL.Path == "/metrics" || r.URL.Path == "/status" {
+		s.mux.ServeHTTP(w, r)
 		return
 	}
 	api := s.api.Load()
 	if api == nil {
 		reason := "starting"
-		if p := s.starting.Load(); p != nil {
+		if p := s.ops.starting.Load(); p != nil {
 			reason = *p
 		}
 		w.Header().Set("Retry-After", "1")
-		kvWriteJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "not ready: " + reason, "code": "not_ready", "outcome": "not_applied"})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "not ready: " + reason, "code": "not_ready", "outcome": "not_applied"})
 		return
 	}
 	(*api).ServeHTTP(w, r)
+}
+
+// opsStatus is the node's status in the form every command reports.
+func (s *kvServer) opsStatus() opsStatus {
+	h := s.healthNow()
+	st := opsStatus{Command: s.ops.command, ID: s.ops.id}
+	st.Ready, st.Reason = kvReadiness(h)
+	if h.storeErr != nil {
+		st.StoreError = h.storeErr.Error()
+	}
+	switch {
+	case h.stopping:
+		st.Role = "stopping"
+	case h.starting != "":
+		st.Role = "starting"
+	default:
+		node := h.status
+		st.Node = &node
+		st.ID, st.Role, st.Leader, st.Term = node.ID, strings.ToLower(node.Role), node.LeaderID, node.Term
+	}
+	return st
 }
 
 // authorized compares the bearer token in constant time (of hashes, so the
@@ -448,8 +442,8 @@ func (s *kvServer) authorized(r *http.Request) bool {
 }
 
 func (s *kvServer) healthNow() kvHealth {
-	h := kvHealth{stopping: s.stopping.Load(), storeErr: s.health.err(), corrupt: gatheredSum(s.rsmReg, "tenure_rsm_corrupt_objects_total")}
-	if p := s.starting.Load(); p != nil {
+	h := kvHealth{stopping: s.ops.stopping.Load(), storeErr: s.ops.health.err(), corrupt: gatheredSum(s.rsmReg, "tenure_rsm_corrupt_objects_total")}
+	if p := s.ops.starting.Load(); p != nil {
 		h.starting = *p
 	}
 	if f := s.status.Load(); f != nil {
@@ -510,50 +504,6 @@ func gatheredSum(g prometheus.Gatherer, name string) float64 {
 		}
 	}
 	return sum
-}
-
-// storeFailuresUnready is how many store calls in a row must fail before
-// readiness says the store is unreachable: one failure is retried.
-const storeFailuresUnready = 3
-
-// storeHealth follows the outcome of the node's store calls.
-type storeHealth struct {
-	mu    sync.Mutex
-	fails int
-	last  error
-}
-
-func (h *storeHealth) observe(c store.Call) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if c.Err == nil {
-		h.fails, h.last = 0, nil
-		return
-	}
-	switch store.KindOf(c.Err) {
-	case driver.Canceled:
-		// Our own cancellation says nothing of the store.
-	case driver.NotFound, driver.PreconditionFailed, driver.Conflict, driver.InvalidArgument, driver.TooLarge:
-		h.fails, h.last = 0, nil // an answer
-	default:
-		h.fails++
-		h.last = c.Err
-	}
-}
-
-func (h *storeHealth) err() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.fails >= storeFailuresUnready {
-		return h.last
-	}
-	return nil
-}
-
-func kvWriteJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v) // the status is sent; a failed write has no one to tell
 }
 
 // kvAPITLS loads the HTTP API's TLS. With a client CA, a client
@@ -663,8 +613,8 @@ func kvTLS(dir, cert, key, ca string) (server, client *tls.Config, err error) {
 	return server, client, nil
 }
 
-// advertiseAddr is the address other nodes dial: --advertise, or --peer
-// with the port the listener chose.
+// advertiseAddr is the address other nodes dial: --advertise, or
+// --peer-listen with the port the listener chose.
 func advertiseAddr(advertise, peer string, bound net.Addr) (string, error) {
 	if advertise != "" {
 		if _, _, err := net.SplitHostPort(advertise); err != nil {
@@ -674,10 +624,10 @@ func advertiseAddr(advertise, peer string, bound net.Addr) (string, error) {
 	}
 	host, _, err := net.SplitHostPort(peer)
 	if err != nil {
-		return "", fmt.Errorf("--peer %q: %w", peer, err)
+		return "", fmt.Errorf("--peer-listen %q: %w", peer, err)
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		return "", fmt.Errorf("--peer %s listens on every interface: say which address the other nodes dial with --advertise", peer)
+		return "", fmt.Errorf("--peer-listen %s listens on every interface: say which address the other nodes dial with --advertise", peer)
 	}
 	_, port, err := net.SplitHostPort(bound.String())
 	if err != nil {
@@ -698,7 +648,7 @@ func loopback(addr string) bool {
 // ---- client commands ----
 
 type kvClientFlags struct {
-	addr              *string
+	server            *string
 	asJSON            *bool
 	timeout           *time.Duration
 	tokenFile         *string
@@ -710,8 +660,9 @@ func addKVClientFlags(fs *flag.FlagSet) *kvClientFlags {
 	if def == "" {
 		def = "http://127.0.0.1:7480"
 	}
+	defer deprecatedAlias(fs, "addr", "server")
 	return &kvClientFlags{
-		addr:      fs.String("addr", def, "the kv server's address, http:// or https:// (default: $TENURE_KV_ADDR or http://127.0.0.1:7480)"),
+		server:    fs.String("server", def, "the kv server's URL, http:// or https:// (default: $TENURE_KV_ADDR or http://127.0.0.1:7480)"),
 		asJSON:    fs.Bool("json", false, "print the server's JSON response"),
 		timeout:   fs.Duration("timeout", 30*time.Second, "give up after this long"),
 		tokenFile: fs.String("token-file", "", "send the bearer token this file holds (default: the token in $TENURE_KV_TOKEN, if set)"),
@@ -731,13 +682,13 @@ type kvHTTP struct {
 }
 
 func (f *kvClientFlags) client(e *env) (*kvHTTP, error) {
-	addr := *f.addr
+	addr := *f.server
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
 	}
 	u, err := url.Parse(addr)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--addr %q: want http://HOST:PORT or https://HOST:PORT", *f.addr)
+		return nil, fmt.Errorf("--server %q: want http://HOST:PORT or https://HOST:PORT", *f.server)
 	}
 	c := &kvHTTP{base: strings.TrimSuffix(u.String(), "/"), hc: &http.Client{Timeout: *f.timeout}, e: e, asJSON: *f.asJSON}
 	if (*f.cert == "") != (*f.key == "") {
@@ -752,7 +703,7 @@ func (f *kvClientFlags) client(e *env) (*kvHTTP, error) {
 		tr.TLSClientConfig = cfg
 		c.hc.Transport = tr
 	} else if *f.caFile != "" || *f.cert != "" {
-		return nil, fmt.Errorf("--ca and --cert need an https:// --addr (got %s)", c.base)
+		return nil, fmt.Errorf("--ca and --cert need an https:// --server (got %s)", c.base)
 	}
 	if *f.tokenFile != "" {
 		if c.token, err = readKVToken(*f.tokenFile, "--token-file", 1); err != nil {
@@ -803,7 +754,7 @@ func (c *kvHTTP) do(ctx context.Context, method, path string, body []byte) (kvRe
 		}
 		resp, err := c.hc.Do(req)
 		if err != nil {
-			return kvResponse{}, fmt.Errorf("cannot reach the kv server at %s (set --addr or TENURE_KV_ADDR): %w", c.base, err)
+			return kvResponse{}, fmt.Errorf("cannot reach the kv server at %s (set --server or TENURE_KV_ADDR): %w", c.base, err)
 		}
 		// Room for the largest value, base64 in JSON.
 		data, err := io.ReadAll(io.LimitReader(resp.Body, 2*rsm.MaxMessageSizeLimit))
@@ -869,6 +820,9 @@ func kvClientCommand(ctx context.Context, e *env, name, synopsis string, minArgs
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
+	for _, d := range deprecations(fs) {
+		fmt.Fprintf(e.stderr, "tenure kv %s: warning: %s\n", name, d)
+	}
 	if len(pos) < minArgs || len(pos) > maxArgs {
 		fs.Usage()
 		return nil, nil, nil, nil, errUsage
@@ -889,7 +843,7 @@ type kvItemJSON struct {
 }
 
 func runKVGet(ctx context.Context, e *env, args []string) error {
-	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "get", "kv get KEY [--addr URL] [--json]\n\nPrints KEY's value, exactly as stored, to stdout and its revisions to stderr.", 1, 1, args, nil)
+	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "get", "kv get KEY [--server URL] [--json]\n\nPrints KEY's value, exactly as stored, to stdout and its revisions to stderr.", 1, 1, args, nil)
 	if err != nil {
 		return err
 	}
@@ -933,7 +887,7 @@ func (e *env) value(arg string) ([]byte, error) {
 }
 
 func runKVPut(ctx context.Context, e *env, args []string) error {
-	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "put", "kv put KEY VALUE|- [--addr URL] [--json]\n\nSets KEY to VALUE, or to stdin's bytes with -, and prints the write's revision.", 2, 2, args, nil)
+	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "put", "kv put KEY VALUE|- [--server URL] [--json]\n\nSets KEY to VALUE, or to stdin's bytes with -, and prints the write's revision.", 2, 2, args, nil)
 	if err != nil {
 		return err
 	}
@@ -963,7 +917,7 @@ func runKVPut(ctx context.Context, e *env, args []string) error {
 }
 
 func runKVDel(ctx context.Context, e *env, args []string) error {
-	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "del", "kv del KEY [--addr URL] [--json]\n\nDeletes KEY; fails if it does not exist.", 1, 1, args, nil)
+	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "del", "kv del KEY [--server URL] [--json]\n\nDeletes KEY; fails if it does not exist.", 1, 1, args, nil)
 	if err != nil {
 		return err
 	}
@@ -992,7 +946,7 @@ func runKVDel(ctx context.Context, e *env, args []string) error {
 }
 
 func runKVCAS(ctx context.Context, e *env, args []string) error {
-	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "cas", "kv cas KEY REV VALUE|- [--addr URL] [--json]\n\n"+
+	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "cas", "kv cas KEY REV VALUE|- [--server URL] [--json]\n\n"+
 		"Sets KEY to VALUE only if KEY's revision is REV; REV 0 means only if KEY does not exist.\n"+
 		"Exits 1, saying the current revision, if the key has moved on.", 3, 3, args, nil)
 	if err != nil {
@@ -1052,7 +1006,7 @@ func runKVList(ctx context.Context, e *env, args []string) error {
 	var limit *int
 	var after *string
 	var values *bool
-	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "list", "kv list [PREFIX] [--limit N] [--after KEY] [--values] [--addr URL] [--json]\n\n"+
+	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "list", "kv list [PREFIX] [--limit N] [--after KEY] [--values] [--server URL] [--json]\n\n"+
 		"Lists the keys under PREFIX in order with their revisions, fetching pages of at most 1000.", 0, 1, args,
 		func(fs *flag.FlagSet) {
 			limit = fs.Int("limit", 1000, "list at most this many keys")
@@ -1143,7 +1097,7 @@ func runKVList(ctx context.Context, e *env, args []string) error {
 }
 
 func runKVStatus(ctx context.Context, e *env, args []string) error {
-	ctx, cancel, c, _, err := kvClientCommand(ctx, e, "status", "kv status [--addr URL] [--json]\n\nShows the node's view of its group: its role, the leader, the term and the apply index.", 0, 0, args, nil)
+	ctx, cancel, c, _, err := kvClientCommand(ctx, e, "status", "kv status [--server URL] [--json]\n\nShows the node's view of its group: its role, the leader, the term and the apply index.", 0, 0, args, nil)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func TestKVServeProcess(t *testing.T) {
 			t.Errorf("/metrics without the token: %d; want 401", code)
 		}
 		t.Setenv("TENURE_KV_TOKEN", token)
-		code, out, errs := runCmd(t, "kv", "put", "k", "v", "--addr", base)
+		code, out, errs := runCmd(t, "kv", "put", "k", "v", "--server", base)
 		if code != 0 || out != "revision 1\n" {
 			t.Fatalf("put with TENURE_KV_TOKEN: exit %d, stdout %q, stderr %q", code, out, errs)
 		}
@@ -107,12 +107,12 @@ func TestKVServeProcess(t *testing.T) {
 		}
 		proxy.setUp(t, true)
 		waitProbe(t, p, base+"/readyz", http.StatusOK, "")
-		if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--addr", base); code != 0 || out != "revision 1\n" {
+		if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--server", base); code != 0 || out != "revision 1\n" {
 			t.Fatalf("put: exit %d, stdout %q, stderr %q", code, out, errs)
 		}
 		proxy.setUp(t, false)
 		// A write makes the leader call the store.
-		_, _, _ = runCmd(t, "kv", "put", "k", "w", "--addr", base, "--timeout", "5s")
+		_, _, _ = runCmd(t, "kv", "put", "k", "w", "--server", base, "--timeout", "5s")
 		waitProbe(t, p, base+"/readyz", http.StatusServiceUnavailable, "")
 		if code, _ := httpGet(t, base+"/livez", ""); code != http.StatusOK {
 			t.Errorf("/livez after the store went away: %d; want 200", code)
@@ -128,7 +128,7 @@ func TestKVServeProcess(t *testing.T) {
 		minio := testutil.MinIO(t)
 		missing := minio
 		missing.Bucket = "no-such-bucket-" + randomSuffix()
-		cmd := exec.Command(bin, "kv", "serve", "--store", missing.URL("x"), "--peer", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--log-format", "json")
+		cmd := exec.Command(bin, "kv", "serve", "--store", missing.URL("x"), "--peer-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-format", "json")
 		cmd.Env = append(os.Environ(), awsEnv(t, minio)...)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -184,7 +184,7 @@ func (p *kvProcess) stop(t *testing.T, sig os.Signal) int {
 	case <-time.After(60 * time.Second):
 		_ = p.cmd.Process.Kill()
 		<-p.done
-		t.Errorf("kv serve did not stop within 60s of %v:\n%s", sig, p.output())
+		t.Errorf("%s did not stop within 60s of %v:\n%s", p.cmd.Args[1], sig, p.output())
 	}
 	return p.cmd.ProcessState.ExitCode()
 }
@@ -211,8 +211,16 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // kills it at the end of the test if it still runs.
 func startKVProcess(t *testing.T, bin string, env []string, args ...string) *kvProcess {
 	t.Helper()
-	p := &kvProcess{listen: freeTCPAddr(t), done: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"kv", "serve", "--listen", p.listen, "--peer", "127.0.0.1:0", "--flush-interval", "5ms"}, args...)...)
+	listen := freeTCPAddr(t)
+	return startProcess(t, bin, env, listen, append([]string{"kv", "serve", "--http", listen, "--peer-listen", "127.0.0.1:0", "--flush-interval", "5ms"}, args...)...)
+}
+
+// startProcess starts bin with args, its HTTP endpoint on listen, and
+// kills it at the end of the test if it still runs.
+func startProcess(t *testing.T, bin string, env []string, listen string, args ...string) *kvProcess {
+	t.Helper()
+	p := &kvProcess{listen: listen, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{&p.mu, &p.stdout}, lockedWriter{&p.mu, &p.stderr}
 	if err := p.cmd.Start(); err != nil {
@@ -253,7 +261,7 @@ func waitProbe(t *testing.T, p *kvProcess, url string, want int, substr string) 
 	for time.Now().Before(deadline) {
 		select {
 		case <-p.done:
-			t.Fatalf("kv serve exited (%v) while waiting for %s to answer %d:\n%s", p.err, url, want, p.output())
+			t.Fatalf("%s exited (%v) while waiting for %s to answer %d:\n%s", p.cmd.Args[1], p.err, url, want, p.output())
 		default:
 		}
 		code, body = httpGetQuiet(url, "")
@@ -300,12 +308,14 @@ func awsEnv(t *testing.T, s testutil.S3Server) []string {
 }
 
 // tcpProxy forwards connections to a target while up; while down it
-// refuses them and has closed those it had.
+// refuses them and has closed those it had; while black-holed it accepts
+// them and never answers, as a frozen server does.
 type tcpProxy struct {
 	addr   string
 	target string
 	mu     sync.Mutex
 	ln     net.Listener
+	hold   bool // black-holed
 	conns  map[net.Conn]bool
 	wg     sync.WaitGroup
 }
@@ -322,16 +332,36 @@ func newTCPProxy(t *testing.T, target string) *tcpProxy {
 func (p *tcpProxy) setUp(t *testing.T, up bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.hold = false
+	p.closeConnsLocked()
 	if !up {
 		if p.ln != nil {
 			_ = p.ln.Close()
 			p.ln = nil
 		}
-		for c := range p.conns {
-			_ = c.Close()
-		}
 		return
 	}
+	p.listenLocked(t)
+}
+
+// blackHole makes the proxy accept connections and never answer on them;
+// the connections it forwarded are closed, so their clients connect again.
+func (p *tcpProxy) blackHole(t *testing.T) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hold = true
+	p.closeConnsLocked()
+	p.listenLocked(t)
+}
+
+func (p *tcpProxy) closeConnsLocked() {
+	for c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}
+
+func (p *tcpProxy) listenLocked(t *testing.T) {
 	if p.ln != nil {
 		return
 	}
@@ -358,6 +388,15 @@ func (p *tcpProxy) setUp(t *testing.T, up bool) {
 }
 
 func (p *tcpProxy) forward(c net.Conn) {
+	p.mu.Lock()
+	hold := p.hold
+	if hold {
+		p.conns[c] = true // closed when the proxy changes mode
+	}
+	p.mu.Unlock()
+	if hold {
+		return
+	}
 	up, err := net.Dial("tcp", p.target)
 	if err != nil {
 		c.Close()

@@ -57,17 +57,17 @@ func TestKVServeHTTPS(t *testing.T) {
 		if !strings.HasPrefix(addr, "https://") {
 			t.Fatalf("address %s; want https://", addr)
 		}
-		if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr, "--ca", srvFiles.CA); code != 0 || out != "revision 1\n" {
+		if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--server", addr, "--ca", srvFiles.CA); code != 0 || out != "revision 1\n" {
 			t.Fatalf("put over HTTPS: exit %d, stdout %q, stderr %q", code, out, errs)
 		}
-		if code, _, errs := runCmd(t, "kv", "get", "k", "--addr", addr); code != 1 || !strings.Contains(errs, "certificate") {
+		if code, _, errs := runCmd(t, "kv", "get", "k", "--server", addr); code != 1 || !strings.Contains(errs, "certificate") {
 			t.Errorf("get without --ca (the test CA is not a system root): exit %d, stderr %q; want a certificate error", code, errs)
 		}
 		plain := "http://" + strings.TrimPrefix(addr, "https://")
-		if code, _, errs := runCmd(t, "kv", "get", "k", "--addr", plain); code != 1 {
+		if code, _, errs := runCmd(t, "kv", "get", "k", "--server", plain); code != 1 {
 			t.Errorf("plain HTTP to the HTTPS port: exit %d, stderr %q; want 1", code, errs)
 		}
-		if code, _, errs := runCmd(t, "kv", "get", "k", "--addr", plain, "--ca", srvFiles.CA); code != 1 || !strings.Contains(errs, "need an https://") {
+		if code, _, errs := runCmd(t, "kv", "get", "k", "--server", plain, "--ca", srvFiles.CA); code != 1 || !strings.Contains(errs, "need an https://") {
 			t.Errorf("--ca with an http:// address: exit %d, stderr %q", code, errs)
 		}
 		if code, logs := stop(); code != 0 {
@@ -78,15 +78,15 @@ func TestKVServeHTTPS(t *testing.T) {
 	t.Run("client certificates", func(t *testing.T) {
 		addr, stop := startKVServe(t, "--store", storeURL, "--group", "mtls",
 			"--http-tls-cert", srvFiles.Cert, "--http-tls-key", srvFiles.Key, "--http-client-ca", srvFiles.CA)
-		if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr, "--ca", srvFiles.CA); code != 1 || !strings.Contains(errs, "requires a client certificate") {
+		if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--server", addr, "--ca", srvFiles.CA); code != 1 || !strings.Contains(errs, "requires a client certificate") {
 			t.Errorf("put without a client certificate: exit %d, stderr %q; want it refused", code, errs)
 		}
-		if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr, "--ca", srvFiles.CA, "--cert", otherFiles.Cert, "--key", otherFiles.Key); code != 1 || !strings.Contains(errs, "requires a client certificate") && !strings.Contains(errs, "cannot reach") {
+		if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--server", addr, "--ca", srvFiles.CA, "--cert", otherFiles.Cert, "--key", otherFiles.Key); code != 1 || !strings.Contains(errs, "requires a client certificate") && !strings.Contains(errs, "cannot reach") {
 			// Go's client withholds a certificate the server's CAs did not
 			// sign; another client would have its handshake refused.
 			t.Errorf("put with a certificate from another CA: exit %d, stderr %q; want it refused", code, errs)
 		}
-		if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr, "--ca", srvFiles.CA, "--cert", cliFiles.Cert, "--key", cliFiles.Key); code != 0 || out != "revision 1\n" {
+		if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--server", addr, "--ca", srvFiles.CA, "--cert", cliFiles.Cert, "--key", cliFiles.Key); code != 0 || out != "revision 1\n" {
 			t.Fatalf("put with a client certificate: exit %d, stdout %q, stderr %q", code, out, errs)
 		}
 		// A client that sends a certificate the CA did not sign anyway is
@@ -135,18 +135,57 @@ func TestKVServeToken(t *testing.T) {
 	wrong := write("wrong", "correct-horse-battery-stapl")
 	addr, _ := startKVServe(t, "--store", "mem://kvtoken"+randomSuffix(), "--token-file", good)
 	t.Setenv("TENURE_KV_TOKEN", "")
-	if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr); code != 1 || !strings.Contains(errs, "HTTP 401") {
+	if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--server", addr); code != 1 || !strings.Contains(errs, "HTTP 401") {
 		t.Errorf("put without a token: exit %d, stderr %q; want 401", code, errs)
 	}
-	if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr, "--token-file", wrong); code != 1 || !strings.Contains(errs, "HTTP 401") {
+	if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--server", addr, "--token-file", wrong); code != 1 || !strings.Contains(errs, "HTTP 401") {
 		t.Errorf("put with a wrong token: exit %d, stderr %q; want 401", code, errs)
 	}
-	if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--addr", addr, "--token-file", good); code != 0 || out != "revision 1\n" {
+	if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--server", addr, "--token-file", good); code != 0 || out != "revision 1\n" {
 		t.Errorf("put with --token-file: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	t.Setenv("TENURE_KV_TOKEN", "correct-horse-battery-staple")
-	if code, out, errs := runCmd(t, "kv", "get", "k", "--addr", addr); code != 0 || out != "v" {
+	if code, out, errs := runCmd(t, "kv", "get", "k", "--server", addr); code != 0 || out != "v" {
 		t.Errorf("get with TENURE_KV_TOKEN: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+// With a token, /status and /metrics on --http need it; --metrics-http
+// serves /metrics alone without it; the probes never need it.
+func TestKVServeMetricsHTTP(t *testing.T) {
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("correct-horse-battery-staple\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := freeTCPAddr(t)
+	addr, _ := startKVServe(t, "--store", "mem://kvmetrics"+randomSuffix(), "--token-file", token, "--metrics-http", metricsAddr)
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if code, _, _ := kvGet(addr+"/readyz", nil); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the node was not ready within 30s")
+		}
+	}
+	for _, c := range []struct {
+		url  string
+		want int
+	}{
+		{addr + "/status", http.StatusUnauthorized},
+		{addr + "/metrics", http.StatusUnauthorized},
+		{addr + "/livez", http.StatusOK},
+		{addr + "/readyz", http.StatusOK},
+		{addr + "/healthz", http.StatusOK},
+		{"http://" + metricsAddr + "/metrics", http.StatusOK},
+		{"http://" + metricsAddr + "/status", http.StatusNotFound},
+	} {
+		code, body, err := kvGet(c.url, nil)
+		if err != nil || code != c.want {
+			t.Errorf("GET %s: %d %.200s (%v); want %d", c.url, code, body, err, c.want)
+		}
+		if strings.HasSuffix(c.url, metricsAddr+"/metrics") && !strings.Contains(body, "# TYPE tenure_store_requests_total counter") {
+			t.Errorf("GET %s: not the store's metrics:\n%.300s", c.url, body)
+		}
 	}
 }
 
@@ -158,14 +197,14 @@ func TestKVServeRefuses(t *testing.T) {
 	short := filepath.Join(dir, "short")
 	_ = os.WriteFile(empty, []byte("\n"), 0o600)
 	_ = os.WriteFile(short, []byte("abc"), 0o600)
-	base := []string{"kv", "serve", "--store", "mem://", "--peer", "127.0.0.1:0"}
+	base := []string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0"}
 	cases := []struct {
 		name     string
 		args     []string
 		mentions []string
 	}{
-		{"plain HTTP on every interface", []string{"--listen", "0.0.0.0:0"}, []string{"not a loopback address", "--insecure-http", "--http-tls-cert"}},
-		{"plain HTTP on a port alone", []string{"--listen", ":0"}, []string{"not a loopback address"}},
+		{"plain HTTP on every interface", []string{"--http", "0.0.0.0:0"}, []string{"not a loopback address", "--insecure-http", "--http-tls-cert"}},
+		{"plain HTTP on a port alone", []string{"--http", ":0"}, []string{"not a loopback address"}},
 		{"certificate without key", []string{"--http-tls-cert", "x.pem"}, []string{"--http-tls-cert and --http-tls-key go together"}},
 		{"client CA without certificate", []string{"--http-client-ca", "ca.pem"}, []string{"go together"}},
 		{"empty token", []string{"--token-file", empty}, []string{"is empty"}},
@@ -192,8 +231,8 @@ func TestKVServeRefuses(t *testing.T) {
 		})
 	}
 	// The limit itself is accepted.
-	addr, stop := startKVServe(t, "--store", "mem://kvlimit"+randomSuffix(), "--max-value-size", strconv.Itoa(kv.MaxValueSizeLimit), "--listen", "0.0.0.0:0", "--insecure-http")
-	if code, out, errs := runCmd(t, "kv", "status", "--addr", addr); code != 0 || !strings.Contains(out, "LEADER") {
+	addr, stop := startKVServe(t, "--store", "mem://kvlimit"+randomSuffix(), "--max-value-size", strconv.Itoa(kv.MaxValueSizeLimit), "--http", "0.0.0.0:0", "--insecure-http")
+	if code, out, errs := runCmd(t, "kv", "status", "--server", addr); code != 0 || !strings.Contains(out, "LEADER") {
 		t.Errorf("kv serve with --max-value-size at the limit, on 0.0.0.0 with --insecure-http: status exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	if code, logs := stop(); code != 0 {
@@ -214,16 +253,16 @@ func TestKVServeLargeValue(t *testing.T) {
 		waitRole(t, addr, map[string]bool{"a": true}[id])
 	}
 	value := strings.Repeat("x", size)
-	if code, out, errs := runWithStdin(t, value, "kv", "put", "big", "-", "--addr", addrs[1]); code != 0 || out != "revision 1\n" {
+	if code, out, errs := runWithStdin(t, value, "kv", "put", "big", "-", "--server", addrs[1]); code != 0 || out != "revision 1\n" {
 		t.Fatalf("put of %d bytes through the follower: exit %d, stdout %q, stderr %q", size, code, out, errs)
 	}
 	for i, addr := range addrs {
-		code, out, errs := runCmd(t, "kv", "get", "big", "--addr", addr)
+		code, out, errs := runCmd(t, "kv", "get", "big", "--server", addr)
 		if code != 0 || out != value {
 			t.Errorf("get through node %d: exit %d, %d bytes, stderr %q", i, code, len(out), errs)
 		}
 	}
-	if code, _, errs := runWithStdin(t, value+"x", "kv", "put", "big", "-", "--addr", addrs[1]); code != 1 || !strings.Contains(errs, "HTTP 413") {
+	if code, _, errs := runWithStdin(t, value+"x", "kv", "put", "big", "-", "--server", addrs[1]); code != 1 || !strings.Contains(errs, "HTTP 413") {
 		t.Errorf("put of %d bytes: exit %d, stderr %q; want 413", size+1, code, errs)
 	}
 }
@@ -237,7 +276,7 @@ func waitRole(t *testing.T, addr string, leader bool) {
 	}
 	var last string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		_, out, _ := runCmd(t, "kv", "status", "--addr", addr)
+		_, out, _ := runCmd(t, "kv", "status", "--server", addr)
 		if strings.Contains(out, want) {
 			return
 		}
@@ -316,7 +355,7 @@ func TestKVRetryable(t *testing.T) {
 		{"not the store's (a bad URL)", store.ErrUnknownScheme, false},
 	}
 	for _, c := range cases {
-		if got := kvRetryable(c.err); got != c.want {
+		if got := storeRetryable(c.err); got != c.want {
 			t.Errorf("%s: retryable %v; want %v", c.name, got, c.want)
 		}
 	}
@@ -327,7 +366,7 @@ func TestGRPCLogsThroughSlog(t *testing.T) {
 	var buf lockedBuffer
 	prev := kvGRPCLogger.Load()
 	defer kvGRPCLogger.Store(prev)
-	code := run(t.Context(), &env{stdout: &bytes.Buffer{}, stderr: &buf}, []string{"kv", "serve", "--store", "nope://", "--peer", "127.0.0.1:0", "--log-format", "json"})
+	code := run(t.Context(), &env{stdout: &bytes.Buffer{}, stderr: &buf}, []string{"kv", "serve", "--store", "nope://", "--peer-listen", "127.0.0.1:0", "--log-format", "json"})
 	if code != 1 || kvGRPCLogger.Load() == nil {
 		t.Fatalf("exit %d, logger set %v", code, kvGRPCLogger.Load() != nil)
 	}
@@ -426,7 +465,7 @@ func TestKVServeJSONErrorLog(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, &env{stdout: &out, stderr: &errb}, []string{"kv", "serve", "--store", "mem://kvjson" + randomSuffix(),
-			"--listen", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--log-format", "json",
+			"--http", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--log-format", "json",
 			"--http-tls-cert", files.Cert, "--http-tls-key", files.Key})
 	}()
 	var api string

@@ -111,7 +111,7 @@ func TestKVClientCommands(t *testing.T) {
 	}
 	for _, s := range steps {
 		args := append([]string{"kv"}, s.args...)
-		args = append(args, "--addr", addr)
+		args = append(args, "--server", addr)
 		code, out, errs := runWithStdin(t, s.stdin, args...)
 		if code != s.code {
 			t.Errorf("%s: exit %d; want %d\nstdout: %s\nstderr: %s", s.name, code, s.code, out, errs)
@@ -134,8 +134,8 @@ func TestKVAddr(t *testing.T) {
 	if code, out, errs := runCmd(t, "kv", "put", "k", "v"); code != 0 || out != "revision 1\n" {
 		t.Errorf("put with TENURE_KV_ADDR: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	if code, _, errs := runCmd(t, "kv", "get", "k", "--addr", "ftp://x"); code != 1 || !strings.Contains(errs, "want http://HOST:PORT") {
-		t.Errorf("bad --addr: exit %d, stderr %q", code, errs)
+	if code, _, errs := runCmd(t, "kv", "get", "k", "--server", "ftp://x"); code != 1 || !strings.Contains(errs, "want http://HOST:PORT") {
+		t.Errorf("bad --server: exit %d, stderr %q", code, errs)
 	}
 	// A port nobody listens on.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -144,7 +144,7 @@ func TestKVAddr(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
-	if code, _, errs := runCmd(t, "kv", "get", "k", "--addr", dead); code != 1 || !strings.Contains(errs, "cannot reach the kv server at http://"+dead) {
+	if code, _, errs := runCmd(t, "kv", "get", "k", "--server", dead); code != 1 || !strings.Contains(errs, "cannot reach the kv server at http://"+dead) {
 		t.Errorf("unreachable server: exit %d, stderr %q", code, errs)
 	}
 }
@@ -158,12 +158,12 @@ func TestKVUsage(t *testing.T) {
 		{[]string{"kv"}, 2, "tenure kv serve"},
 		{[]string{"kv", "--help"}, 0, "tenure kv cas KEY REV"},
 		{[]string{"kv", "frob"}, 2, `unknown subcommand "frob"`},
-		{[]string{"kv", "serve"}, 2, "--store and --peer are required"},
+		{[]string{"kv", "serve"}, 2, "--store and --peer-listen are required"},
 		{[]string{"kv", "serve", "--help"}, 0, "the library's default is S2C's 2s"},
-		{[]string{"kv", "serve", "--store", "mem://", "--peer", "127.0.0.1:0", "--flush-interval", "-1s"}, 1, "FlushInterval must not be negative"},
-		{[]string{"kv", "serve", "--store", "mem://", "--peer", ":0"}, 1, "--advertise"},
-		{[]string{"kv", "serve", "--store", "mem://", "--peer", "127.0.0.1:0", "--tls-cert", "x.pem"}, 1, "go together"},
-		{[]string{"kv", "serve", "--store", "mem://", "--peer", "127.0.0.1:0", "--max-value-size", "0"}, 1, "--max-value-size must be positive"},
+		{[]string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0", "--flush-interval", "-1s"}, 1, "FlushInterval must not be negative"},
+		{[]string{"kv", "serve", "--store", "mem://", "--peer-listen", ":0"}, 1, "--advertise"},
+		{[]string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0", "--tls-cert", "x.pem"}, 1, "go together"},
+		{[]string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0", "--max-value-size", "0"}, 1, "--max-value-size must be positive"},
 		{[]string{"kv", "list", "--limit", "0"}, 1, "--limit must be at least 1"},
 	}
 	for _, c := range cases {
@@ -201,12 +201,12 @@ func TestKVRetries(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--addr", srv.URL); code != 0 || out != "revision 1\n" || calls.Load() != 2 {
+	if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--server", srv.URL); code != 0 || out != "revision 1\n" || calls.Load() != 2 {
 		t.Errorf("put after a busy 503: exit %d, stdout %q, stderr %q, %d calls", code, out, errs, calls.Load())
 	}
 	mode.Store("unknown")
 	calls.Store(0)
-	if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--addr", srv.URL); code != 1 || !strings.Contains(errs, "may or may not have been applied") || calls.Load() != 1 {
+	if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--server", srv.URL); code != 1 || !strings.Contains(errs, "may or may not have been applied") || calls.Load() != 1 {
 		t.Errorf("put with an unknown outcome: exit %d, stderr %q, %d calls; want exit 1, one call", code, errs, calls.Load())
 	}
 }
@@ -220,7 +220,7 @@ func startKVServe(t *testing.T, args ...string) (addr string, stop func() (code 
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, &env{stdout: &out, stderr: &errb}, append([]string{"kv", "serve",
-			"--listen", "127.0.0.1:0", "--peer", "127.0.0.1:0", "--flush-interval", "5ms", "--log-level", "warn"}, args...))
+			"--http", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--flush-interval", "5ms", "--log-level", "warn"}, args...))
 	}()
 	re := regexp.MustCompile(`HTTP API on (https?://\S+),`)
 	deadline := time.Now().Add(20 * time.Second)
@@ -266,16 +266,16 @@ func TestKVServe(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--store", "file://" + dir, "--group", "test", "--id", "node-1"}
 	addr, stop := startKVServe(t, args...)
-	if code, out, errs := runCmd(t, "kv", "put", "greeting", "hello", "--addr", addr); code != 0 || out != "revision 1\n" {
+	if code, out, errs := runCmd(t, "kv", "put", "greeting", "hello", "--server", addr); code != 0 || out != "revision 1\n" {
 		t.Fatalf("put: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	if code, out, errs := runCmd(t, "kv", "cas", "greeting", "1", "hi", "--addr", addr); code != 0 || out != "swapped: revision 2\n" {
+	if code, out, errs := runCmd(t, "kv", "cas", "greeting", "1", "hi", "--server", addr); code != 0 || out != "swapped: revision 2\n" {
 		t.Fatalf("cas: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	if code, out, errs := runCmd(t, "kv", "get", "greeting", "--addr", addr); code != 0 || out != "hi" {
+	if code, out, errs := runCmd(t, "kv", "get", "greeting", "--server", addr); code != 0 || out != "hi" {
 		t.Fatalf("get: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	code, out, errs := runCmd(t, "kv", "status", "--addr", addr, "--json")
+	code, out, errs := runCmd(t, "kv", "status", "--server", addr, "--json")
 	var st rsm.Status
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Role != "LEADER" || st.ID != "node-1" || st.Group != "test" {
 		t.Fatalf("status: exit %d, stdout %q, stderr %q", code, out, errs)
@@ -285,7 +285,7 @@ func TestKVServe(t *testing.T) {
 	}
 
 	addr, _ = startKVServe(t, args...)
-	if code, out, errs := runCmd(t, "kv", "get", "greeting", "--addr", addr); code != 0 || out != "hi" {
+	if code, out, errs := runCmd(t, "kv", "get", "greeting", "--server", addr); code != 0 || out != "hi" {
 		t.Fatalf("get after a restart: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
@@ -309,11 +309,11 @@ func TestKVServeTwoNodes(t *testing.T) {
 	}
 	for i, addr := range addrs {
 		key, value := fmt.Sprintf("k%d", i), fmt.Sprintf("through node %d", i)
-		if code, _, errs := runCmd(t, "kv", "put", key, value, "--addr", addr); code != 0 {
+		if code, _, errs := runCmd(t, "kv", "put", key, value, "--server", addr); code != 0 {
 			t.Fatalf("put through node %d: exit %d, stderr %q", i, code, errs)
 		}
 		other := addrs[1-i]
-		if code, out, errs := runCmd(t, "kv", "get", key, "--addr", other); code != 0 || out != value {
+		if code, out, errs := runCmd(t, "kv", "get", key, "--server", other); code != 0 || out != value {
 			t.Fatalf("get through the other node: exit %d, stdout %q, stderr %q", code, out, errs)
 		}
 	}
@@ -321,7 +321,7 @@ func TestKVServeTwoNodes(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		roles = map[string]bool{}
 		for _, addr := range addrs {
-			code, out, errs := runCmd(t, "kv", "status", "--addr", addr, "--json")
+			code, out, errs := runCmd(t, "kv", "status", "--server", addr, "--json")
 			var st rsm.Status
 			if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
 				t.Fatalf("status: exit %d, stdout %q, stderr %q", code, out, errs)

@@ -36,7 +36,7 @@ func TestLockRepair(t *testing.T) {
 		{"lock", "repair", "--term-floor", "0", url},
 		{"lock", "repair", "--term-floor", "-3", url},
 		{"lock", "repair", "--term-floor", "18446744073709551615", url},
-		{"lock", "repair", "--term-floor", "5", "--lease", "0s", url},
+		{"lock", "repair", "--term-floor", "5", "--leader-timeout", "0s", url},
 		{"lock", "fix", url},
 	} {
 		if code, _, errs := runCmd(t, bad...); code != 2 {
@@ -44,7 +44,7 @@ func TestLockRepair(t *testing.T) {
 		}
 	}
 
-	code, out, errs = runCmd(t, "lock", "repair", "--term-floor", "7", "--lease", "10ms", url)
+	code, out, errs = runCmd(t, "lock", "repair", "--term-floor", "7", "--leader-timeout", "10ms", url)
 	if code != 0 || !strings.Contains(out, "the next leader gets term 8") {
 		t.Fatalf("lock repair: exit %d\n%s%s", code, out, errs)
 	}
@@ -52,8 +52,12 @@ func TestLockRepair(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "term     7") || !strings.Contains(out, "released") {
 		t.Fatalf("status after the repair: exit %d\n%s%s", code, out, errs)
 	}
+	code, out, errs = runCmd(t, "lock", "repair", "--term-floor", "9", "--leader-timeout", "10ms", "--json", url)
+	if code != 0 || strings.ReplaceAll(out, " ", "") != "{\n\"lock\":\""+url+"\",\n\"nextTerm\":10,\n\"term\":9\n}\n" {
+		t.Fatalf("lock repair --json: exit %d\n%s%s", code, out, errs)
+	}
 	// The term is readable now: a lower floor would make terms go back.
-	code, _, errs = runCmd(t, "lock", "repair", "--term-floor", "3", "--lease", "10ms", url)
+	code, _, errs = runCmd(t, "lock", "repair", "--term-floor", "3", "--leader-timeout", "10ms", url)
 	if code != 1 || !strings.Contains(errs, "below the lock's term") {
 		t.Fatalf("repair below the term: exit %d\n%s", code, errs)
 	}
@@ -69,9 +73,8 @@ func TestElectMetricReportsRecordProblem(t *testing.T) {
 	if _, err := s.Put(t.Context(), "leader.json", []byte("\x00not a record"), store.IfAbsent()); err != nil {
 		t.Fatal(err)
 	}
-	var el *election.Elector
-	m := newElectMetrics(func() *election.Elector { return el })
-	el, err = election.New(t.Context(), election.Config{Store: s, LockfilePath: "leader.json", ServerID: "a",
+	m := newElectMetrics()
+	el, err := election.New(t.Context(), election.Config{Store: s, LockfilePath: "leader.json", ServerID: "a", Registerer: m.reg,
 		FrequentInterval: 100 * time.Millisecond, InfrequentInterval: 500 * time.Millisecond,
 		LeaderTimeout: time.Second, RenewDeadline: 600 * time.Millisecond, RetrySchedule: []time.Duration{0}})
 	if err != nil {
@@ -87,7 +90,7 @@ func TestElectMetricReportsRecordProblem(t *testing.T) {
 		}
 	}
 	want := "# HELP tenure_election_record_problem 1 while the lock record cannot be taken over (its term cannot be read, or is at its maximum): repair it with tenure lock repair.\n" +
-		"# TYPE tenure_election_record_problem gauge\ntenure_election_record_problem 1\n"
+		"# TYPE tenure_election_record_problem gauge\ntenure_election_record_problem{id=\"a\",lock=\"leader.json\"} 1\n"
 	if err := testutil.GatherAndCompare(m.reg, strings.NewReader(want), "tenure_election_record_problem"); err != nil {
 		t.Fatal(err)
 	}

@@ -115,11 +115,16 @@ func checkLockURL(t *testing.T, storeURL, key, lockURL, libID, cliID string) {
 	if err := fs.Parse(append([]string{"--lock", lockURL}, fastFlags...)); err != nil {
 		t.Fatal(err)
 	}
-	cfg, cli, err := ef.config(ctx, &env{stdout: &strings.Builder{}, stderr: &strings.Builder{}}, nil)
+	cfg, cliURL, err := ef.config(&env{stdout: &strings.Builder{}, stderr: &strings.Builder{}})
+	if err != nil {
+		t.Fatalf("--lock %s: %v", lockURL, err)
+	}
+	cli, err := store.Open(ctx, cliURL)
 	if err != nil {
 		t.Fatalf("--lock %s: %v", lockURL, err)
 	}
 	defer cli.Close()
+	cfg.Store = cli
 	rec.LeaderID, rec.Term = cliID, 8
 	if _, err := cfg.Store.Put(ctx, cfg.LockfilePath, rec.Encode(), store.IfMatch(version)); err != nil {
 		t.Fatalf("--lock %s: writing the key %q the library wrote in %s: %v", lockURL, cfg.LockfilePath, storeURL, err)

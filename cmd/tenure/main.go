@@ -41,7 +41,7 @@ func commands() []command {
 	return []command{
 		{"bench", "measure failover, handover and store cost: tenure bench election|shards|rsm|kv", runBench},
 		{"demo", "three members elect a leader on a local directory: failover and handover, measured", runDemo},
-		{"elect", "take part in an election: peer endpoint, /metrics, /healthz; SIGTERM releases", runElect},
+		{"elect", "take part in an election: peer endpoint, /livez /readyz /status /metrics; SIGTERM releases", runElect},
 		{"lock", "repair a lock whose term cannot be read: tenure lock repair --term-floor N LOCK_URL", runLock},
 		{"kv", "a replicated key-value store on shared storage: tenure kv serve|get|put|del|cas|list|status", runKV},
 		{"run", "run a command only while this member leads: tenure run --lock URL -- CMD ARGS", runRun},
@@ -219,9 +219,13 @@ func versionString() string {
 }
 
 func runVersion(_ context.Context, e *env, args []string) error {
-	fs := newFlags(e, "version", "version")
+	fs := newFlags(e, "version", "version [--json]")
+	asJSON := fs.Bool("json", false, "print the version as JSON")
 	if _, err := parse(fs, args); err != nil {
 		return err
+	}
+	if *asJSON {
+		return printJSON(e, map[string]string{"version": versionString()})
 	}
 	fmt.Fprintf(e.stdout, "tenure %s\n", versionString())
 	return nil

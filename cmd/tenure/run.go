@@ -31,8 +31,11 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		"(SIGKILL), CMD gets SIGKILL (Linux). From a terminal, CMD runs in the foreground and can read it.\n\n"+
 		"Exit status: if CMD exits by itself, run releases the lock and exits with CMD's status; if run\n"+
 		"is stopped while CMD runs, it exits with CMD's status once CMD has stopped; 128+N means CMD died\n"+
-		"of signal N. Stopped while not leading, run exits 0.")
+		"of signal N. Stopped while not leading, run exits 0.\n\n"+
+		"--http serves /livez, /readyz (200 while this member leads or follows a known leader, else 503\n"+
+		"with the reason), /status and /metrics, as tenure elect does.")
 	ef := addElectFlags(fs)
+	httpAddr := fs.String("http", "", "serve /livez, /readyz (200 while this member leads or follows a known leader), /status and /metrics here")
 	grace := fs.Duration("grace", 0, "time between SIGTERM and SIGKILL (default: half of leader-timeout minus renew-deadline)")
 	var cmdArgs []string
 	for i, a := range args {
@@ -59,15 +62,25 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("--grace %v must be positive and below leader-timeout minus renew-deadline (%v), so that the command is dead before another member can take the lock", *grace, margin)
 	}
 
-	cfg, st, err := ef.config(ctx, e, nil)
+	cfg, storeURL, err := ef.config(e)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
 	log := cfg.Logger
+	warnDeprecated(fs, log)
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	metrics := newElectMetrics()
+	ops := newOpsState("run", cfg.ServerID)
+	defer context.AfterFunc(ctx, func() { ops.stopping.Store(true) })()
+	if *httpAddr != "" {
+		stopHTTP, err := serveOps(*httpAddr, opsMux(ops.status, metrics.reg), log)
+		if err != nil {
+			return err
+		}
+		defer stopHTTP()
+	}
 	var (
 		mu       sync.Mutex
 		exitCode = -1
@@ -98,6 +111,15 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		}
 	})
 
+	st, err := openStore(ctx, log, ops, storeURL, metrics.store.observe)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer st.Close()
+	cfg.Store, cfg.SkipProbe, cfg.Registerer = st, true, metrics.reg
 	cfg.OnStartedLeading = func(lctx context.Context) {
 		term, _ := election.TermOf(lctx)
 		cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
@@ -155,11 +177,12 @@ func runRun(ctx context.Context, e *env, args []string) error {
 			mu.Unlock()
 		}
 	}
-	el, err := election.New(ctx, cfg)
+	member, err := election.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	if err := el.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	ops.running(electionView(member))
+	if err := member.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	mu.Lock()

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
+	"log/slog"
 	"os"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenure-io/tenure/lease"
 	"github.com/tenure-io/tenure/store"
@@ -17,8 +20,12 @@ import (
 )
 
 func runShards(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "shards", "shards --store URL (--shards N | --shard-ids a,b,c) [--mode member|shard] [--id ID] [--http ADDR]\n\n"+
-		"Runs one member of a shard group and prints the shards it leads each time they change.")
+	fs := newFlags(e, "shards", "shards --store URL (--shards N | --shard-ids a,b,c) [--mode member|shard] [--id ID] [--http ADDR] [--json]\n\n"+
+		"Runs one member of a shard group and prints the shards it leads each time they change.\n"+
+		"--http serves /livez, /readyz (200 while this member's lease is live in the group, else 503\n"+
+		"with the reason; /healthz is an alias), /status (JSON) and /metrics (Prometheus). A store that\n"+
+		"cannot be reached at start is retried (not ready meanwhile); a permanent store error exits.\n"+
+		"SIGINT or SIGTERM releases every shard and exits.")
 	storeURL := fs.String("store", "", "store URL, e.g. file://./data or s3://bucket/prefix (required)")
 	prefix := fs.String("prefix", lease.DefaultPrefix, "key prefix shared by the group's members")
 	count := fs.Int("shards", 0, "number of shards, named shard-0000 … (or use --shard-ids)")
@@ -28,8 +35,10 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	id := fs.String("id", host, "this member's OwnerID")
 	leaseDur := fs.Duration("lease", lease.DefaultLeaseDuration, "LeaseDuration")
 	renew := fs.Duration("renew", lease.DefaultRenewPeriod, "RenewPeriod")
-	httpAddr := fs.String("http", "", "serve /healthz (the coordinator's status as JSON) here")
+	httpAddr := fs.String("http", "", "serve /livez, /readyz (200 while this member holds its place in the group), /status and /metrics here")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	asJSON := fs.Bool("json", false, "print each change of the shards this member leads as a JSON line: time and held")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -58,17 +67,33 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	default:
 		return fmt.Errorf("--mode %q: want member or shard", *mode)
 	}
-	ef := &electFlags{logFormat: ptr("text"), logLevel: logLevel}
+	ef := &electFlags{logFormat: logFormat, logLevel: logLevel}
 	log, err := ef.logger(e)
 	if err != nil {
 		return err
 	}
+	log = slog.New(newShardLogHandler(log.Handler(), shardWarnInterval))
+	// The set printed is the coordinator's when it prints: a change
+	// notification may carry a set that a concurrent change has already
+	// superseded.
+	var coord atomic.Pointer[lease.Coordinator]
+	printer := &heldPrinter{interval: time.Second, print: func(held []string) {
+		if c := coord.Load(); c != nil {
+			held = c.Held()
+		}
+		if held == nil {
+			held = []string{}
+		}
+		if *asJSON {
+			_ = json.NewEncoder(e.stdout).Encode(shardsChange{Time: time.Now(), Held: held})
+			return
+		}
+		fmt.Fprintf(e.stdout, "%s leads %d shards: %s\n", time.Now().Format(time.TimeOnly), len(held), shardList(held))
+	}}
 	cfg := lease.Config{
 		Prefix: *prefix, ShardIDs: shardIDs, OwnerID: *id, Mode: m,
 		LeaseDuration: *leaseDur, RenewPeriod: *renew, Logger: log,
-		OnChange: func(held []string) {
-			fmt.Fprintf(e.stdout, "%s leads %d shards: %s\n", time.Now().Format(time.TimeOnly), len(held), shardList(held))
-		},
+		OnChange: printer.change,
 	}
 	// Validate before touching the store, so a bad flag costs nothing.
 	check := cfg
@@ -76,43 +101,86 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	if err := check.Validate(); err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, *storeURL)
+	ops := newOpsState("shards", *id)
+	defer context.AfterFunc(ctx, func() { ops.stopping.Store(true) })()
+	sm := newStoreMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(sm.collectors()...)
+	reg.MustRegister(processCollectors()...)
+	if *httpAddr != "" {
+		stop, err := serveOps(*httpAddr, opsMux(ops.status, reg), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	var st *store.Store
+	err = connectStore(ctx, log, ops, func(ctx context.Context) error {
+		var err error
+		st, err = openProbed(ctx, *storeURL, store.WithLogger(log), store.WithObserver(func(c store.Call) {
+			sm.observe(c)
+			ops.health.observe(c)
+		}))
+		return err
+	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	defer st.Close()
-	cfg.Store = st
+	cfg.Store, cfg.Registerer = st, reg
 	c, err := lease.New(cfg)
 	if err != nil {
 		return err
 	}
-	if *httpAddr != "" {
-		ln, err := net.Listen("tcp", *httpAddr)
-		if err != nil {
-			return fmt.Errorf("--http %s: %w", *httpAddr, err)
-		}
-		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(c.Status())
-		})}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		log.Info("serving /healthz", "addr", ln.Addr().String())
-	}
+	coord.Store(c)
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
+	ops.running(shardsView(c))
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), *leaseDur)
 	defer cancel()
-	if err := c.Stop(sctx); err != nil && !errors.Is(err, context.Canceled) {
+	err = c.Stop(sctx)
+	printer.flush()
+	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(e.stdout).Encode(shardsChange{Time: time.Now(), Held: []string{}, Stopped: true})
 	}
 	fmt.Fprintln(e.stdout, "stopped: released every shard")
 	return nil
 }
 
+// shardsChange is a line of tenure shards --json.
+type shardsChange struct {
+	Time    time.Time `json:"time"`
+	Held    []string  `json:"held"`
+	Stopped bool      `json:"stopped,omitempty"` // released every shard and exited
+}
+
 func ptr[T any](v T) *T { return &v }
+
+// shardWarnInterval: each per-shard warning is logged at most this often.
+const shardWarnInterval = 10 * time.Second
+
+// shardsView is the readiness of a shard group member: in member mode,
+// ready once it sees its own lease among the live members; in shard mode, once running (each shard's election
+// keeps its own view). Either way, its store must answer.
+func shardsView(c *lease.Coordinator) func(opsStatus) opsStatus {
+	return func(s opsStatus) opsStatus {
+		ls := c.Status()
+		s.Shards = &ls
+		s.Role = "member"
+		if ls.Mode == lease.MemberLeases.String() && !slices.Contains(ls.Members, ls.OwnerID) {
+			s.Ready, s.Reason = false, "this member's lease is not live in the group"
+		}
+		return s
+	}
+}
 
 // shardList prints up to ten shard IDs.
 func shardList(ids []string) string {

@@ -25,8 +25,9 @@ func runStore(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintln(e.stderr, `Usage:
   tenure store probe URL [--json] [--rounds N]   check that URL enforces conditional writes; measure latency
-  tenure store get URL KEY                       print the value and version of KEY
-  tenure store list URL [PREFIX] [--limit N]     list keys under PREFIX with their versions and sizes`)
+  tenure store get URL KEY [--json]              print the value and version of KEY
+  tenure store list URL [PREFIX] [--limit N] [--json]
+                                                 list keys under PREFIX with their versions and sizes`)
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			return flag.ErrHelp
 		}
@@ -113,7 +114,8 @@ func runStoreProbe(ctx context.Context, e *env, args []string) error {
 }
 
 func runStoreGet(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "store get", "store get URL KEY")
+	fs := newFlags(e, "store get", "store get URL KEY [--json]\n\nPrints KEY's value, exactly as stored, to stdout and its version to stderr;\nwith --json, one JSON object on stdout: key, version, size and value (base64).")
+	asJSON := fs.Bool("json", false, "print the key, version, size and value (base64) as JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -134,14 +136,23 @@ func runStoreGet(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *asJSON {
+		return printJSON(e, struct {
+			Key     string `json:"key"`
+			Version string `json:"version"`
+			Size    int    `json:"size"`
+			Value   []byte `json:"value"`
+		}{pos[1], version, len(data), data})
+	}
 	fmt.Fprintf(e.stderr, "version %s, %d bytes\n", version, len(data))
 	_, err = e.stdout.Write(data)
 	return err
 }
 
 func runStoreList(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "store list", "store list URL [PREFIX] [--limit N]")
+	fs := newFlags(e, "store list", "store list URL [PREFIX] [--limit N] [--json]")
 	limit := fs.Int("limit", 1000, "list at most this many keys")
+	asJSON := fs.Bool("json", false, "print the keys as JSON: items with key, size and version")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -163,10 +174,31 @@ func runStoreList(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *asJSON {
+		type item struct {
+			Key     string `json:"key"`
+			Size    int64  `json:"size"`
+			Version string `json:"version"`
+		}
+		out := struct {
+			Items []item `json:"items"`
+		}{Items: []item{}}
+		for _, it := range items {
+			out.Items = append(out.Items, item{it.Key, it.Size, it.Version})
+		}
+		return printJSON(e, out)
+	}
 	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "KEY\tSIZE\tVERSION")
 	for _, it := range items {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", strconv.Quote(it.Key), strconv.FormatInt(it.Size, 10), it.Version)
 	}
 	return w.Flush()
+}
+
+// printJSON prints v as indented JSON on stdout.
+func printJSON(e *env, v any) error {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
