@@ -80,13 +80,13 @@ func writeGroup(t *testing.T, mem *memstore.Store, opts rsm.Options) int {
 	return len(snap)
 }
 
-// checkReadOnce fails if a node read the snapshot or a log entry more
-// than once.
+// checkReadOnce fails if a node read the snapshot, an object it
+// references (a base part, a segment) or a log entry more than once.
 func checkReadOnce(t *testing.T, who string, c *countingDriver, snapSize int) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	logs := 0
+	logs, objs := 0, 0
 	for key, n := range c.reads {
 		switch {
 		case key == "g1/snapshot":
@@ -98,7 +98,15 @@ func checkReadOnce(t *testing.T, who string, c *countingDriver, snapSize int) {
 			if n > 1 {
 				t.Errorf("%s read %s %d times", who, key, n)
 			}
+		case strings.HasPrefix(key, "g1/snap/"):
+			objs++
+			if n > 1 {
+				t.Errorf("%s read %s %d times", who, key, n)
+			}
 		}
+	}
+	if objs == 0 {
+		t.Errorf("%s read no object of the snapshot (base part or segment)", who)
 	}
 	if c.bytes["g1/snapshot"] == 0 {
 		t.Errorf("%s never read the snapshot", who)

@@ -64,7 +64,10 @@ type Options struct {
 	// result, in bytes. Default 500 KiB; at most MaxMessageSizeLimit.
 	MaxMessageSize int
 	// SnapshotThreshold: the leader snapshots after this many log entries
-	// since the last snapshot, then truncates the log. Default 100.
+	// since the last snapshot, then truncates the log. A snapshot is a
+	// segment of those entries, or a new base of the whole state once the
+	// segments have grown to three times the base (docs/rsm.md). Default
+	// 100.
 	SnapshotThreshold int
 	// FlushInterval: a partial batch is cut at the latest this long after
 	// its first request, and earlier whenever the pipeline has room for its

@@ -361,18 +361,29 @@ func (r *replica) restore(s *rsmpb.Snapshot) error {
 // state and the replica to index 0: a half-restored state must never have
 // entries applied on top of it.
 func (r *replica) restoreStored(s *storedSnapshot) error {
+	return r.restoreFrom(s.Snapshot, func(i int) (io.Reader, error) { return s.machineReader(i), nil })
+}
+
+// restoreFrom is restoreStored from a snapshot's header s and a reader of
+// each of its machines' bytes, asked for in name order (the order capture
+// writes them, so a base streamed part by part is read front to back).
+func (r *replica) restoreFrom(s *rsmpb.Snapshot, machine func(i int) (io.Reader, error)) error {
 	have := map[string]int{}
 	for i, m := range s.Machines {
 		have[m.Name] = i
 	}
 	for _, name := range r.names() {
 		var rd io.Reader
+		var err error
 		if i, ok := have[name]; ok {
-			rd = s.machineReader(i)
+			rd, err = machine(i)
 		} else {
 			rd = bytes.NewReader(r.initial[name])
 		}
-		if err := r.machines[name].Restore(rd); err != nil {
+		if err == nil {
+			err = r.machines[name].Restore(rd)
+		}
+		if err != nil {
 			err = fmt.Errorf("rsm: restore machine %q from the snapshot ending at %d: %w", name, s.EndIndex, err)
 			if s.EndIndex > 0 {
 				if rerr := r.reset(); rerr != nil {

@@ -438,6 +438,12 @@ func TestCorruptSnapshotFreshNode(t *testing.T) {
 			t.Fatalf("no snapshot after %d commands", count)
 		}
 	}
+	// Snapshots due by now are written before the damage: what is
+	// counted below is what the damage causes.
+	poll(t, "no snapshot due", func() bool {
+		s := na.Status()
+		return s.ApplyIndex-s.SnapshotIndex < uint64(opts.SnapshotThreshold)
+	})
 	orig := getRaw(t, st, snapshotKeyOf)
 	damaged := bytes.Clone(orig)
 	damaged[len(damaged)/2] ^= 0x10

@@ -23,8 +23,10 @@
 // confirms every write and read batch waiting in a round.
 //
 // Layout in the store, under {group}/: leader_state.json (JSON), log/{index}
-// (one batch per object, write-once) and snapshot. docs/rsm.md has the
-// protocol and its safety argument.
+// (one batch per object, write-once), snapshot (a small manifest) and
+// snap/ (the immutable objects it references: a base of the whole state in
+// parts, and log segments since it). Store bytes per command do not grow
+// with the state. docs/rsm.md has the protocol and its safety argument.
 //
 // # Errors
 //

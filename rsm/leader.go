@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
-	"github.com/tenure-io/tenure/store"
 )
 
 // errDeposed ends a leadership: a higher term exists, or this leader can no
@@ -69,6 +68,12 @@ type leaderRun struct {
 	members   []followReq // Follow requests waiting for the membership write in progress
 	writingLS bool
 
+	// The snapshot workers' (one at a time): this leadership's nonce in
+	// its segments' names, and whether the next swap sweeps leftovers
+	// (the first of a leadership, and after a failure).
+	segNonce string
+	sweep    bool
+
 	mu        sync.Mutex
 	view      []FollowerStatus // for Status and Leave
 	confirmed atomic.Uint64
@@ -92,6 +97,8 @@ func newLeaderRun(n *Node, term uint64, ls leaderState, version string) *leaderR
 		concurrent: n.m.concurrent.WithLabelValues(n.group),
 		handled:    map[[2]int32]prometheus.Counter{},
 		handleTime: map[int32]prometheus.Observer{},
+		segNonce:   newNonceHex(),
+		sweep:      true,
 	}
 	l.w.entryRoom = entryRoom(n.opts.MaxMessageSize, n.host.cfg.ID, n.group)
 	for _, f := range ls.Followers {
@@ -187,6 +194,8 @@ func (l *leaderRun) takeover() error {
 		}
 		l.w.next, l.w.confirmed = index+1, index
 		l.w.snapEnd, l.w.snapVersion = snapEnd, snapVersion
+		st := n.gs.manifestStats(snapVersion)
+		l.w.snapBase, l.w.snapSegs, l.w.snapSegN = st.base, st.segs, st.count
 		l.confirmed.Store(index)
 		n.log.Info("leading", "term", l.term, "seal", index)
 		return nil
@@ -300,6 +309,7 @@ type (
 	snapshotResult struct {
 		end     uint64
 		version string
+		stats   snapStats // of its manifest
 		err     error
 	}
 	truncated struct{}
@@ -528,7 +538,7 @@ func (l *leaderRun) handle(ev any) {
 		}
 	case snapshotResult:
 		// On error too: a newer snapshot found is not written over again.
-		w.snapshotWritten(ev.end, ev.version)
+		w.snapshotWritten(ev.end, ev.version, ev.stats)
 		if ev.err != nil {
 			n.log.Warn("snapshot not written", "err", ev.err)
 			w.snapBusy = false
@@ -658,8 +668,8 @@ func (l *leaderRun) progress() {
 		id := r.id
 		l.goWork(func() { l.report(roundResult{id: id, err: l.confirmRound()}) })
 	}
-	if snap, end, version := w.snapshotToWrite(); snap != nil {
-		l.goWork(func() { l.snapshot(snap, end, version) })
+	if j := w.snapshotToWrite(); j != nil {
+		l.goWork(func() { l.snapshot(j) })
 	}
 	if !l.writingLS && len(l.members) > 0 {
 		fr := l.members[0]
@@ -727,13 +737,20 @@ func (l *leaderRun) answerReads(b []*pending) {
 	l.w.wait(waiter{batch: b, answers: answers})
 }
 
-// maybeSnapshot captures the state when a snapshot is due. It is written
-// once every index it covers is confirmed (window.snapshotToWrite). Under
-// the apply lock only the capture runs (constant time for a machine that
-// implements Capturer); the serialization runs in the snapshot's worker.
+// maybeSnapshot starts a snapshot when one is due: a segment of the
+// entries confirmed since the stored snapshot, or a new base when the
+// segments have grown (window.wantsBase). A base is captured here and
+// written once every index it covers is confirmed
+// (window.snapshotToWrite); under the apply lock only the capture runs
+// (constant time for a machine that implements Capturer), the
+// serialization runs in the snapshot's worker.
 func (l *leaderRun) maybeSnapshot() {
 	n := l.n
 	if !l.w.snapshotDue() {
+		return
+	}
+	if !l.w.wantsBase() {
+		l.w.holdSegment()
 		return
 	}
 	n.repMu.Lock()
@@ -746,54 +763,29 @@ func (l *leaderRun) maybeSnapshot() {
 	l.w.hold(snap)
 }
 
-// snapshot writes snap over the stored snapshot (end, version), then
-// truncates the log it covers. A worker.
-func (l *leaderRun) snapshot(c *captured, end uint64, version string) {
-	end, v, err := l.writeSnapshot(c, end, version)
-	l.report(snapshotResult{end: end, version: v, err: err})
-	if err != nil {
-		return
-	}
-	l.truncate(c.head.StartIndex, c.head.EndIndex)
-	l.report(truncated{})
-}
-
-// writeSnapshot returns the end and version of the snapshot now stored:
-// snap's, or on error a newer one another writer stored (end 0 if unknown).
-func (l *leaderRun) writeSnapshot(c *captured, end uint64, version string) (uint64, string, error) {
-	snap := c.head
+// snapshot writes j over the stored snapshot, then truncates the log it
+// covers. A worker.
+func (l *leaderRun) snapshot(j *snapJob) {
 	n := l.n
 	start := time.Now()
-	defer func() { n.m.snapshotUpload.WithLabelValues(n.group).Observe(time.Since(start).Seconds()) }()
-	// The snapshot only moves forward: compare-and-swap on the version
-	// this leader last read or wrote, and never replace a snapshot that
-	// ends later. Only if another writer moved it is it read again.
-	var v string
-	for attempt := 0; ; attempt++ {
-		if end >= snap.EndIndex {
-			return end, version, fmt.Errorf("the stored snapshot already ends at %d", end)
-		}
-		if end > 0 {
-			snap.StartIndex = end + 1
-		}
-		snap.Writer, snap.WriterTerm, snap.Nonce, snap.Group = n.host.cfg.ID, l.term, newNonce(), n.group
-		var err error
-		v, err = n.gs.writeSnapshot(l.ctx, c, version)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, store.ErrPreconditionFailed) || store.IsAmbiguous(err) || attempt > 0 {
-			return 0, "", err
-		}
-		cur, cv, _, rerr := n.gs.snapshotEnd(l.ctx)
-		if rerr != nil {
-			return 0, "", rerr
-		}
-		end, version = cur, cv
+	out, err := n.gs.writeSnapshot(l.ctx, j, snapWriter{id: n.host.cfg.ID, term: l.term, nonce: l.segNonce})
+	n.m.snapshotUpload.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
+	if err == nil {
+		n.setSnapshotIndex(out.end)
 	}
-	n.setSnapshotIndex(snap.EndIndex)
-	n.log.Debug("snapshot written", "start", snap.StartIndex, "end", snap.EndIndex)
-	return snap.EndIndex, v, nil
+	l.report(snapshotResult{end: out.end, version: out.version, stats: out.stats(), err: err})
+	if err != nil {
+		l.sweep = true // it may have left objects behind
+		return
+	}
+	dropped, swept, gcErr := n.gs.collect(l.ctx, out.prev, out.man, l.term, l.sweep || j.base != nil)
+	l.sweep = gcErr != nil
+	if gcErr != nil && l.ctx.Err() == nil {
+		n.log.Warn("snapshot: deleting objects no longer referenced failed; the next snapshot retries", "err", gcErr)
+	}
+	n.log.Debug("snapshot written", "start", j.from, "end", out.end, "base", j.base != nil, "deleted", dropped+swept)
+	l.truncate(j.prevEnd+1, out.end)
+	l.report(truncated{})
 }
 
 // truncate deletes the log entries a snapshot covers. An interrupted

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,7 +101,7 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 	n := &Node{
 		host: h, group: group, opts: opts, rep: rep, m: h.m, ctx: ctx, cancel: cancel,
 		log:     h.log.With("group", group, "node", h.cfg.ID),
-		gs:      &groupStore{st: h.st, group: group, retry: opts.Retry, timeout: opts.StoreTimeout, now: time.Now},
+		gs:      &groupStore{st: h.st, group: group, retry: opts.Retry, timeout: opts.StoreTimeout, now: time.Now, par: 8},
 		joined:  make(chan struct{}),
 		heard:   make(chan struct{}, 1),
 		refused: make(chan struct{}),
@@ -289,7 +290,7 @@ func objectKind(group, key string) string {
 	switch {
 	case key == group+"/"+leaderStateKey:
 		return "leader_state"
-	case key == group+"/"+snapshotKey:
+	case key == group+"/"+snapshotKey, strings.HasPrefix(key, group+"/"+snapDir):
 		return "snapshot"
 	}
 	return "log"
@@ -767,21 +768,30 @@ func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string,
 }
 
 // loadSnapshotAt restores the snapshot ending at end if it is ahead of the
-// replica: snap if the caller read it whole, else read now.
+// replica: snap if the caller read it whole, else read now. A manifest
+// whose objects were collected while they were read (a newer snapshot
+// replaced it) is read again.
 func (n *Node) loadSnapshotAt(ctx context.Context, end uint64, snap *storedSnapshot) error {
-	n.repMu.Lock()
-	applied := n.rep.applied
-	n.repMu.Unlock()
-	if end == 0 || end <= applied {
-		return nil
-	}
-	if snap == nil {
-		var err error
-		if snap, _, err = n.gs.readSnapshot(ctx); err != nil {
+	for {
+		n.repMu.Lock()
+		applied := n.rep.applied
+		n.repMu.Unlock()
+		if end == 0 || end <= applied {
+			return nil
+		}
+		if snap == nil {
+			var err error
+			if snap, _, err = n.gs.readSnapshot(ctx); err != nil {
+				return err
+			}
+		}
+		err := n.loadSnapshot(ctx, snap)
+		if !errors.Is(err, errSnapshotMoved) {
 			return err
 		}
+		n.log.Info("the snapshot changed while it was read; reading it again", "end", snap.EndIndex)
+		snap = nil
 	}
-	return n.loadSnapshot(snap)
 }
 
 // readLog reads the log under rule 8 (groupStore.readLog), counting the
@@ -796,8 +806,10 @@ func (n *Node) readLog(ctx context.Context, from, to uint64, limit int) (logChun
 	return c, nil
 }
 
-// loadSnapshot restores snap if it is ahead of the replica.
-func (n *Node) loadSnapshot(snap *storedSnapshot) error {
+// loadSnapshot restores snap if it is ahead of the replica. A manifest's
+// base is read only if the replica has not reached it; then the entries of
+// its segments after the replica's index are applied.
+func (n *Node) loadSnapshot(ctx context.Context, snap *storedSnapshot) error {
 	if snap == nil {
 		return nil
 	}
@@ -807,7 +819,24 @@ func (n *Node) loadSnapshot(snap *storedSnapshot) error {
 	if snap.EndIndex <= n.rep.applied {
 		return nil
 	}
-	if err := n.rep.restoreStored(snap); err != nil {
+	if snap.man != nil {
+		err := n.gs.loadManifest(ctx, snap, n.rep.applied, func(cs *chunkedStream) error {
+			err := n.rep.restoreFrom(cs.head, cs.machine)
+			if err == nil {
+				if err = cs.finish(); err != nil {
+					err = errors.Join(err, n.rep.reset())
+				}
+			}
+			return err
+		}, func(e *rsmpb.Entry) error {
+			n.rep.apply(e)
+			return nil
+		})
+		n.m.applyIndex.WithLabelValues(n.group).Set(float64(n.rep.applied))
+		if err != nil {
+			return err
+		}
+	} else if err := n.rep.restoreStored(snap); err != nil {
 		return err
 	}
 	n.m.snapshotLoad.WithLabelValues(n.group).Observe(time.Since(start).Seconds())

@@ -20,7 +20,8 @@ import (
 //
 //	leader_state.json   JSON, with a CRC-32C of its fields
 //	log/{index:020d}    framed protobuf Entry
-//	snapshot            framed protobuf Snapshot
+//	snapshot            manifest (snapinc.go); earlier: chunked (snapfile.go) or framed protobuf Snapshot
+//	snap/...            base parts and log segments the manifest references (snapinc.go)
 //
 // A frame is magic "TNR1", one kind byte, the CRC-32C (Castagnoli) of the
 // payload, big-endian, then the payload.

@@ -30,8 +30,9 @@ package rsm
 //	go test -run TestSimulation ./rsm/ -sim.seed=1234 -v     # replay one, with its trace
 
 import (
-	"bytes"
 	"encoding/binary"
+	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -120,6 +121,12 @@ type simCoverage struct {
 	skipped          int // a slot taken by a stale writer
 	expired          int // a command refused as of an expired session
 	unknown          int // commands of unknown outcome
+	segments         int // snapshots written as a segment appended to the manifest
+	rebases          int // a new base written over a manifest with segments
+	dropped          int // objects an old manifest referenced, deleted after a swap
+	swept            int // leftovers (a failed write's, an earlier leader's) deleted
+	snapMoved        int // a reader found a referenced object gone and read the snapshot again
+	lateParts        int // a base part or segment landed after its writer crashed
 	acked            int
 	crashes          int
 }
@@ -132,6 +139,12 @@ func (c *simCoverage) add(o simCoverage) {
 	c.skipped += o.skipped
 	c.expired += o.expired
 	c.unknown += o.unknown
+	c.segments += o.segments
+	c.rebases += o.rebases
+	c.dropped += o.dropped
+	c.swept += o.swept
+	c.snapMoved += o.snapMoved
+	c.lateParts += o.lateParts
 	c.acked += o.acked
 	c.crashes += o.crashes
 }
@@ -286,6 +299,7 @@ type simNode struct {
 
 	specMax   uint64 // highest valid term, kept by the simulation (rule 1)
 	tentative bool   // applies are recorded only once confirmed (a leader's)
+	loading   bool   // a snapshot is being loaded (Node.loadSnapshot holds repMu)
 	buf       []simRec
 
 	heardTerm uint64
@@ -354,17 +368,46 @@ func (n *simNode) apply(e *rsmpb.Entry) (bool, []result) {
 	return valid, res
 }
 
-// loadSnapshot is Node.loadSnapshot: snap restored if it is ahead.
-func (n *simNode) loadSnapshot(snap *storedSnapshot) {
+// loadSnapshot is Node.loadSnapshot: snap restored if it is ahead; a
+// manifest's base only if the replica has not reached it, then its
+// segments' entries after the replica's index, through apply.
+func (n *simNode) loadSnapshot(p *simProc, snap *storedSnapshot) error {
 	if snap == nil || snap.EndIndex <= n.rep.applied {
-		return
+		return nil
 	}
-	if err := n.rep.restoreStored(snap); err != nil {
-		n.s.failf("%s: restore: %v", n.id, err)
-		return
+	if snap.man == nil {
+		if err := n.rep.restoreStored(snap); err != nil {
+			n.s.failf("%s: restore: %v", n.id, err)
+			return nil
+		}
+		n.specMax = snap.MaxTerm
+		n.record(simRec{index: snap.EndIndex, count: n.mach.count})
+		return nil
 	}
-	n.specMax = snap.MaxTerm
-	n.record(simRec{index: snap.EndIndex, count: n.mach.count})
+	// Node.loadSnapshot holds the replica's lock throughout: nothing
+	// else applies while the objects are read.
+	n.loading = true
+	defer func() { n.loading = false }()
+	return n.gs.loadManifest(simCtx(p), snap, n.rep.applied, func(cs *chunkedStream) error {
+		err := n.rep.restoreFrom(cs.head, cs.machine)
+		if err == nil {
+			if err = cs.finish(); err != nil {
+				err = errors.Join(err, n.rep.reset())
+			}
+		}
+		if err != nil {
+			// A part unreadable or gone: the replica is back at 0 and
+			// the caller reads the snapshot again.
+			n.specMax = 0
+			return err
+		}
+		n.specMax = cs.head.MaxTerm
+		n.record(simRec{index: cs.head.EndIndex, count: n.mach.count})
+		return nil
+	}, func(e *rsmpb.Entry) error {
+		n.apply(e)
+		return nil
+	})
 }
 
 func cloneEntry(v any) *rsmpb.Entry {
@@ -379,17 +422,24 @@ func logKeyOf(i uint64) string { return "log/" + strconv.FormatUint(i, 10) }
 // loadSnapshotAt is Node.loadSnapshotAt: the snapshot ending at end
 // restored if it is ahead, snap if it was read whole, else read now.
 func (n *simNode) loadSnapshotAt(p *simProc, end uint64, snap *storedSnapshot) error {
-	if end == 0 || end <= n.rep.applied {
-		return nil
-	}
-	if snap == nil {
-		var err error
-		if snap, _, err = n.gs.readSnapshot(simCtx(p)); err != nil {
+	for {
+		if end == 0 || end <= n.rep.applied {
+			return nil
+		}
+		if snap == nil {
+			var err error
+			if snap, _, err = n.gs.readSnapshot(simCtx(p)); err != nil {
+				return err
+			}
+		}
+		err := n.loadSnapshot(p, snap)
+		if !errors.Is(err, errSnapshotMoved) {
 			return err
 		}
+		n.s.cover.snapMoved++
+		n.s.logf("%s: the snapshot changed while it was read; again", n.id)
+		snap = nil
 	}
-	n.loadSnapshot(snap)
-	return nil
 }
 
 // snapshotEnd is groupStore.snapshotEnd over the simulated store.
@@ -547,6 +597,9 @@ type simLeader struct {
 	meta    map[*pending]*simCall
 	cmdT    bool
 	readT   bool
+	// leaderRun's snapshot fields
+	segNonce string
+	sweep    bool
 }
 
 func (l *simLeader) post(ev func()) {
@@ -569,7 +622,7 @@ func (l *simLeader) depose(why string) {
 
 func (n *simNode) leadTerm(p *simProc, term uint64) {
 	s := n.s
-	l := &simLeader{n: n, term: term, meta: map[*pending]*simCall{},
+	l := &simLeader{n: n, term: term, meta: map[*pending]*simCall{}, segNonce: hex.EncodeToString(s.nonce()), sweep: true,
 		w: newWindow(term, Options{PipelineDepth: s.cfg.depth, BatchMinCount: s.cfg.minBatch, LogCacheSize: 16, SnapshotThreshold: s.cfg.snapEvery, MaxMessageSize: DefaultMaxMessageSize})}
 	l.w.mutation = s.mutate
 	n.lead = l
@@ -640,6 +693,8 @@ func (l *simLeader) takeover(p *simProc) bool {
 		}
 		l.w.next, l.w.confirmed = index+1, index
 		l.w.snapEnd, l.w.snapVersion = snapEnd, snapVersion
+		st := n.gs.manifestStats(snapVersion)
+		l.w.snapBase, l.w.snapSegs, l.w.snapSegN = st.base, st.segs, st.count
 		n.tentative = true
 		n.flush(index)
 		return true
@@ -704,7 +759,7 @@ func (f *simNode) heartbeat(term uint64, from int, es []*rsmpb.Entry) {
 		return
 	}
 	f.heardTerm, f.heardAt, f.hint = term, f.s.now, from
-	if f.lead != nil {
+	if f.lead != nil || f.loading {
 		return
 	}
 	for _, e := range es {
@@ -816,8 +871,8 @@ func (l *simLeader) progress() {
 			l.post(func() { l.roundDone(id, err) })
 		})
 	}
-	if snap, end, version := w.snapshotToWrite(); snap != nil {
-		n.spawn(func(p *simProc) { l.snapshot(p, snap, end, version) })
+	if j := w.snapshotToWrite(); j != nil {
+		n.spawn(func(p *simProc) { l.snapshot(p, j) })
 	}
 }
 
@@ -873,6 +928,10 @@ func (l *simLeader) roundDone(id uint64, err error) {
 		return
 	}
 	if len(rounds) > 0 && l.w.snapshotDue() {
+		if !l.w.wantsBase() {
+			l.w.holdSegment()
+			return
+		}
 		snap, err := l.n.rep.capture()
 		if err != nil {
 			l.n.s.failf("snapshot: %v", err)
@@ -897,60 +956,40 @@ func (l *simLeader) release(wt waiter) {
 	}
 }
 
-// snapshot is leaderRun.snapshot: writeSnapshot, its result, then the
-// truncation of what it covers.
-func (l *simLeader) snapshot(p *simProc, c *captured, end uint64, version string) {
-	end, v, err := l.writeSnapshot(p, c, end, version)
+// snapshot is leaderRun.snapshot: groupStore.writeSnapshot over the
+// simulated store (a base in parts, or segments, then the manifest by
+// compare-and-swap, then the collection of what it no longer references),
+// its result, then the truncation of what it covers.
+func (l *simLeader) snapshot(p *simProc, j *snapJob) {
+	n, s := l.n, l.n.s
+	rebase := j.base != nil && l.w.snapSegs > 0
+	out, err := n.gs.writeSnapshot(simCtx(p), j, snapWriter{id: n.id, term: l.term, nonce: l.segNonce})
+	st := out.stats()
 	l.post(func() {
 		// On error too: a newer snapshot found is not written over again.
-		l.w.snapshotWritten(end, v)
+		l.w.snapshotWritten(out.end, out.version, st)
 		if err != nil {
 			l.w.snapBusy = false
 		}
 	})
 	if err != nil {
+		l.sweep = true
+		s.logf("%s term %d: snapshot to %d not written: %v", n.id, l.term, j.end, err)
 		return
 	}
-	l.truncate(p, c.head.EndIndex)
-	l.post(func() { l.w.snapBusy = false })
-}
-
-// writeSnapshot is leaderRun.writeSnapshot and groupStore.writeSnapshot:
-// compare-and-swap on the version last read or written, the object in the
-// chunked format; on a lost race the stored snapshot's end is listed
-// again (snapshotEnd), once.
-func (l *simLeader) writeSnapshot(p *simProc, c *captured, end uint64, version string) (uint64, string, error) {
-	n, s, snap := l.n, l.n.s, c.head
-	for attempt := 0; ; attempt++ {
-		if end >= snap.EndIndex {
-			return end, version, fmt.Errorf("the stored snapshot already ends at %d", end)
-		}
-		if end > 0 {
-			snap.StartIndex = end + 1
-		}
-		snap.Writer, snap.WriterTerm, snap.Nonce = n.id, l.term, s.nonce()
-		var buf bytes.Buffer
-		if err := encodeCaptured(&buf, c); err != nil {
-			s.failf("%s: snapshot encoding: %v", n.id, err)
-			return 0, "", err
-		}
-		prev, _ := strconv.Atoi(version)
-		ver, err := p.put(n, "snap", simSnap{end: snap.EndIndex, data: buf.Bytes()}, prev)
-		if err == nil {
-			v := strconv.Itoa(ver)
-			n.gs.remember(v, snap.EndIndex)
-			s.logf("%s term %d wrote snapshot to %d", n.id, l.term, snap.EndIndex)
-			return snap.EndIndex, v, nil
-		}
-		if err != errSimExists || attempt > 0 {
-			return 0, "", err
-		}
-		cur, cv, _, rerr := n.snapshotEnd(p)
-		if rerr != nil {
-			return 0, "", rerr
-		}
-		end, version = cur, cv
+	switch {
+	case j.base == nil:
+		s.cover.segments++
+	case rebase:
+		s.cover.rebases++
 	}
+	dropped, swept, gcErr := n.gs.collect(simCtx(p), out.prev, out.man, l.term, l.sweep || j.base != nil)
+	l.sweep = gcErr != nil
+	s.cover.dropped += dropped
+	s.cover.swept += swept
+	s.logf("%s term %d wrote snapshot to %d (base %v; deleted %d, swept %d)", n.id, l.term, out.end, j.base != nil, dropped, swept)
+	l.truncate(p, out.end)
+	l.post(func() { l.w.snapBusy = false })
 }
 
 func (l *simLeader) truncate(p *simProc, to uint64) {
@@ -1524,12 +1563,18 @@ func TestSimulation(t *testing.T) {
 	// seeds, or the simulation no longer reaches them.
 	if n >= 100 {
 		for name, c := range map[string]int{
-			"a candidate meeting a higher term before its seal": cover.sealMetHigher,
-			"a late create on a truncated slot":                 cover.lateCreates,
-			"a catch-up superseded by a snapshot (rule 8)":      cover.catchUpSupersede,
-			"a takeover taken again after a snapshot passed it": cover.takeoverRetries,
-			"a slot taken by a stale writer":                    cover.skipped,
-			"a command of an expired session":                   cover.expired,
+			"a candidate meeting a higher term before its seal":  cover.sealMetHigher,
+			"a late create on a truncated slot":                  cover.lateCreates,
+			"a catch-up superseded by a snapshot (rule 8)":       cover.catchUpSupersede,
+			"a takeover taken again after a snapshot passed it":  cover.takeoverRetries,
+			"a slot taken by a stale writer":                     cover.skipped,
+			"a command of an expired session":                    cover.expired,
+			"a snapshot written as a segment":                    cover.segments,
+			"a new base over a manifest with segments":           cover.rebases,
+			"an old manifest's objects collected":                cover.dropped,
+			"leftovers swept":                                    cover.swept,
+			"a reader racing the collection, starting over":      cover.snapMoved,
+			"a snapshot object landing after its writer crashed": cover.lateParts,
 		} {
 			if c == 0 {
 				t.Errorf("no seed reached %s", name)
@@ -1569,12 +1614,18 @@ func TestSimulationFamilies(t *testing.T) {
 		seed    uint64
 		reached func(simCoverage) int
 	}{
-		{"a candidate meeting a higher term before its seal", 55, func(c simCoverage) int { return c.sealMetHigher }},
-		{"a stale create on a truncated slot", 55, func(c simCoverage) int { return c.lateCreates }},
-		{"a takeover taken again after a snapshot passed what it read", 55, func(c simCoverage) int { return c.takeoverRetries }},
-		{"catch-up under truncation (rule 8)", 8, func(c simCoverage) int { return c.catchUpSupersede }},
-		{"a slot taken by a stale writer", 8, func(c simCoverage) int { return c.skipped }},
-		{"a command of an evicted session", 8, func(c simCoverage) int { return c.expired }},
+		{"a candidate meeting a higher term before its seal", 60, func(c simCoverage) int { return c.sealMetHigher }},
+		{"a stale create on a truncated slot", 60, func(c simCoverage) int { return c.lateCreates }},
+		{"a takeover taken again after a snapshot passed what it read", 21, func(c simCoverage) int { return c.takeoverRetries }},
+		{"catch-up under truncation (rule 8)", 42, func(c simCoverage) int { return c.catchUpSupersede }},
+		{"a slot taken by a stale writer", 42, func(c simCoverage) int { return c.skipped }},
+		{"a command of an evicted session", 42, func(c simCoverage) int { return c.expired }},
+		{"a snapshot written as a segment", 42, func(c simCoverage) int { return c.segments }},
+		{"a new base over a manifest with segments", 42, func(c simCoverage) int { return c.rebases }},
+		{"an old manifest's objects collected", 42, func(c simCoverage) int { return c.dropped }},
+		{"leftovers swept", 60, func(c simCoverage) int { return c.swept }},
+		{"a reader racing the collection, starting over", 42, func(c simCoverage) int { return c.snapMoved }},
+		{"a snapshot object landing after its writer crashed", 21, func(c simCoverage) int { return c.lateParts }},
 	} {
 		s := runSim(tc.seed, false)
 		if s.fail != "" {

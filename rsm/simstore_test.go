@@ -1,6 +1,7 @@
 package rsm
 
 import (
+	"bytes"
 	"container/heap"
 	"context"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 	"github.com/tenure-io/tenure/store"
@@ -209,8 +211,11 @@ func (p *simProc) put(n *simNode, key string, v any, prev int) (int, error) {
 		if (prev == 0 && ok) || (prev != 0 && (!ok || o.ver != prev)) {
 			return nil, 0, errSimExists
 		}
-		if prev == 0 && st.deleted[key] {
+		if prev == 0 && st.deleted[key] && strings.HasPrefix(key, "log/") {
 			p.s.cover.lateCreates++
+		}
+		if strings.HasPrefix(key, "obj:") && p.killed {
+			p.s.cover.lateParts++ // its writer crashed: a leftover for a sweep
 		}
 		st.ver++
 		st.objs[key] = simObject{v: v, ver: st.ver}
@@ -268,13 +273,9 @@ const simGroup = "g"
 
 func (d simDriver) Get(ctx context.Context, key string) ([]byte, string, error) {
 	p := ctx.Value(simProcKey{}).(*simProc)
-	simKey := ""
-	if i, ok := parseLogKey(simGroup, key); ok {
-		simKey = logKeyOf(i)
-	} else if key == simGroup+"/"+snapshotKey {
-		simKey = "snap"
-	} else {
-		return nil, "", fmt.Errorf("sim store: no object %q", key)
+	simKey, err := simKeyOf(key)
+	if err != nil {
+		return nil, "", err
 	}
 	v, ver, err := p.get(d.n, simKey)
 	if err != nil {
@@ -289,6 +290,8 @@ func (d simDriver) Get(ctx context.Context, key string) ([]byte, string, error) 
 		b, err = encodeEntry(o)
 	case simSnap:
 		b = o.data
+	case []byte:
+		b = o
 	}
 	if err != nil {
 		return nil, "", err
@@ -296,11 +299,9 @@ func (d simDriver) Get(ctx context.Context, key string) ([]byte, string, error) 
 	return b, strconv.Itoa(ver), nil
 }
 
-// simSnap is a snapshot object as the store holds it: the bytes the
-// leader serialized (chunked format), with its end index for the
-// simulation's own bookkeeping.
+// simSnap is the snapshot object as the store holds it: the manifest's
+// bytes (groupStore.writeManifest).
 type simSnap struct {
-	end  uint64
 	data []byte
 }
 
@@ -308,22 +309,93 @@ func (d simDriver) GetLimited(ctx context.Context, key string, _ int64) ([]byte,
 	return d.Get(ctx, key)
 }
 
-func (simDriver) Put(context.Context, string, []byte, driver.Cond) (string, error) {
-	return "", errors.New("sim store: writes go through the simulation")
+// simKeyOf maps a store key to the simulated store's.
+func simKeyOf(key string) (string, error) {
+	if i, ok := parseLogKey(simGroup, key); ok {
+		return logKeyOf(i), nil
+	}
+	if key == simGroup+"/"+snapshotKey {
+		return "snap", nil
+	}
+	if strings.HasPrefix(key, simGroup+"/"+snapDir) {
+		return "obj:" + key, nil
+	}
+	return "", fmt.Errorf("sim store: no object %q", key)
 }
 
-func (simDriver) Delete(context.Context, string, driver.Cond) error {
-	return errors.New("sim store: deletes go through the simulation")
+// Put writes the snapshot objects (groupStore.writeSnapshot) through the
+// simulated store: its delays, its late landings and its lost answers.
+// The log and leader_state.json are written by the simulation.
+func (d simDriver) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
+	p := ctx.Value(simProcKey{}).(*simProc)
+	prev := 0
+	if cond.Kind == driver.IfMatch {
+		prev, _ = strconv.Atoi(cond.Version)
+	}
+	var v any
+	switch {
+	case key == simGroup+"/"+snapshotKey:
+		v = simSnap{data: bytes.Clone(data)}
+	case strings.HasPrefix(key, simGroup+"/"+snapDir):
+		v = bytes.Clone(data)
+	default:
+		return "", fmt.Errorf("sim store: writes of %q go through the simulation", key)
+	}
+	sk, _ := simKeyOf(key)
+	ver, err := p.put(d.n, sk, v, prev)
+	if err != nil {
+		return "", err
+	}
+	return strconv.Itoa(ver), nil
+}
+
+// Delete removes a snapshot object (groupStore.collect) through the
+// simulated store; truncation is the simulation's.
+func (d simDriver) Delete(ctx context.Context, key string, _ driver.Cond) error {
+	if !strings.HasPrefix(key, simGroup+"/"+snapDir) {
+		return fmt.Errorf("sim store: deletes of %q go through the simulation", key)
+	}
+	p := ctx.Value(simProcKey{}).(*simProc)
+	_, _, err := p.storeOp(d.n, true, func() (any, int, error) {
+		if o, ok := p.s.st.objs["snap"]; ok {
+			if m, err := decodeManifest(o.v.(simSnap).data); err == nil && m.objects()[key] {
+				p.s.failf("collection deleted %s, which the stored manifest (ending at %d) references", key, m.End)
+			}
+		}
+		if _, ok := p.s.st.objs["obj:"+key]; ok {
+			delete(p.s.st.objs, "obj:"+key)
+			p.s.st.deleted["obj:"+key] = true
+		}
+		return nil, 0, nil
+	})
+	return err
 }
 
 // List answers the listing of the snapshot's key (groupStore.snapshotEnd)
-// through the simulated store; the log is listed by the simulation.
+// and of the snapshot objects (groupStore.collect) through the simulated
+// store; the log is listed by the simulation.
 func (d simDriver) List(ctx context.Context, prefix, after string, limit int) ([]driver.Item, error) {
 	key := simGroup + "/" + snapshotKey
+	p := ctx.Value(simProcKey{}).(*simProc)
+	if prefix == simGroup+"/"+snapDir {
+		v, _, err := p.storeOp(d.n, false, func() (any, int, error) {
+			var out []driver.Item
+			for k, o := range p.s.st.objs {
+				if name, ok := strings.CutPrefix(k, "obj:"); ok && name > after {
+					out = append(out, driver.Item{Key: name, Version: strconv.Itoa(o.ver)})
+				}
+			}
+			slices.SortFunc(out, func(a, b driver.Item) int { return strings.Compare(a.Key, b.Key) })
+			return out[:min(len(out), limit)], 0, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return v.([]driver.Item), nil
+	}
 	if prefix != key || after != "" || limit < 1 {
 		return nil, fmt.Errorf("sim store: no listing of %q after %q", prefix, after)
 	}
-	p := ctx.Value(simProcKey{}).(*simProc)
 	v, ver, err := p.get(d.n, "snap")
 	if err != nil || v == nil {
 		return nil, err
@@ -332,8 +404,11 @@ func (d simDriver) List(ctx context.Context, prefix, after string, limit int) ([
 }
 
 func (simDriver) ErrorKind(err error) driver.Kind {
-	if errors.Is(err, errSimNotFound) {
+	switch {
+	case errors.Is(err, errSimNotFound):
 		return driver.NotFound
+	case errors.Is(err, errSimExists):
+		return driver.PreconditionFailed
 	}
 	return driver.Permanent
 }
@@ -344,7 +419,9 @@ var _ driver.Store = simDriver{}
 
 // groupStore is the real reader over the simulated store, for node n.
 func (n *simNode) groupStore() *groupStore {
-	return &groupStore{st: store.New(simDriver{n: n}), group: simGroup, retry: RetryOptions{MaxAttempts: 1}}
+	// Bases of a few parts each: the simulated states are small.
+	return &groupStore{st: store.New(simDriver{n: n}), group: simGroup, retry: RetryOptions{MaxAttempts: 1},
+		partMax: 64, nonces: n.s.nonce}
 }
 
 func simCtx(p *simProc) context.Context {

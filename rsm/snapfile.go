@@ -50,10 +50,14 @@ func (b bytesView) WriteTo(w io.Writer) (int64, error) {
 }
 
 // storedSnapshot is a decoded snapshot object: its metadata and, for each
-// of its machines, the chunks of its bytes (slices of the object read).
+// of its machines, the chunks of its bytes (slices of the object read); or
+// for a manifest, its end index and writer, the state to be read from the
+// objects it references (groupStore.loadManifest).
 type storedSnapshot struct {
 	*rsmpb.Snapshot
-	parts [][][]byte // one per Machines, in order
+	parts   [][][]byte // one per Machines, in order
+	man     *manifest  // the incremental format: the state is in the objects it references
+	version string     // the snapshot key's version it was read at
 }
 
 // machineReader reads machine i's bytes.

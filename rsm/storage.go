@@ -21,10 +21,15 @@ type groupStore struct {
 	timeout time.Duration // per store call; 0 means none
 	now     func() time.Time
 
+	partMax int           // bytes per base part; 0: basePartMax
+	par     int           // objects read or deleted at once; 0: one at a time, in the caller's goroutine
+	nonces  func() []byte // the snapshot writes' nonces; nil: newNonce (the simulator's are seeded)
+
 	mu          sync.Mutex
-	snapVersion string // the snapshot version last read or written
-	snapEnd     uint64 // its end index
-	snapSize    int    // the size of the last snapshot written
+	snapVersion string    // the snapshot version last read or written
+	snapEnd     uint64    // its end index
+	snapMan     *manifest // its manifest; nil for the earlier formats
+	snapTerm    uint64    // its writer's term
 }
 
 func (g *groupStore) resolve(owns func([]byte) bool) store.ResolveOptions {
@@ -236,12 +241,27 @@ func (g *groupStore) snapshotEnd(ctx context.Context) (end uint64, version strin
 	return snap.EndIndex, version, snap, nil
 }
 
-// remember records the snapshot version last read or written, with its
-// end index, for snapshotEnd.
-func (g *groupStore) remember(version string, end uint64) {
+// rememberSnap records the snapshot version last read or written, with
+// its end index (for snapshotEnd), its manifest if it is one and its
+// writer's term (for the next snapshot written over it).
+func (g *groupStore) rememberSnap(version string, end uint64, m *manifest, term uint64) {
 	g.mu.Lock()
-	g.snapVersion, g.snapEnd = version, end
+	g.snapVersion, g.snapEnd, g.snapMan, g.snapTerm = version, end, m, term
 	g.mu.Unlock()
+}
+
+func (g *groupStore) nonce() []byte {
+	if g.nonces != nil {
+		return g.nonces()
+	}
+	return newNonce()
+}
+
+// heldSnapshot returns what rememberSnap recorded.
+func (g *groupStore) heldSnapshot() (version string, m *manifest, term uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.snapVersion, g.snapMan, g.snapTerm
 }
 
 // readSnapshot returns the snapshot; nil and "" if there is none.
@@ -259,40 +279,25 @@ func (g *groupStore) readSnapshot(ctx context.Context) (*storedSnapshot, string,
 	if err != nil {
 		return nil, "", err
 	}
-	s, err := decodeStoredSnapshot(data)
+	var s *storedSnapshot
+	var m *manifest
+	if len(data) > len(frameMagic) && data[len(frameMagic)] == kindManifest {
+		if m, err = decodeManifest(data); err == nil {
+			s = &storedSnapshot{Snapshot: &rsmpb.Snapshot{EndIndex: m.End, Group: m.Group, Nonce: m.Nonce,
+				Writer: m.Writer, WriterTerm: m.WriterTerm}, man: m}
+		}
+	} else {
+		s, err = decodeStoredSnapshot(data)
+	}
 	if err == nil && s.Group != "" && s.Group != g.group {
 		err = fmt.Errorf("it belongs to group %q", s.Group)
 	}
 	if err != nil {
 		return nil, "", &CorruptError{Key: g.key(snapshotKey), Err: err}
 	}
-	g.remember(version, s.EndIndex)
+	s.version = version
+	g.rememberSnap(version, s.EndIndex, m, s.WriterTerm)
 	return s, version, nil
-}
-
-// writeSnapshot replaces the snapshot at version prev ("" for none) with
-// c, serialized in the chunked format into one buffer (the store takes a
-// value whole), sized from the last snapshot written.
-func (g *groupStore) writeSnapshot(ctx context.Context, c *captured, prev string) (string, error) {
-	var buf bytes.Buffer
-	g.mu.Lock()
-	buf.Grow(g.snapSize + g.snapSize/8)
-	g.mu.Unlock()
-	if err := encodeCaptured(&buf, c); err != nil {
-		return "", err
-	}
-	cond := store.IfAbsent()
-	if prev != "" {
-		cond = store.IfMatch(prev)
-	}
-	v, err := store.PutResolved(ctx, g.st, g.key(snapshotKey), buf.Bytes(), cond, g.resolve(nil))
-	if err == nil {
-		g.remember(v, c.head.EndIndex)
-		g.mu.Lock()
-		g.snapSize = buf.Len()
-		g.mu.Unlock()
-	}
-	return v, err
 }
 
 // listLog returns the indexes present in the log after index `after`, in

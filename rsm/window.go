@@ -47,8 +47,11 @@ type window struct {
 
 	snapEnd     uint64 // end index of the newest snapshot known
 	snapVersion string
-	snapBusy    bool      // a snapshot is captured, being written or truncating
-	snapHeld    *captured // captured, waiting until every index it covers is confirmed
+	snapBase    uint64   // bytes of its base; 0 if it is not a manifest (or none): the next snapshot writes a base
+	snapSegs    uint64   // bytes of its segments
+	snapSegN    int      // and how many there are
+	snapBusy    bool     // a snapshot is captured, being written or truncating
+	snapHeld    *snapJob // waiting until every index it covers is confirmed
 
 	followers map[string]*follower
 
@@ -326,34 +329,84 @@ func (w *window) idleTick() {
 	w.issued = 0
 }
 
-// snapshotDue says a snapshot should be captured now: SnapshotThreshold
+// snapshotDue says a snapshot should be taken now: SnapshotThreshold
 // entries were confirmed since the last one and none is under way.
 func (w *window) snapshotDue() bool {
 	return !w.snapBusy && w.confirmed >= w.snapEnd+w.snapEvery
 }
 
-// hold keeps a captured snapshot until every index it covers is
-// confirmed (rule 7): a deposed leader's unconfirmed entries never reach a
+// wantsBase says the next snapshot writes a new base rather than a
+// segment: the stored snapshot is not a manifest, or its segments have
+// grown to baseFactor times its base (docs/rsm.md, "What it costs") or
+// to maxSegments.
+func (w *window) wantsBase() bool {
+	return w.snapBase == 0 || w.snapSegs >= baseFactor*w.snapBase || w.snapSegN >= maxSegments
+}
+
+// snapJob is a snapshot to write: a new base, or a segment of the
+// entries from..end appended to the stored manifest.
+type snapJob struct {
+	base      *captured      // the state captured at base.head.EndIndex; nil for a segment
+	from, end uint64         // what it adds to the stored snapshot
+	entries   []*rsmpb.Entry // a segment's entries the cache held: consecutive, up to end
+	// The stored snapshot it replaces by compare-and-swap.
+	prevEnd     uint64
+	prevVersion string
+}
+
+// hold keeps a captured base until every index it covers is confirmed
+// (rule 7): a deposed leader's unconfirmed entries never reach a
 // snapshot.
 func (w *window) hold(s *captured) {
-	w.snapBusy, w.snapHeld = true, s
+	w.snapBusy, w.snapHeld = true, &snapJob{base: s, from: w.snapEnd + 1, end: s.head.EndIndex}
+}
+
+// holdSegment takes confirmed entries since the stored snapshot as a
+// segment: a multiple of SnapshotThreshold of them (so that a manifest's
+// segments are alike and it stays small), with those the cache holds
+// (the rest are read from the store).
+func (w *window) holdSegment() {
+	n := (w.confirmed - w.snapEnd) / w.snapEvery * w.snapEvery
+	j := &snapJob{from: w.snapEnd + 1, end: w.snapEnd + n}
+	first := max(j.from, w.cacheLow)
+	for i := first; i <= j.end; i++ {
+		e := w.cache[i]
+		if e == nil {
+			j.entries = nil // not consecutive up to end: read them all
+			break
+		}
+		j.entries = append(j.entries, e)
+	}
+	w.snapBusy, w.snapHeld = true, j
 }
 
 // snapshotToWrite returns the held snapshot once it may be written, with
 // the end and version of the stored one it replaces by compare-and-swap.
-func (w *window) snapshotToWrite() (s *captured, end uint64, version string) {
-	if w.snapHeld == nil || w.confirmed < w.snapHeld.head.EndIndex {
-		return nil, 0, ""
+func (w *window) snapshotToWrite() *snapJob {
+	if w.snapHeld == nil || w.confirmed < w.snapHeld.end {
+		return nil
 	}
-	s, w.snapHeld = w.snapHeld, nil
-	return s, w.snapEnd, w.snapVersion
+	j := w.snapHeld
+	w.snapHeld = nil
+	j.prevEnd, j.prevVersion = w.snapEnd, w.snapVersion
+	return j
 }
 
-// snapshotWritten records a snapshot written (or found) at end.
-func (w *window) snapshotWritten(end uint64, version string) {
+// snapshotWritten records a snapshot written (or found) at end, with its
+// base's and segments' bytes and its number of segments (0 if it is not a
+// manifest).
+func (w *window) snapshotWritten(end uint64, version string, st snapStats) {
 	if end > w.snapEnd {
 		w.snapEnd, w.snapVersion = end, version
+		w.snapBase, w.snapSegs, w.snapSegN = st.base, st.segs, st.count
 	}
+}
+
+// snapStats is the size of a stored manifest: its base's bytes, its
+// segments' bytes and their number.
+type snapStats struct {
+	base, segs uint64
+	count      int
 }
 
 // register adds or replaces a follower; it reports whether it is new.

@@ -188,19 +188,57 @@ func TestWindowSnapshotWaitsForConfirmation(t *testing.T) {
 	if w.snapshotDue() {
 		t.Fatal("due again while one is under way")
 	}
-	if s, _, _ := w.snapshotToWrite(); s != nil {
+	if j := w.snapshotToWrite(); j != nil {
 		t.Fatal("a snapshot ending at 13 written with 11 confirmed")
 	}
 	w.confirmed = 13
 	w.snapVersion = "v1"
-	s, end, version := w.snapshotToWrite()
-	if s == nil || end != 1 || version != "v1" {
-		t.Fatalf("snapshot %v over end %d version %q", s != nil, end, version)
+	j := w.snapshotToWrite()
+	if j == nil || j.base == nil || j.prevEnd != 1 || j.prevVersion != "v1" {
+		t.Fatalf("snapshot %+v", j)
 	}
-	w.snapshotWritten(13, "v2")
-	w.snapshotWritten(12, "v0") // never backwards
-	if w.snapEnd != 13 || w.snapVersion != "v2" {
-		t.Fatalf("snapshot end %d version %q", w.snapEnd, w.snapVersion)
+	w.snapshotWritten(13, "v2", snapStats{base: 100, segs: 0})
+	w.snapshotWritten(12, "v0", snapStats{base: 0, segs: 0}) // never backwards
+	if w.snapEnd != 13 || w.snapVersion != "v2" || w.snapBase != 100 {
+		t.Fatalf("snapshot end %d version %q base %d", w.snapEnd, w.snapVersion, w.snapBase)
+	}
+}
+
+// TestWindowSegmentPolicy: with a manifest stored, a due snapshot is a
+// segment of exactly the confirmed entries after the stored end (never an
+// unconfirmed one, rule 7), until the segments reach baseFactor times the
+// base; then a base.
+func TestWindowSegmentPolicy(t *testing.T) {
+	w := testWindow(1, 1)
+	w.snapEvery, w.cacheSize = 10, 100
+	if !w.wantsBase() {
+		t.Fatal("no manifest stored, yet a segment is wanted")
+	}
+	w.snapshotWritten(20, "v1", snapStats{base: 1000, segs: 0})
+	for i := uint64(1); i <= 40; i++ {
+		w.cacheEntry(&rsmpb.Entry{Index: i, Term: 1})
+	}
+	w.next, w.confirmed = 41, 33 // 34..40 written, not confirmed
+	if !w.snapshotDue() || w.wantsBase() {
+		t.Fatalf("due %v, base %v", w.snapshotDue(), w.wantsBase())
+	}
+	w.holdSegment()
+	j := w.snapshotToWrite()
+	// A multiple of the threshold, so that segments are alike.
+	if j == nil || j.base != nil || j.from != 21 || j.end != 30 || len(j.entries) != 10 || j.entries[9].Index != 30 {
+		t.Fatalf("segment job %+v", j)
+	}
+	w.snapshotWritten(33, "v2", snapStats{base: 1000, segs: baseFactor*1000 - 1})
+	if w.wantsBase() {
+		t.Fatal("a base wanted below the factor")
+	}
+	w.snapshotWritten(34, "v3", snapStats{base: 1000, segs: baseFactor * 1000})
+	if !w.wantsBase() {
+		t.Fatalf("segments at %d times the base, no base wanted", baseFactor)
+	}
+	w.snapshotWritten(35, "v4", snapStats{base: 1000, segs: 1, count: maxSegments})
+	if !w.wantsBase() {
+		t.Fatalf("%d segments, no base wanted", maxSegments)
 	}
 }
 

@@ -232,6 +232,11 @@ func (t *kvTracker) put(key string, n int, start, end time.Time) {
 		t.snapshots = append(t.snapshots, kvSnapEvent{Start: start.UnixNano(), End: end.UnixNano(), Bytes: int64(n)})
 		return
 	}
+	if strings.Contains(key, "/snap/") { // a snapshot's base part or log segment
+		t.st.SnapshotPuts++
+		t.st.SnapshotBytes += int64(n)
+		return
+	}
 	t.st.OtherPuts++
 	t.st.OtherBytes += int64(n)
 }

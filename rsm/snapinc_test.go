@@ -1,0 +1,590 @@
+package rsm
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/driver"
+	"github.com/tenure-io/tenure/store/memstore"
+)
+
+func testManifest() *manifest {
+	return &manifest{Group: "g", Nonce: []byte{1, 2}, Writer: "a", WriterTerm: 3, End: 130,
+		Base:     baseRef{Index: 100, Term: 2, Nonce: "0a0b", Parts: 3, Bytes: 1 << 20},
+		SegBytes: 999,
+		Runs: []segRun{{Term: 2, Nonce: "01", Lasts: []uint64{110, 120}},
+			{Term: 3, Nonce: "02", Lasts: []uint64{130}}}}
+}
+
+func TestManifestRoundTrip(t *testing.T) {
+	m := testManifest()
+	got, err := decodeManifest(encodeManifest(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(encodeManifest(got), encodeManifest(m)) || got.End != 130 || len(got.Runs) != 2 {
+		t.Fatalf("round trip: %+v", got)
+	}
+	// Segments of equal length take a few bytes, however many.
+	big := testManifest()
+	big.Runs = []segRun{{Term: 2, Nonce: "01"}}
+	for i := uint64(1); i <= 10000; i++ {
+		big.Runs[0].Lasts = append(big.Runs[0].Lasts, 100+i*100)
+	}
+	big.End = 100 + 10000*100
+	if b := encodeManifest(big); len(b) > 100 {
+		t.Fatalf("a manifest of 10000 equal segments takes %d bytes", len(b))
+	} else if got, err := decodeManifest(b); err != nil || len(got.segments()) != 10000 {
+		t.Fatalf("%v", err)
+	}
+	segs := got.segments()
+	if len(segs) != 3 || segs[0].first != 101 || segs[1].first != 111 || segs[2].first != 121 || segs[2].last != 130 {
+		t.Fatalf("segments %+v", segs)
+	}
+	for _, k := range append(got.baseKeys(), segs[0].key, segs[2].key) {
+		if term, ok := snapObjectTerm("g", k); !ok || (term != 2 && term != 3) {
+			t.Fatalf("%s: term %d %v", k, term, ok)
+		}
+	}
+	if _, ok := snapObjectTerm("g", "g/snap/x"); ok {
+		t.Fatal("a name this package does not write has a term")
+	}
+}
+
+func TestManifestRejects(t *testing.T) {
+	for name, mut := range map[string]func(m *manifest){
+		"no nonce":            func(m *manifest) { m.Nonce = nil },
+		"no base":             func(m *manifest) { m.Base.Index = 0 },
+		"no parts":            func(m *manifest) { m.Base.Parts = 0 },
+		"end before the base": func(m *manifest) { m.End = 99; m.Runs = nil },
+		"segments short":      func(m *manifest) { m.End = 140 },
+		"segments past end":   func(m *manifest) { m.Runs[1].Lasts = []uint64{140} },
+		"empty run":           func(m *manifest) { m.Runs[1].Lasts = nil; m.End = 120 },
+		"bad nonce in a name": func(m *manifest) { m.Base.Nonce = "../x" },
+		"bad run nonce":       func(m *manifest) { m.Runs[0].Nonce = "XY" },
+		"segments backwards":  func(m *manifest) { m.Runs[0].Lasts = []uint64{120, 110}; m.End = 110; m.Runs = m.Runs[:1] },
+		"too many segments": func(m *manifest) {
+			m.Runs = []segRun{{Term: 2, Nonce: "01"}}
+			for i := uint64(1); i <= maxManifestSegments+1; i++ {
+				m.Runs[0].Lasts = append(m.Runs[0].Lasts, 100+i)
+			}
+			m.End = 100 + maxManifestSegments + 1
+		},
+	} {
+		m := testManifest()
+		mut(m)
+		if _, err := decodeManifest(encodeManifest(m)); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+	b := encodeManifest(testManifest())
+	if _, err := decodeManifest(append(bytes.Clone(b[:len(b)-1]), b[len(b)-1]^1)); err == nil {
+		t.Error("a damaged manifest decoded")
+	}
+}
+
+func testEntries(group string, first, last uint64) []*rsmpb.Entry {
+	var out []*rsmpb.Entry
+	for i := first; i <= last; i++ {
+		out = append(out, &rsmpb.Entry{Index: i, Term: 2, Writer: "a", Nonce: []byte{byte(i), 1}, Group: group,
+			Commands: []*rsmpb.Command{{Machine: "c", Data: []byte("x"), Client: "cl", Seq: i}}})
+	}
+	return out
+}
+
+func TestSegmentRoundTrip(t *testing.T) {
+	es := testEntries("g", 11, 15)
+	b, err := encodeSegment(es)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeSegment(b, "g", 11, 15)
+	if err != nil || len(got) != 5 || got[4].Index != 15 {
+		t.Fatalf("%v %v", got, err)
+	}
+	for name, c := range map[string]struct {
+		b           []byte
+		group       string
+		first, last uint64
+	}{
+		"short range":   {b, "g", 11, 14},
+		"long range":    {b, "g", 11, 16},
+		"shifted":       {b, "g", 12, 16},
+		"other group":   {b, "h", 11, 15},
+		"truncated":     {b[:len(b)-3], "g", 11, 15},
+		"damaged entry": {append(bytes.Clone(b[:len(b)-1]), b[len(b)-1]^1), "g", 11, 15},
+	} {
+		if _, err := decodeSegment(c.b, c.group, c.first, c.last); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+}
+
+// stopNode ends n's goroutines (its leadership).
+func stopNode(n *testNode) {
+	n.Node.cancel()
+	n.wg.Wait()
+}
+
+// readManifestT reads the group's snapshot, which must be a manifest.
+func readManifestT(t *testing.T, gs *groupStore) (*storedSnapshot, *manifest) {
+	t.Helper()
+	s, _, err := gs.readSnapshot(t.Context())
+	if err != nil || s == nil || s.man == nil {
+		t.Fatalf("snapshot %+v: %v", s, err)
+	}
+	return s, s.man
+}
+
+// groupWithSegment leaves in mem a group whose snapshot is a manifest of a
+// base and at least one segment, with entries after it. It returns the
+// manifest and the writer's term and count of commands applied.
+func groupWithSegment(t *testing.T, mem driver.Store) (*manifest, uint64, uint64) {
+	t.Helper()
+	opts := testOptions()
+	opts.SnapshotThreshold = 4
+	a := newTestNode(t, mem, "a", opts)
+	a.leadInBackground(t)
+	for i := uint64(1); i <= 9; i++ {
+		mustCommand(t, a, i)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Status().SnapshotIndex == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	term := a.Status().Term
+	stopNode(a)
+	// Entries after the snapshot, written as leader a would, then a
+	// segment of them, as its next snapshot would be.
+	_, m := readManifestT(t, a.gs)
+	idx, err := a.gs.listLog(t.Context(), m.End, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := m.End + 1
+	if len(idx) > 0 {
+		next = idx[len(idx)-1] + 1
+	}
+	for i := next; i < next+3; i++ {
+		e := &rsmpb.Entry{Index: i, Term: term, Writer: "a", Nonce: newNonce(), Noop: true, Commit: i - 1, Group: testGroup}
+		if found, err := a.gs.createEntry(t.Context(), e); err != nil || found != nil {
+			t.Fatalf("entry %d: %v %v", i, found, err)
+		}
+	}
+	v, _, _ := a.gs.heldSnapshot()
+	j := &snapJob{from: m.End + 1, end: next + 2, prevEnd: m.End, prevVersion: v}
+	out, err := a.gs.writeSnapshot(t.Context(), j, snapWriter{id: "a", term: term, nonce: "5e9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.man.segments()) == 0 || out.man.End != next+2 {
+		t.Fatalf("manifest %+v", out.man)
+	}
+	// A segment adds to the manifest: its collection deletes nothing.
+	dropped, _, err := a.gs.collect(t.Context(), out.prev, out.man, term, false)
+	if err != nil || dropped != 0 {
+		t.Fatalf("collection after a segment deleted %d: %v", dropped, err)
+	}
+	for k := range out.man.objects() {
+		if absent(t, mem, k) {
+			t.Fatalf("%s, referenced by the manifest, is gone", k)
+		}
+	}
+	return out.man, term, 9
+}
+
+// TestDeletedSnapshotObjectIsRefused: a base part or a segment that the
+// stored manifest references, deleted while the manifest is unchanged, is
+// refused under rule 12: the object is named, nothing is served, and it
+// is never taken as an empty state or a shorter log.
+func TestDeletedSnapshotObjectIsRefused(t *testing.T) {
+	for _, which := range []string{"base part", "segment"} {
+		t.Run(which, func(t *testing.T) {
+			mem := memstore.New()
+			m, _, _ := groupWithSegment(t, mem)
+			key := m.baseKeys()[0]
+			if which == "segment" {
+				segs := m.segments()
+				key = segs[len(segs)-1].key
+			}
+			deleteT(t, mem, key)
+			b := newTestNode(t, mem, "b", testOptions())
+			b.attempt(t)
+			assertRefused(t, b, key, "snapshot")
+		})
+	}
+}
+
+// TestLoadFromBaseAndSegments: a fresh node reaches the state the writer
+// had from the base and the segments (the segments' entries applied under
+// rule 1 like the log's), reading each object once; one already past the
+// base reads only the segments.
+func TestLoadFromBaseAndSegments(t *testing.T) {
+	mem := memstore.New()
+	m, _, want := groupWithSegment(t, mem)
+	count, applied := fresh(t, mem)
+	if count != want || applied != m.End {
+		t.Fatalf("fresh node: count %d at %d, want %d at %d", count, applied, want, m.End)
+	}
+	// A replica at the base's index reads no part of the base.
+	r := newTestNode(t, mem, "r", testOptions())
+	snap, _ := readManifestT(t, r.gs)
+	var gets []string
+	r.hooks.set(nil, func(key string) { gets = append(gets, key) })
+	r.repMu.Lock()
+	r.rep.applied = m.Base.Index // the state at the base: the counter's is m.Base.Index's
+	r.repMu.Unlock()
+	var applies []uint64
+	err := r.gs.loadManifest(t.Context(), snap, m.Base.Index, func(*chunkedStream) error {
+		t.Fatal("the base was read by a replica already at it")
+		return nil
+	}, func(e *rsmpb.Entry) error { applies = append(applies, e.Index); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applies) == 0 || applies[0] != m.Base.Index+1 || applies[len(applies)-1] != m.End {
+		t.Fatalf("applied %v, want %d..%d", applies, m.Base.Index+1, m.End)
+	}
+	for _, k := range gets {
+		if strings.Contains(k, "/snap/b") {
+			t.Fatalf("read %s", k)
+		}
+	}
+}
+
+// TestReaderRacingCollectionStartsOver: a reader holding a manifest whose
+// objects a newer snapshot's collection deleted finds one missing, sees
+// the manifest changed, and starts over from the new one (never failing,
+// never taking a partial state); and the collection deleted nothing the
+// new manifest references.
+func TestReaderRacingCollectionStartsOver(t *testing.T) {
+	mem := memstore.New()
+	m1, term, want := groupWithSegment(t, mem)
+	b := newTestNode(t, mem, "b", testOptions())
+	_, _, snap, err := b.gs.snapshotEnd(t.Context())
+	if err != nil || snap == nil || snap.man == nil {
+		t.Fatalf("%+v %v", snap, err)
+	}
+
+	// A writer (the same leader, as after a restart of its worker) writes
+	// a new base over it and collects.
+	c := newTestNode(t, mem, "c", testOptions())
+	if _, _, err := c.catchUp(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	entry := &rsmpb.Entry{Index: m1.End + 1, Term: term, Writer: "a", Nonce: newNonce(), Noop: true, Commit: m1.End, Group: testGroup}
+	if _, err := c.gs.createEntry(t.Context(), entry); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.catchUp(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c.repMu.Lock()
+	capt, err := c.rep.capture()
+	c.repMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, _, _ := c.gs.heldSnapshot()
+	j := &snapJob{base: capt, from: m1.End + 1, end: m1.End + 1, prevEnd: m1.End, prevVersion: v1}
+	out, err := c.gs.writeSnapshot(t.Context(), j, snapWriter{id: "a", term: term, nonce: "77"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A leftover of an older term, and an object of a newer one.
+	older := segmentKey(testGroup, term-1, "aa", 5)
+	newer := segmentKey(testGroup, term+1, "bb", 5)
+	for _, k := range []string{older, newer} {
+		if err := c.gs.createObject(t.Context(), k, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dropped, swept, err := c.gs.collect(t.Context(), out.prev, out.man, term, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dropped != len(m1.objects()) || swept != 1 {
+		t.Fatalf("dropped %d of %d, swept %d", dropped, len(m1.objects()), swept)
+	}
+	keys, err := c.gs.listSnapObjects(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys := append(out.man.baseKeys(), newer)
+	slices.Sort(wantKeys)
+	if !slices.Equal(keys, wantKeys) {
+		t.Fatalf("after collection: %v, want the new manifest's %v", keys, wantKeys)
+	}
+
+	// The reader's manifest is gone from under it.
+	err = b.gs.loadManifest(t.Context(), snap, 0, func(cs *chunkedStream) error {
+		return b.rep.restoreFrom(cs.head, cs.machine)
+	}, func(*rsmpb.Entry) error { return nil })
+	if !errors.Is(err, errSnapshotMoved) {
+		t.Fatalf("reading a collected manifest: %v, want errSnapshotMoved", err)
+	}
+	if err := b.resetAndLoad(t, snap); err != nil {
+		t.Fatal(err)
+	}
+	if b.count(t) != want {
+		t.Fatalf("count %d after starting over, want %d", b.count(t), want)
+	}
+}
+
+// resetAndLoad loads snap as a catch-up would (Node.loadSnapshotAt).
+func (n *testNode) resetAndLoad(t *testing.T, snap *storedSnapshot) error {
+	n.resetReplica()
+	return n.loadSnapshotAt(t.Context(), snap.EndIndex, snap)
+}
+
+// TestBaseInPartsStreams: a base is written in parts of at most the part
+// size and read back part by part into the same state.
+func TestBaseInPartsStreams(t *testing.T) {
+	mem := memstore.New()
+	gs := &groupStore{st: store.New(mem), group: "g", retry: RetryOptions{MaxAttempts: 1}, partMax: 100, par: 3}
+	a, _ := newSessionReplica(t, 8, 2, "a", "b", "c")
+	big := strings.Repeat("x", 3*snapChunkMax/2)
+	a.apply(mkEntry(4, 1, sCmd(1, 1, "a", big), sCmd(2, 1, "b", "y"), sCmd(1, 2, "a", "z")))
+	c, err := a.capture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.head.Nonce, c.head.Group = []byte{1}, "g"
+	b, err := gs.writeBase(t.Context(), c, snapWriter{id: "a", term: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Parts < int(b.Bytes/100) || b.Bytes < uint64(len(big)) {
+		t.Fatalf("%d parts of at most 100 bytes for %d bytes", b.Parts, b.Bytes)
+	}
+	m := &manifest{Group: "g", Nonce: []byte{1}, End: b.Index, Base: b}
+	for _, k := range m.baseKeys() {
+		data, _, err := mem.Get(t.Context(), k)
+		if err != nil || len(data) > 100 {
+			t.Fatalf("%s: %d bytes, %v", k, len(data), err)
+		}
+	}
+	r, _ := newSessionReplica(t, 8, 2, "a", "b", "c")
+	err = gs.loadManifest(t.Context(), &storedSnapshot{Snapshot: &rsmpb.Snapshot{EndIndex: b.Index}, man: m}, 0, func(cs *chunkedStream) error {
+		if err := r.restoreFrom(cs.head, cs.machine); err != nil {
+			return err
+		}
+		return cs.finish()
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snapBytes(t, r), snapBytes(t, a)) || r.applied != 4 {
+		t.Fatalf("restored state differs (applied %d)", r.applied)
+	}
+}
+
+func FuzzDecodeManifest(f *testing.F) {
+	b := encodeManifest(testManifest())
+	f.Add(b)
+	for _, c := range corruptions(b) {
+		f.Add(c)
+	}
+	f.Add(encodeManifest(&manifest{Nonce: []byte{1}, End: 1, Base: baseRef{Index: 1, Nonce: "0", Parts: 1}}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeManifest(b)
+		if err != nil {
+			return
+		}
+		// Every reference it makes is well formed and in order, and it
+		// encodes back to the same bytes.
+		prev := m.Base.Index
+		for _, s := range m.segments() {
+			if s.first != prev+1 || s.last < s.first || s.last > m.End {
+				t.Fatalf("segment %+v after %d, end %d", s, prev, m.End)
+			}
+			prev = s.last
+		}
+		if prev != m.End {
+			t.Fatalf("segments end at %d, manifest at %d", prev, m.End)
+		}
+		for k := range m.objects() {
+			if _, ok := snapObjectTerm(m.Group, k); !ok {
+				t.Fatalf("referenced object %q has no term", k)
+			}
+		}
+		if !bytes.Equal(encodeManifest(m), b) {
+			t.Fatal("re-encoding differs")
+		}
+	})
+}
+
+func FuzzDecodeSegment(f *testing.F) {
+	b, err := encodeSegment(testEntries("g", 5, 7))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b, uint64(5), uint64(7))
+	for _, c := range corruptions(b) {
+		f.Add(c, uint64(5), uint64(7))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, first, last uint64) {
+		es, err := decodeSegment(b, "g", first, last)
+		if err != nil {
+			return
+		}
+		if uint64(len(es)) != last-first+1 {
+			t.Fatalf("%d entries for %d..%d", len(es), first, last)
+		}
+		for i, e := range es {
+			if e.Index != first+uint64(i) || (e.Group != "" && e.Group != "g") {
+				t.Fatalf("entry %d: index %d group %q", i, e.Index, e.Group)
+			}
+		}
+		again, err := encodeSegment(es)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeSegment(again, "g", first, last); err != nil {
+			t.Fatalf("re-encoded segment does not decode: %v", err)
+		}
+	})
+}
+
+// FuzzChunkedStream: the streaming decoder of a base never hands a
+// machine a byte of a chunk that fails its checksum, and agrees with the
+// whole-object decoder on what is valid.
+func FuzzChunkedStream(f *testing.F) {
+	a, _ := newSessionReplica(f, 8, 2, "a", "b")
+	a.apply(mkEntry(4, 1, sCmd(1, 1, "a", "x"), sCmd(2, 1, "b", strings.Repeat("y", 300))))
+	b := encodeCapturedT(f, a)
+	f.Add(b)
+	for _, c := range corruptions(b) {
+		f.Add(c)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > len(frameMagic) && b[len(frameMagic)] != kindChunked {
+			return // the v1 format is not streamed
+		}
+		whole, werr := decodeStoredSnapshot(b)
+		if werr == nil {
+			for _, chunks := range whole.parts {
+				for _, c := range chunks {
+					if len(c) > snapChunkMax {
+						return // the writer's bound, which only the stream enforces
+					}
+				}
+			}
+		}
+		cs, err := openChunked(bytes.NewReader(b))
+		var got [][]byte
+		if err == nil {
+			for i := range cs.head.Machines {
+				r, merr := cs.machine(i)
+				if merr != nil {
+					err = merr
+					break
+				}
+				data, rerr := io.ReadAll(r)
+				if rerr != nil {
+					err = rerr
+					break
+				}
+				got = append(got, data)
+			}
+			if err == nil {
+				err = cs.finish()
+			}
+		}
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("stream: %v; whole object: %v", err, werr)
+		}
+		if err != nil {
+			return
+		}
+		for i := range got {
+			want, _ := io.ReadAll(whole.machineReader(i))
+			if !bytes.Equal(got[i], want) {
+				t.Fatalf("machine %d differs", i)
+			}
+		}
+	})
+}
+
+// TestEarlierSnapshotFormatsReplacedByManifest: a group whose snapshot is
+// in an earlier format (one chunked object, or the v1 protobuf) loads it,
+// and its next snapshot is a manifest with a base, from which a fresh
+// node reaches the same state.
+func TestEarlierSnapshotFormatsReplacedByManifest(t *testing.T) {
+	for _, format := range []string{"chunked", "v1"} {
+		t.Run(format, func(t *testing.T) {
+			mem := memstore.New()
+			a := newTestNode(t, mem, "a", testOptions())
+			a.leadInBackground(t)
+			for i := uint64(1); i <= 6; i++ {
+				mustCommand(t, a, i)
+			}
+			stopNode(a)
+			r := newTestNode(t, mem, "r", testOptions())
+			if _, _, err := r.catchUp(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			var data []byte
+			if format == "chunked" {
+				c, err := r.rep.capture()
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.head.Nonce, c.head.Group, c.head.WriterTerm = newNonce(), testGroup, 1
+				var buf bytes.Buffer
+				if err := encodeCaptured(&buf, c); err != nil {
+					t.Fatal(err)
+				}
+				data = buf.Bytes()
+			} else {
+				s, err := r.rep.snapshot()
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Nonce, s.Group, s.WriterTerm = newNonce(), testGroup, 1
+				if data, err = encodeSnapshot(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := mem.Put(t.Context(), testGroup+"/"+snapshotKey, data, driver.Cond{Kind: driver.IfAbsent}); err != nil {
+				t.Fatal(err)
+			}
+
+			opts := testOptions()
+			opts.SnapshotThreshold = 4
+			b := newTestNode(t, mem, "b", opts)
+			b.leadInBackground(t)
+			for i := uint64(7); i <= 16; i++ {
+				mustCommand(t, b, i)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				raw, _, err := mem.Get(t.Context(), testGroup+"/"+snapshotKey)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if raw[len(frameMagic)] == kindManifest {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the earlier format was never replaced")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			stopNode(b)
+			if count, _ := fresh(t, mem); count != 16 {
+				t.Fatalf("fresh node: count %d, want 16", count)
+			}
+		})
+	}
+}

@@ -1,0 +1,611 @@
+package rsm
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/store"
+)
+
+// errSnapshotMoved: an object a manifest referenced is gone and the
+// manifest has changed since it was read (a newer snapshot was written and
+// the old one's objects collected). Read the snapshot again.
+var errSnapshotMoved = errors.New("rsm: the snapshot changed while it was read")
+
+// snapWriter is who writes a snapshot: the leader's identity, its term
+// and its leadership's nonce (in its segments' names).
+type snapWriter struct {
+	id    string
+	term  uint64
+	nonce string
+}
+
+// writeBase writes c as a base in parts of at most partMax bytes, each
+// created under a name no other write uses, streaming: no more than one
+// part is held besides the state.
+func (g *groupStore) writeBase(ctx context.Context, c *captured, w snapWriter) (baseRef, error) {
+	b := baseRef{Index: c.head.EndIndex, Term: w.term, Nonce: hex.EncodeToString(g.nonce())}
+	max := g.partMax
+	if max <= 0 {
+		max = basePartMax
+	}
+	pw := &partWriter{put: func(i int, data []byte) error {
+		return g.createObject(ctx, basePartKey(g.group, b, i), data)
+	}, max: max}
+	if err := encodeCaptured(pw, c); err != nil {
+		return b, err
+	}
+	if err := pw.close(); err != nil {
+		return b, err
+	}
+	b.Parts, b.Bytes = pw.parts, pw.total
+	return b, nil
+}
+
+// createObject creates an immutable snapshot object (a base part or a
+// segment) whose name no other write uses; an ambiguous outcome is
+// settled by reading it back.
+func (g *groupStore) createObject(ctx context.Context, key string, data []byte) error {
+	_, err := store.PutResolved(ctx, g.st, key, data, store.IfAbsent(), g.resolve(func(stored []byte) bool {
+		return bytes.Equal(stored, data)
+	}))
+	return err
+}
+
+// partWriter cuts what is written to it into parts of max bytes and
+// hands each to put as it fills. Its buffer grows as needed (a small
+// state does not pay for a full part) and is reused.
+type partWriter struct {
+	put   func(i int, data []byte) error
+	max   int
+	buf   []byte
+	parts int
+	total uint64
+	err   error
+}
+
+func (p *partWriter) Write(b []byte) (int, error) {
+	n := len(b)
+	for len(b) > 0 && p.err == nil {
+		k := min(len(b), p.max-len(p.buf))
+		p.buf = append(p.buf, b[:k]...)
+		b = b[k:]
+		if len(p.buf) == p.max {
+			p.flush()
+		}
+	}
+	if p.err != nil {
+		return 0, p.err
+	}
+	return n, nil
+}
+
+func (p *partWriter) flush() {
+	if p.err != nil || (len(p.buf) == 0 && p.parts > 0) {
+		return
+	}
+	p.err = p.put(p.parts, p.buf)
+	p.parts++
+	p.total += uint64(len(p.buf))
+	p.buf = p.buf[:0]
+}
+
+func (p *partWriter) close() error {
+	p.flush()
+	return p.err
+}
+
+// writeSegments writes entries (consecutive, after m's end) as segments of
+// at most segmentMax bytes each (an entry larger than that alone), and
+// returns m extended by them.
+func (g *groupStore) writeSegments(ctx context.Context, m *manifest, entries []*rsmpb.Entry, w snapWriter) (*manifest, error) {
+	for len(entries) > 0 {
+		n, size := 0, 0
+		for n < len(entries) {
+			s := segmentSize(entries[n : n+1])
+			if n > 0 && size+s > segmentMax {
+				break
+			}
+			n, size = n+1, size+s
+		}
+		data, err := encodeSegment(entries[:n])
+		if err != nil {
+			return nil, err
+		}
+		last := entries[n-1].Index
+		if err := g.createObject(ctx, segmentKey(g.group, w.term, w.nonce, last), data); err != nil {
+			return nil, err
+		}
+		m = m.withSegment(w.term, w.nonce, last, len(data))
+		entries = entries[n:]
+	}
+	return m, nil
+}
+
+// writeManifest replaces the snapshot at version prev ("" for none) with
+// m by compare-and-swap.
+func (g *groupStore) writeManifest(ctx context.Context, m *manifest, prev string) (string, error) {
+	cond := store.IfAbsent()
+	if prev != "" {
+		cond = store.IfMatch(prev)
+	}
+	data := encodeManifest(m)
+	v, err := store.PutResolved(ctx, g.st, g.key(snapshotKey), data, cond, g.resolve(func(stored []byte) bool {
+		o, derr := decodeManifest(stored)
+		return derr == nil && bytes.Equal(o.Nonce, m.Nonce)
+	}))
+	if err == nil {
+		g.rememberSnap(v, m.End, m, m.WriterTerm)
+	}
+	return v, err
+}
+
+// collect deletes snapshot objects no manifest can reference any more,
+// after a swap from old (nil: none, or not a manifest) to cur by a writer
+// of term: what old referenced and cur does not, and if sweep, every
+// object under {group}/snap/ that cur does not reference and whose
+// writer's term is not above term (leftovers of failed writes and of
+// earlier leaders; a newer leader's objects may be about to be
+// referenced, and an older leader can no longer swap the manifest: cur
+// carries term, and no writer swaps over a manifest of a higher term). It
+// returns the number of objects deleted of each kind.
+func (g *groupStore) collect(ctx context.Context, old, cur *manifest, term uint64, sweep bool) (dropped, swept int, err error) {
+	keep := cur.objects()
+	var del []string
+	if old != nil {
+		for k := range old.objects() {
+			if !keep[k] {
+				del = append(del, k)
+			}
+		}
+	}
+	dropped = len(del)
+	if sweep {
+		seen := map[string]bool{}
+		for _, k := range del {
+			seen[k] = true
+		}
+		keys, err := g.listSnapObjects(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, k := range keys {
+			if t, ok := snapObjectTerm(g.group, k); ok && t <= term && !keep[k] && !seen[k] {
+				del = append(del, k)
+			}
+		}
+	}
+	var first error
+	var mu sync.Mutex
+	g.each(len(del), func(i int) {
+		err := g.do(ctx, func(ctx context.Context) error { return g.st.Delete(ctx, del[i], store.Cond{}) })
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			mu.Lock()
+			first = cmpErr(first, err)
+			mu.Unlock()
+		}
+	})
+	return dropped, len(del) - dropped, first
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// each runs f(0..n-1), par at a time (par 0: in order, in this goroutine).
+func (g *groupStore) each(n int, f func(i int)) {
+	if g.par <= 0 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(g.par, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				f(i)
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
+// listSnapObjects lists the keys under {group}/snap/.
+func (g *groupStore) listSnapObjects(ctx context.Context) ([]string, error) {
+	prefix := g.key(snapDir)
+	var out []string
+	start := ""
+	for {
+		var items []store.Item
+		err := g.do(ctx, func(ctx context.Context) error {
+			var e error
+			items, e = g.st.List(ctx, prefix, start, 1000)
+			return e
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			out = append(out, it.Key)
+		}
+		if len(items) < 1000 {
+			return out, nil
+		}
+		start = items[len(items)-1].Key
+	}
+}
+
+// loadManifest brings a replica whose state is at applied up to the state
+// snap (a manifest) describes: its base, streamed part by part into
+// restore (which must call finish on the stream), unless applied has
+// reached the base already; then the entries of its segments after
+// applied, handed to apply in index order. Objects are read once each, up
+// to par at a time. An object missing while the manifest is unchanged is
+// refused (a *CorruptError naming it, rule 12); missing because the
+// manifest has moved on since it was read, errSnapshotMoved.
+func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, applied uint64,
+	restore func(cs *chunkedStream) error, apply func(*rsmpb.Entry) error) error {
+	m := snap.man
+	if applied < m.Base.Index {
+		keys := m.baseKeys()
+		or := g.openObjects(ctx, keys)
+		pr := &partsReader{or: or}
+		var decodeErr error
+		err := func() error {
+			cs, err := openChunked(pr)
+			if err == nil && (cs.head.EndIndex != m.Base.Index || (cs.head.Group != "" && cs.head.Group != g.group)) {
+				err = fmt.Errorf("base of group %q ending at %d, referenced as %q at %d", cs.head.Group, cs.head.EndIndex, g.group, m.Base.Index)
+			}
+			if err != nil {
+				decodeErr = err
+				return err
+			}
+			err = restore(cs)
+			decodeErr = cs.err
+			return err
+		}()
+		or.close()
+		switch {
+		case pr.err != nil:
+			return g.objectErr(ctx, snap, pr.key, pr.err)
+		case decodeErr != nil:
+			return &CorruptError{Key: pr.key, Err: decodeErr}
+		case err != nil:
+			return err
+		}
+		applied = m.Base.Index
+	}
+	var segs []segRef
+	var keys []string
+	for _, s := range m.segments() {
+		if s.last > applied {
+			segs = append(segs, s)
+			keys = append(keys, s.key)
+		}
+	}
+	or := g.openObjects(ctx, keys)
+	defer or.close()
+	for _, s := range segs {
+		data, err := or.next()
+		if err != nil {
+			return g.objectErr(ctx, snap, s.key, err)
+		}
+		entries, err := decodeSegment(data, g.group, s.first, s.last)
+		if err != nil {
+			return &CorruptError{Key: s.key, Err: err}
+		}
+		for _, e := range entries {
+			if e.Index <= applied {
+				continue
+			}
+			if err := apply(e); err != nil {
+				return err
+			}
+			applied = e.Index
+		}
+	}
+	return nil
+}
+
+// objectErr reports an error reading a referenced object: if it is
+// missing, the snapshot key is listed again; a manifest changed since snap
+// was read gives errSnapshotMoved, an unchanged one a *CorruptError
+// naming the object (an operator deleted it, rule 12).
+func (g *groupStore) objectErr(ctx context.Context, snap *storedSnapshot, key string, err error) error {
+	if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	v, lerr := g.snapshotVersion(ctx)
+	if lerr != nil {
+		return lerr
+	}
+	if v != snap.version {
+		return errSnapshotMoved
+	}
+	return &CorruptError{Key: key, Err: fmt.Errorf("%w: the snapshot manifest ending at %d references it", errMissing, snap.EndIndex)}
+}
+
+// snapshotVersion lists the snapshot's key: its version, "" if absent.
+func (g *groupStore) snapshotVersion(ctx context.Context) (string, error) {
+	key := g.key(snapshotKey)
+	var items []store.Item
+	err := g.do(ctx, func(ctx context.Context) error {
+		var e error
+		items, e = g.st.List(ctx, key, "", 1)
+		return e
+	})
+	if err != nil || len(items) == 0 || items[0].Key != key {
+		return "", err
+	}
+	return items[0].Version, nil
+}
+
+// objectReader hands out objects in order, reading up to par of them
+// ahead (par 0: each when asked, in the caller's goroutine).
+type objectReader struct {
+	g      *groupStore
+	ctx    context.Context
+	cancel context.CancelFunc
+	keys   []string
+	i      int
+	res    []chan fetched
+	slots  chan struct{}
+	wg     sync.WaitGroup
+}
+
+type fetched struct {
+	data []byte
+	err  error
+}
+
+func (g *groupStore) openObjects(ctx context.Context, keys []string) *objectReader {
+	ctx, cancel := context.WithCancel(ctx)
+	o := &objectReader{g: g, ctx: ctx, cancel: cancel, keys: keys}
+	if g.par <= 0 || len(keys) == 0 {
+		return o
+	}
+	o.res = make([]chan fetched, len(keys))
+	for i := range o.res {
+		o.res[i] = make(chan fetched, 1)
+	}
+	o.slots = make(chan struct{}, g.par)
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		for i := range keys {
+			select {
+			case o.slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			o.wg.Add(1)
+			go func() {
+				defer o.wg.Done()
+				data, err := g.getObject(ctx, keys[i])
+				o.res[i] <- fetched{data, err}
+			}()
+		}
+	}()
+	return o
+}
+
+func (g *groupStore) getObject(ctx context.Context, key string) ([]byte, error) {
+	var data []byte
+	err := g.do(ctx, func(ctx context.Context) error {
+		var e error
+		data, _, e = g.st.Get(ctx, key)
+		return e
+	})
+	return data, err
+}
+
+// next returns the next object; io.EOF after the last.
+func (o *objectReader) next() ([]byte, error) {
+	if o.i >= len(o.keys) {
+		return nil, io.EOF
+	}
+	i := o.i
+	o.i++
+	if o.res == nil {
+		return o.g.getObject(o.ctx, o.keys[i])
+	}
+	select {
+	case r := <-o.res[i]:
+		<-o.slots
+		return r.data, r.err
+	case <-o.ctx.Done():
+		return nil, o.ctx.Err()
+	}
+}
+
+// close stops the reads ahead and waits for them.
+func (o *objectReader) close() {
+	o.cancel()
+	o.wg.Wait()
+}
+
+// partsReader is the concatenation of a base's parts.
+type partsReader struct {
+	or  *objectReader
+	cur []byte
+	key string // the part being read
+	err error  // the first error reading a part
+}
+
+func (p *partsReader) Read(b []byte) (int, error) {
+	for len(p.cur) == 0 {
+		if p.err != nil {
+			return 0, p.err
+		}
+		if p.or.i >= len(p.or.keys) {
+			return 0, io.EOF
+		}
+		p.key = p.or.keys[p.or.i]
+		data, err := p.or.next()
+		if err != nil {
+			p.err = err
+			return 0, err
+		}
+		p.cur = data
+	}
+	n := copy(b, p.cur)
+	p.cur = p.cur[n:]
+	return n, nil
+}
+
+// snapOutcome is what writeSnapshot did.
+type snapOutcome struct {
+	end     uint64    // the end index of the snapshot now stored (0 if unknown)
+	version string    // and its version
+	man     *manifest // its manifest, if known
+	prev    *manifest // the manifest it replaced, if it was one
+}
+
+// stats returns the size of the stored manifest.
+func (o snapOutcome) stats() snapStats { return o.man.stats() }
+
+func (m *manifest) stats() snapStats {
+	if m == nil {
+		return snapStats{}
+	}
+	n := 0
+	for _, r := range m.Runs {
+		n += len(r.Lasts)
+	}
+	return snapStats{base: m.Base.Bytes, segs: m.SegBytes, count: n}
+}
+
+// manifestStats returns the size of the manifest this store last read or
+// wrote at version (zero if it is not one).
+func (g *groupStore) manifestStats(version string) snapStats {
+	v, m, _ := g.heldSnapshot()
+	if v != version {
+		return snapStats{}
+	}
+	return m.stats()
+}
+
+// writeSnapshot writes j (rule 7: every index it covers is confirmed) over
+// the stored snapshot it names, by compare-and-swap: a base in parts and a
+// manifest of it alone, or the entries from..end as segments and the
+// stored manifest extended by them. It never writes over a snapshot that
+// ends at or after j, nor over one written by a higher term. After the
+// swap the caller deletes what the new manifest no longer references
+// (collect). A base whose swap lost the race is swapped
+// again once over the snapshot found; a segment is not (it follows the
+// snapshot it was cut from). On error the outcome names the snapshot
+// found, if one was read.
+func (g *groupStore) writeSnapshot(ctx context.Context, j *snapJob, w snapWriter) (snapOutcome, error) {
+	prevEnd, prevVersion := j.prevEnd, j.prevVersion
+	hv, held, hterm := g.heldSnapshot()
+	if hv != prevVersion {
+		held, hterm = nil, 0
+		if prevVersion != "" {
+			// Not the snapshot this store knows: read it again.
+			end, v, _, err := g.snapshotEnd(ctx)
+			if err != nil {
+				return snapOutcome{}, err
+			}
+			if v != prevVersion {
+				_, m, _ := g.heldSnapshot()
+				return snapOutcome{end: end, version: v, man: m}, fmt.Errorf("the stored snapshot changed (now ends at %d)", end)
+			}
+			_, held, hterm = g.heldSnapshot()
+		}
+	}
+	var base *baseRef
+	for attempt := 0; ; attempt++ {
+		found := snapOutcome{end: prevEnd, version: prevVersion, man: held}
+		switch {
+		case prevEnd >= j.end:
+			return found, fmt.Errorf("the stored snapshot already ends at %d", prevEnd)
+		case hterm > w.term:
+			return found, fmt.Errorf("the stored snapshot was written by term %d, above ours (%d)", hterm, w.term)
+		}
+		var m *manifest
+		if j.base != nil {
+			if base == nil {
+				h := j.base.head
+				if prevEnd > 0 {
+					h.StartIndex = prevEnd + 1
+				}
+				h.Writer, h.WriterTerm, h.Nonce, h.Group = w.id, w.term, g.nonce(), g.group
+				b, err := g.writeBase(ctx, j.base, w)
+				if err != nil {
+					return snapOutcome{}, err
+				}
+				base = &b
+			}
+			m = &manifest{End: base.Index, Base: *base}
+		} else {
+			if held == nil || held.End != j.from-1 {
+				return found, fmt.Errorf("the stored snapshot (ending at %d) is not the manifest the segment from %d follows", prevEnd, j.from)
+			}
+			entries, err := g.segmentEntries(ctx, j)
+			if err != nil {
+				return snapOutcome{}, err
+			}
+			if m, err = g.writeSegments(ctx, held, entries, w); err != nil {
+				return snapOutcome{}, err
+			}
+		}
+		m.Group, m.Nonce, m.Writer, m.WriterTerm = g.group, g.nonce(), w.id, w.term
+		v, err := g.writeManifest(ctx, m, prevVersion)
+		if err == nil {
+			return snapOutcome{end: m.End, version: v, man: m, prev: held}, nil
+		}
+		if !errors.Is(err, store.ErrPreconditionFailed) || store.IsAmbiguous(err) {
+			return snapOutcome{}, err
+		}
+		// Another writer moved the snapshot: read it again.
+		end, cv, _, rerr := g.snapshotEnd(ctx)
+		if rerr != nil {
+			return snapOutcome{}, rerr
+		}
+		_, held, hterm = g.heldSnapshot()
+		prevEnd, prevVersion = end, cv
+		if j.base == nil || attempt > 0 {
+			return snapOutcome{end: end, version: cv, man: held}, err
+		}
+	}
+}
+
+// segmentEntries returns the entries j.from..j.end: those the leader's
+// cache held, and before them those read from the log under rule 8.
+func (g *groupStore) segmentEntries(ctx context.Context, j *snapJob) ([]*rsmpb.Entry, error) {
+	to := j.end
+	if len(j.entries) > 0 {
+		to = j.entries[0].Index - 1
+	}
+	if to < j.from {
+		return j.entries, nil
+	}
+	c, err := g.readLog(ctx, j.from, to, int(to-j.from+1))
+	if err != nil {
+		return nil, err
+	}
+	if c.superseded {
+		return nil, fmt.Errorf("a snapshot ending at %d was written meanwhile", c.snapEnd)
+	}
+	if uint64(len(c.entries)) != to-j.from+1 {
+		return nil, fmt.Errorf("confirmed entry %d is missing from the log", j.from+uint64(len(c.entries)))
+	}
+	return append(c.entries, j.entries...), nil
+}
