@@ -891,10 +891,12 @@ func outcome(err error, resp interface{ GetStatus() rsmpb.Status }) string {
 func (n *Node) handleFollow(ctx context.Context, req *rsmpb.FollowRequest) *rsmpb.FollowResponse {
 	n.mu.Lock()
 	l := n.leader
-	role := n.role
 	resp := &rsmpb.FollowResponse{Term: n.term, LeaderId: n.leaderID, LeaderAddr: n.leaderAddr}
 	n.mu.Unlock()
-	if l == nil || role != Leader || (req.Term != 0 && req.Term != l.term) {
+	// A leader still taking over has its run already: the request waits
+	// for the run's loop (addFollower), or fails when the takeover does. A
+	// refusal would cost the follower a heartbeat interval.
+	if l == nil || (req.Term != 0 && req.Term != l.term) {
 		resp.Status = rsmpb.Status_NOT_LEADER
 		return resp
 	}

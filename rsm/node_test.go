@@ -122,6 +122,51 @@ func TestLeaderLeaveHandsOver(t *testing.T) {
 	}
 }
 
+// A node that asks to follow while the leader is still taking over is
+// registered once the takeover ends, not refused: a refused follower waits
+// a heartbeat interval before it asks again (here an hour).
+func TestFollowRegistersDuringTakeover(t *testing.T) {
+	mem := memstore.New()
+	slow := faultstore.New(mem)
+	// The creator's seal takes a while to land.
+	slow.SetLatency(faultstore.OpPutCreate, faultstore.Fixed(300*time.Millisecond))
+	opts := fastOptions()
+	opts.HeartbeatInterval, opts.MaxMissedHeartbeats = time.Hour, 10
+	opts.RequestTimeout = 2 * time.Hour
+	ha := startHost(t, store.New(slow), "a")
+	a, err := ha.Join(t.Context(), "g", map[string]rsm.StateMachine{"counter": &counter{}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(mem)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, _, err := st.Get(t.Context(), "g/leader_state.json"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the creator did not write leader_state.json")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if s := a.Status(); s.Role == rsm.Leader.String() {
+		t.Fatalf("the creator finished its takeover before the followers asked: %+v", s)
+	}
+	for _, id := range []string{"b", "c"} {
+		h := startHost(t, st, id)
+		if _, err := h.Join(t.Context(), "g", map[string]rsm.StateMachine{"counter": &counter{}}, opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for len(a.Status().Followers) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("followers did not register: %+v", a.Status())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // Nodes that ask the group's creator to let them follow while it is still
 // taking over wait for it instead of deposing it.
 func TestFollowersWaitForATakeover(t *testing.T) {
