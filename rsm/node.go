@@ -58,6 +58,7 @@ type Node struct {
 	left       bool
 	following  uint64 // the term of the leader we follow
 	listed     uint64 // a term whose leader's heartbeats listed us as a follower
+	reached    uint64 // the highest term this node led or heard the leader's heartbeats of
 	refusal    error  // why the node refused to join, if it did
 	commitSeen uint64 // the highest commit index known: leader_state.json, the leader's heartbeats
 	// problem is a corrupt or missing object, or another process using
@@ -551,10 +552,8 @@ func (n *Node) watchLeader() error {
 // Before attempting, it looks for signs in the store that the leader lives
 // and the node is the one cut off:
 //
-//   - The leader drops from leader_state.json a follower it cannot reach
-//     while it reaches another (leaderRun.dropUnreachable), within half the
-//     heartbeat timeout: a node that the leader of term listed and
-//     leader_state.json no longer lists does not attempt.
+//   - leader_state.json shows the node cut off (cutOff): the leader of term
+//     dropped it, or a leader of a term it never reached lists others.
 //   - The log grows while it waits: the leader still commits, so the
 //     others reach it.
 //
@@ -583,12 +582,7 @@ func (n *Node) checkAndAttempt(term uint64) error {
 		n.observeLeader(ls)
 		return nil
 	}
-	n.mu.Lock()
-	listed := n.listed == term
-	n.mu.Unlock()
-	me := n.host.cfg.ID
-	if listed && ls.LeaderID != me && !slices.ContainsFunc(ls.Followers, func(f followerInfo) bool { return f.ID == me }) {
-		n.log.Warn("the leader dropped this node from the group's membership: it lives and reaches the others, so this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", term)
+	if n.cutOff(ls) {
 		return nil
 	}
 	now, err := n.logEnd(n.ctx, max(from, end))
@@ -600,6 +594,43 @@ func (n *Node) checkAndAttempt(term uint64) error {
 		return nil
 	}
 	return n.attempt(term)
+}
+
+// cutOff reports whether leader_state.json (ls), read by a node that
+// cannot reach its leader, shows that the leader lives and reaches other
+// followers, so that the node is the one cut off and must not attempt
+// leadership over it. ls.Followers are the followers that registered with
+// the leader of ls.Term (they reached it), less those it dropped because it
+// could no longer reach them while it reached another
+// (leaderRun.dropUnreachable):
+//
+//   - The leader of a term whose heartbeats listed the node no longer lists
+//     it: it dropped the node while it reached another.
+//   - The leader of a term above any the node led or heard heartbeats of
+//     lists followers, and not the node: it took over and was reached by
+//     others while the node was cut off from them (a leader cut from its
+//     peers, deposed while idle, would otherwise take the leadership back
+//     from the leader it cannot reach). A node that reached no term yet
+//     (just started) is not judged by it: it may be the last one alive.
+//
+// Neither is a rule of safety: each decides only whether the node tries.
+func (n *Node) cutOff(ls leaderState) bool {
+	me := n.host.cfg.ID
+	if ls.LeaderID == me || slices.ContainsFunc(ls.Followers, func(f followerInfo) bool { return f.ID == me }) {
+		return false
+	}
+	n.mu.Lock()
+	listed, reached := n.listed == ls.Term, n.reached
+	n.mu.Unlock()
+	switch {
+	case listed:
+		n.log.Warn("the leader dropped this node from the group's membership: it lives and reaches the others, so this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", ls.Term)
+		return true
+	case reached > 0 && ls.Term > reached && len(ls.Followers) > 0:
+		n.log.Warn("a newer leader reaches other followers and not this node: this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", ls.Term, "followers", len(ls.Followers), "reached_term", reached)
+		return true
+	}
+	return false
 }
 
 // logEnd returns the highest log index after `after`; 0 if there is none.
@@ -636,6 +667,10 @@ func (n *Node) attempt(term uint64) error {
 	}
 	if ls.Term != term {
 		n.observeLeader(ls)
+		return nil
+	}
+	// The leader of term may have listed its followers while we waited.
+	if n.cutOff(ls) {
 		return nil
 	}
 	return n.lead(ls, version)
@@ -681,6 +716,9 @@ func (n *Node) lead(prev leaderState, version string) error {
 	}
 	ls.Counter++
 	n.observeLeader(ls)
+	n.mu.Lock()
+	n.reached = max(n.reached, ls.Term)
+	n.mu.Unlock()
 	l := newLeaderRun(n, ls.Term, ls, v)
 	n.mu.Lock()
 	n.leader = l
@@ -893,6 +931,7 @@ func (n *Node) handleSynchronize(req *rsmpb.SynchronizeRequest) *rsmpb.Synchroni
 		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: "stepping down"}
 	}
 	n.term, n.leaderID = req.Term, req.LeaderId
+	n.reached = max(n.reached, req.Term)
 	n.commitSeen = max(n.commitSeen, req.CommitIndex)
 	if req.TooFarBehind {
 		n.tooFar = true

@@ -116,6 +116,48 @@ func TestLoneSurvivorTakesOver(t *testing.T) {
 	writeWithin(t, c, a, 20*time.Second, "leader and a follower crashed")
 }
 
+// TestRestartedLoneSurvivorTakesOver: a node that restarts after the
+// leader and the other follower died takes over alone, although the last
+// leader_state.json lists the other follower and not it (the leader
+// dropped it while it was down): a node that has reached no term yet does
+// not read that as being cut off.
+func TestRestartedLoneSurvivorTakesOver(t *testing.T) {
+	c := rsmtest.Start(t, rsmtest.Config{Options: availOptions(), Machines: counterMachines, Logger: nodeLogger(t)})
+	l, err := c.WaitLeader(ctxT(t, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Len() {
+		mustCount(t, c.Node(i), "before the crashes")
+	}
+	a, b := (l+1)%c.Len(), (l+2)%c.Len()
+	if err := c.Crash(a); err != nil {
+		t.Fatal(err)
+	}
+	// The leader drops a, reaching b.
+	for {
+		fs := c.Node(l).Status().Followers
+		if len(fs) == 1 && fs[0].ID == c.ID(b) {
+			break
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("the leader did not drop the crashed follower: %+v", c.Node(l).Status())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	writeWithin(t, c, b, 20*time.Second, "a follower crashed")
+	for _, i := range []int{l, b} {
+		if err := c.Crash(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Restart(ctxT(t, 20*time.Second), a); err != nil {
+		t.Fatal(err)
+	}
+	writeWithin(t, c, a, 20*time.Second, "restarted alone")
+}
+
 // TestForwardedToStalledLeaderRerouted: commands already forwarded to a
 // leader that stops answering (a stopped process: connections open,
 // silent) are re-routed to the new leader instead of waiting for their
@@ -211,5 +253,60 @@ func TestIsolatedLeaderReplaced(t *testing.T) {
 	}
 	if got := c.Node(a).Status().Term; got != term {
 		t.Fatalf("the term went from %d to %d while the old leader was cut off: it took the leadership back; statuses %+v", term, got, c.Statuses())
+	}
+}
+
+// TestIsolatedIdleLeaderStaysDeposed: a leader cut from its peers (not
+// from the store) while no write comes is replaced by its followers, and,
+// once its idle probe shows it deposed, does not take the leadership back
+// from the new leader it cannot reach: the new leader's followers, listed
+// in leader_state.json without it, show it is the one cut off. The term
+// stays that of the first takeover for the rest of the cut, and a write
+// then is served by the new leader.
+func TestIsolatedIdleLeaderStaysDeposed(t *testing.T) {
+	o := availOptions()
+	o.HeartbeatInterval = 200 * time.Millisecond
+	c := rsmtest.Start(t, rsmtest.Config{Options: o, Machines: counterMachines, Logger: nodeLogger(t)})
+	l, err := c.WaitLeader(ctxT(t, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Len() {
+		mustCount(t, c.Node(i), "before the partition")
+	}
+	old := c.Node(l).Status().Term
+	a, b := (l+1)%c.Len(), (l+2)%c.Len()
+	c.Isolate(l)
+	// The followers take over; no write is asked of anyone.
+	var term uint64
+	for term == 0 {
+		for _, i := range []int{a, b} {
+			if st := c.Node(i).Status(); st.Role == rsm.Leader.String() && st.Term > old {
+				term = st.Term
+			}
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal("no follower took over")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// Long enough for the old leader's idle probe to depose it and for it
+	// to give up on the new leader a few times over.
+	deadline := time.Now().Add(8 * time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval)
+	for time.Now().Before(deadline) {
+		for i := range c.Len() {
+			if st := c.Node(i).Status(); st.Term > term {
+				t.Fatalf("node %d reached term %d after the followers took term %d: the cut-off leader took the leadership back; statuses %+v", i, st.Term, term, c.Statuses())
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := c.Node(l).Status(); st.Role == rsm.Leader.String() {
+		t.Fatalf("the cut-off node still leads: %+v", st)
+	}
+	writeWithin(t, c, a, 20*time.Second, "after the idle cut")
+	if got := c.Node(a).Status().Term; got != term {
+		t.Fatalf("the write was served under term %d, not %d; statuses %+v", got, term, c.Statuses())
 	}
 }
