@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -205,6 +206,14 @@ func (h *Host) client(ctx context.Context, addr, group string) (rsmpb.ReplicaCli
 	}
 	done := h.shaken[addr+"|"+group]
 	h.mu.Unlock()
+	// gRPC waits between connection attempts with a backoff that grows
+	// to seconds over a long partition (1 s, 1.6 s, 2.6 s… up to 2 min),
+	// failing calls at once meanwhile: a peer back after a heal would stay
+	// unreached that long. The node calls only when its own schedule,
+	// bounded by heartbeats, says so: a call is an attempt.
+	if conn.GetState() == connectivity.TransientFailure {
+		conn.ResetConnectBackoff()
+	}
 	c := rsmpb.NewReplicaClient(conn)
 	if done {
 		return c, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tenure-io/tenure/rsm"
@@ -262,51 +263,101 @@ func TestIsolatedLeaderReplaced(t *testing.T) {
 // from the new leader it cannot reach: the new leader's followers, listed
 // in leader_state.json without it, show it is the one cut off. The term
 // stays that of the first takeover for the rest of the cut, and a write
-// then is served by the new leader.
+// then is served by the new leader at once. In virtual time.
 func TestIsolatedIdleLeaderStaysDeposed(t *testing.T) {
-	o := availOptions()
-	o.HeartbeatInterval = 200 * time.Millisecond
-	c := rsmtest.Start(t, rsmtest.Config{Options: o, Machines: counterMachines, Logger: nodeLogger(t)})
-	l, err := c.WaitLeader(ctxT(t, 20*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range c.Len() {
-		mustCount(t, c.Node(i), "before the partition")
-	}
-	old := c.Node(l).Status().Term
-	a, b := (l+1)%c.Len(), (l+2)%c.Len()
-	c.Isolate(l)
-	// The followers take over; no write is asked of anyone.
-	var term uint64
-	for term == 0 {
-		for _, i := range []int{a, b} {
-			if st := c.Node(i).Status(); st.Role == rsm.Leader.String() && st.Term > old {
-				term = st.Term
+	synctest.Test(t, func(t *testing.T) {
+		o := availOptions()
+		g := startPipeGroup(t, o)
+		l := g.leader(t)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		for _, n := range g.nodes {
+			if _, err := n.Command(ctx, "counter", nil); err != nil {
+				t.Fatal(err)
 			}
 		}
-		select {
-		case <-t.Context().Done():
-			t.Fatal("no follower took over")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	// Long enough for the old leader's idle probe to depose it and for it
-	// to give up on the new leader a few times over.
-	deadline := time.Now().Add(8 * time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval)
-	for time.Now().Before(deadline) {
-		for i := range c.Len() {
-			if st := c.Node(i).Status(); st.Term > term {
-				t.Fatalf("node %d reached term %d after the followers took term %d: the cut-off leader took the leadership back; statuses %+v", i, st.Term, term, c.Statuses())
+		old := g.nodes[l].Status().Term
+		g.isolate(l, true)
+		// The followers take over; no write is asked of anyone.
+		var term uint64
+		for start := time.Now(); term == 0; time.Sleep(time.Millisecond) {
+			for i, n := range g.nodes {
+				if st := n.Status(); i != l && st.Role == rsm.Leader.String() && st.Term > old {
+					term = st.Term
+				}
+			}
+			if time.Since(start) > time.Minute {
+				t.Fatalf("no follower took over: %+v", g.statuses())
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if st := c.Node(l).Status(); st.Role == rsm.Leader.String() {
-		t.Fatalf("the cut-off node still leads: %+v", st)
-	}
-	writeWithin(t, c, a, 20*time.Second, "after the idle cut")
-	if got := c.Node(a).Status().Term; got != term {
-		t.Fatalf("the write was served under term %d, not %d; statuses %+v", got, term, c.Statuses())
-	}
+		// Long enough for the old leader's idle probe to depose it and for
+		// it to give up on the new leader many times over.
+		timeout := time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval
+		for end := time.Now().Add(30 * timeout); time.Now().Before(end); time.Sleep(time.Millisecond) {
+			for i, n := range g.nodes {
+				if st := n.Status(); st.Term > term {
+					t.Fatalf("node %d reached term %d after the followers took term %d: the cut-off leader took the leadership back; statuses %+v", i, st.Term, term, g.statuses())
+				}
+			}
+		}
+		if st := g.nodes[l].Status(); st.Role == rsm.Leader.String() {
+			t.Fatalf("the cut-off node still leads: %+v", st)
+		}
+		f := (l + 1) % 3
+		start := time.Now()
+		if _, err := g.nodes[f].Command(ctx, "counter", nil); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > o.HeartbeatInterval {
+			t.Errorf("a write after the idle cut took %v, above a heartbeat interval (%v): it waited for a takeover; statuses %+v", took, o.HeartbeatInterval, g.statuses())
+		}
+		if st := g.nodes[f].Status(); st.Term != term {
+			t.Fatalf("the write was served under term %d, not %d; statuses %+v", st.Term, term, g.statuses())
+		}
+	})
+}
+
+// TestHealedFollowerRejoinsWithinHeartbeats: a follower cut from its peers
+// (not from the store) for many heartbeat timeouts follows the leader
+// again, and the leader lists it, within a few heartbeat timeouts of the
+// heal, in virtual time: the RPC connections' reconnect backoff does not
+// outlast the partition.
+func TestHealedFollowerRejoinsWithinHeartbeats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := availOptions()
+		g := startPipeGroup(t, o)
+		l := g.leader(t)
+		f := (l + 1) % 3
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		if _, err := g.nodes[f].Command(ctx, "counter", nil); err != nil {
+			t.Fatal(err)
+		}
+		timeout := time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval
+		g.isolate(f, true)
+		time.Sleep(30 * timeout)
+		if st := g.nodes[l].Status(); len(st.Followers) != 1 {
+			t.Fatalf("the leader still lists the cut-off follower: %+v", st)
+		}
+		g.isolate(f, false)
+		healed := time.Now()
+		for {
+			st, ls := g.nodes[f].Status(), g.nodes[l].Status()
+			if st.Role == rsm.Follower.String() && st.State == rsm.Joined.String() && st.LeaderID == ls.ID && len(ls.Followers) == 2 {
+				break
+			}
+			if time.Since(healed) > time.Minute {
+				t.Fatalf("no rejoin a minute after the heal: %+v %+v", st, ls)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		took := time.Since(healed)
+		t.Logf("rejoined %v (%.1f heartbeat intervals) after the heal", took, float64(took)/float64(o.HeartbeatInterval))
+		if bound := 3 * timeout; took > bound {
+			t.Errorf("the follower rejoined %v after the heal, above %v (3 heartbeat timeouts)", took, bound)
+		}
+		if _, err := g.nodes[f].Command(ctx, "counter", nil); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
