@@ -598,39 +598,56 @@ func (n *Node) checkAndAttempt(term uint64) error {
 
 // cutOff reports whether leader_state.json (ls), read by a node that
 // cannot reach its leader, shows that the leader lives and reaches other
-// followers, so that the node is the one cut off and must not attempt
-// leadership over it. ls.Followers are the followers that registered with
-// the leader of ls.Term (they reached it), less those it dropped because it
-// could no longer reach them while it reached another
-// (leaderRun.dropUnreachable):
-//
-//   - The leader of a term whose heartbeats listed the node no longer lists
-//     it: it dropped the node while it reached another.
-//   - The leader of a term above any the node led or heard heartbeats of
-//     lists followers, and not the node: it took over and was reached by
-//     others while the node was cut off from them (a leader cut from its
-//     peers, deposed while idle, would otherwise take the leadership back
-//     from the leader it cannot reach). A node that reached no term yet
-//     (just started) is not judged by it: it may be the last one alive.
-//
-// Neither is a rule of safety: each decides only whether the node tries.
+// followers (cutOffSign), so that the node is the one cut off and must not
+// attempt leadership over it. Neither sign is a rule of safety: each
+// decides only whether the node tries.
 func (n *Node) cutOff(ls leaderState) bool {
-	me := n.host.cfg.ID
-	if ls.LeaderID == me || slices.ContainsFunc(ls.Followers, func(f followerInfo) bool { return f.ID == me }) {
-		return false
-	}
 	n.mu.Lock()
-	listed, reached := n.listed == ls.Term, n.reached
+	listed, reached := n.listed, n.reached
 	n.mu.Unlock()
-	switch {
-	case listed:
+	switch cutOffSign(ls, n.host.cfg.ID, listed, reached) {
+	case signDropped:
 		n.log.Warn("the leader dropped this node from the group's membership: it lives and reaches the others, so this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", ls.Term)
 		return true
-	case reached > 0 && ls.Term > reached && len(ls.Followers) > 0:
+	case signNewer:
 		n.log.Warn("a newer leader reaches other followers and not this node: this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", ls.Term, "followers", len(ls.Followers), "reached_term", reached)
 		return true
 	}
 	return false
+}
+
+// The signs in leader_state.json that a node is cut off from a live leader.
+const (
+	signNone    = iota
+	signDropped // the leader of a term whose heartbeats listed the node dropped it
+	signNewer   // a leader of a term the node never reached lists others
+)
+
+// cutOffSign reads ls for node me, which was last listed by the heartbeats
+// of term listed and led or heard heartbeats of terms up to reached.
+// ls.Followers are the followers that registered with the leader of
+// ls.Term (they reached it), less those it dropped because it could no
+// longer reach them while it reached another (leaderRun.dropUnreachable):
+//
+//   - signDropped: the leader of a term whose heartbeats listed me no
+//     longer lists it.
+//   - signNewer: the leader of a term above any me reached lists
+//     followers, and not me: it took over and others reached it while me
+//     was cut off from them (a leader cut from its peers, deposed while
+//     idle, would otherwise take the leadership back from the leader it
+//     cannot reach). A node that reached no term yet (just started) is not
+//     judged by it: it may be the last one alive.
+func cutOffSign(ls leaderState, me string, listed, reached uint64) int {
+	if ls.LeaderID == me || slices.ContainsFunc(ls.Followers, func(f followerInfo) bool { return f.ID == me }) {
+		return signNone
+	}
+	switch {
+	case listed == ls.Term:
+		return signDropped
+	case reached > 0 && ls.Term > reached && len(ls.Followers) > 0:
+		return signNewer
+	}
+	return signNone
 }
 
 // logEnd returns the highest log index after `after`; 0 if there is none.
