@@ -879,7 +879,10 @@ func (n *Node) follow(ls leaderState) error {
 	var err error
 	for attempt := 0; attempt < n.opts.Retry.MaxAttempts; attempt++ {
 		if attempt > 0 {
-			if sleepCtx(n.ctx, n.gs.backoff(attempt)) != nil {
+			// Bounded by a heartbeat interval: a leader back after a
+			// partition is followed again without waiting out the
+			// store's retry delays.
+			if sleepCtx(n.ctx, min(n.gs.backoff(attempt), n.opts.HeartbeatInterval)) != nil {
 				return n.ctx.Err()
 			}
 			// The leader may have moved (a restart on a new address):
