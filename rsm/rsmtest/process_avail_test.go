@@ -532,9 +532,9 @@ func measureFault(t *testing.T, srv testutil.S3Server, bin string, flags []strin
 
 // idleWindow is how long the group gets no write under an idle peer
 // partition: long enough for the cut-off leader, deposed at its idle
-// probe, to give up following the new leader (three Follow calls of
-// kv serve's 10 s connect timeout each, on connections that carry
-// nothing) and look at the store.
+// probe, to give up following the new leader (Follow calls that wait
+// kv serve's 10 s connect timeout each on connections that carry nothing:
+// about 20 s) and look at the store.
 const idleWindow = 45 * time.Second
 
 // countLeaderships polls every node's status for d and returns how many
