@@ -80,5 +80,9 @@
 // (HeartbeatInterval × MaxMissedHeartbeats, then half of it more and
 // LeadershipDelay per rank; a leader the store does not answer for
 // HeartbeatInterval × MaxMissedHeartbeats steps down: docs/rsm.md,
-// "Availability").
+// "Availability"). A node that the store shows cut off from a leader the
+// others reach does not take over; an idle group writes nothing to the
+// store, so such a node cannot tell idle peers from dead ones, and after
+// two faults (the leader and its followers dead while it is cut off) it
+// waits for one of them to return (docs/rsm.md, "Availability", Limits).
 package rsm

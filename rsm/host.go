@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -104,6 +105,11 @@ func NewHost(ctx context.Context, st *store.Store, cfg HostConfig) (*Host, error
 	}()
 	return h, nil
 }
+
+// redialWait bounds how long a call waits for a connection redialed after
+// a failure: a reachable peer answers a dial in far less; an unreachable
+// one costs each call this much before it fails.
+const redialWait = 100 * time.Millisecond
 
 // maxServerMessage is the transport's hard limit; each group enforces its
 // own MaxMessageSize on what it accepts and sends.
@@ -205,6 +211,20 @@ func (h *Host) client(ctx context.Context, addr, group string) (rsmpb.ReplicaCli
 	}
 	done := h.shaken[addr+"|"+group]
 	h.mu.Unlock()
+	// gRPC waits between connection attempts with a backoff that grows
+	// to seconds over a long partition (1 s, 1.6 s, 2.6 s… up to 2 min),
+	// failing calls at once meanwhile: a peer back after a heal would stay
+	// unreached that long. The node calls only when its own schedule,
+	// bounded by heartbeats, says so: a call is an attempt. The call waits
+	// briefly for the new connection, which the call would otherwise fail
+	// before (gRPC reports the failure until a connection is ready).
+	if conn.GetState() == connectivity.TransientFailure {
+		conn.ResetConnectBackoff()
+		wctx, cancel := context.WithTimeout(ctx, redialWait)
+		for st := conn.GetState(); st != connectivity.Ready && conn.WaitForStateChange(wctx, st); st = conn.GetState() {
+		}
+		cancel()
+	}
 	c := rsmpb.NewReplicaClient(conn)
 	if done {
 		return c, nil

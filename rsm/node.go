@@ -59,6 +59,7 @@ type Node struct {
 	left       bool
 	following  uint64 // the term of the leader we follow
 	listed     uint64 // a term whose leader's heartbeats listed us as a follower
+	reached    uint64 // the highest term this node led or heard the leader's heartbeats of
 	refusal    error  // why the node refused to join, if it did
 	commitSeen uint64 // the highest commit index known: leader_state.json, the leader's heartbeats
 	// problem is a corrupt or missing object, or another process using
@@ -552,10 +553,8 @@ func (n *Node) watchLeader() error {
 // Before attempting, it looks for signs in the store that the leader lives
 // and the node is the one cut off:
 //
-//   - The leader drops from leader_state.json a follower it cannot reach
-//     while it reaches another (leaderRun.dropUnreachable), within half the
-//     heartbeat timeout: a node that the leader of term listed and
-//     leader_state.json no longer lists does not attempt.
+//   - leader_state.json shows the node cut off (cutOff): the leader of term
+//     dropped it, or a leader of a term it never reached lists others.
 //   - The log grows while it waits: the leader still commits, so the
 //     others reach it.
 //
@@ -584,12 +583,7 @@ func (n *Node) checkAndAttempt(term uint64) error {
 		n.observeLeader(ls)
 		return nil
 	}
-	n.mu.Lock()
-	listed := n.listed == term
-	n.mu.Unlock()
-	me := n.host.cfg.ID
-	if listed && ls.LeaderID != me && !slices.ContainsFunc(ls.Followers, func(f followerInfo) bool { return f.ID == me }) {
-		n.log.Warn("the leader dropped this node from the group's membership: it lives and reaches the others, so this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", term)
+	if n.cutOff(ls) {
 		return nil
 	}
 	now, err := n.logEnd(n.ctx, max(from, end))
@@ -601,6 +595,60 @@ func (n *Node) checkAndAttempt(term uint64) error {
 		return nil
 	}
 	return n.attempt(term)
+}
+
+// cutOff reports whether leader_state.json (ls), read by a node that
+// cannot reach its leader, shows that the leader lives and reaches other
+// followers (cutOffSign), so that the node is the one cut off and must not
+// attempt leadership over it. Neither sign is a rule of safety: each
+// decides only whether the node tries.
+func (n *Node) cutOff(ls leaderState) bool {
+	n.mu.Lock()
+	listed, reached := n.listed, n.reached
+	n.mu.Unlock()
+	switch cutOffSign(ls, n.host.cfg.ID, listed, reached) {
+	case signDropped:
+		n.log.Warn("the leader dropped this node from the group's membership: it lives and reaches the others, so this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", ls.Term)
+		return true
+	case signNewer:
+		n.log.Warn("a newer leader reaches other followers and not this node: this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", ls.Term, "followers", len(ls.Followers), "reached_term", reached)
+		return true
+	}
+	return false
+}
+
+// The signs in leader_state.json that a node is cut off from a live leader.
+const (
+	signNone    = iota
+	signDropped // the leader of a term whose heartbeats listed the node dropped it
+	signNewer   // a leader of a term the node never reached lists others
+)
+
+// cutOffSign reads ls for node me, which was last listed by the heartbeats
+// of term listed and led or heard heartbeats of terms up to reached.
+// ls.Followers are the followers that registered with the leader of
+// ls.Term (they reached it), less those it dropped because it could no
+// longer reach them while it reached another (leaderRun.dropUnreachable):
+//
+//   - signDropped: the leader of a term whose heartbeats listed me no
+//     longer lists it.
+//   - signNewer: the leader of a term above any me reached lists
+//     followers, and not me: it took over and others reached it while me
+//     was cut off from them (a leader cut from its peers, deposed while
+//     idle, would otherwise take the leadership back from the leader it
+//     cannot reach). A node that reached no term yet (just started) is not
+//     judged by it: it may be the last one alive.
+func cutOffSign(ls leaderState, me string, listed, reached uint64) int {
+	if ls.LeaderID == me || slices.ContainsFunc(ls.Followers, func(f followerInfo) bool { return f.ID == me }) {
+		return signNone
+	}
+	switch {
+	case listed == ls.Term:
+		return signDropped
+	case reached > 0 && ls.Term > reached && len(ls.Followers) > 0:
+		return signNewer
+	}
+	return signNone
 }
 
 // logEnd returns the highest log index after `after`; 0 if there is none.
@@ -637,6 +685,10 @@ func (n *Node) attempt(term uint64) error {
 	}
 	if ls.Term != term {
 		n.observeLeader(ls)
+		return nil
+	}
+	// The leader of term may have listed its followers while we waited.
+	if n.cutOff(ls) {
 		return nil
 	}
 	return n.lead(ls, version)
@@ -682,6 +734,9 @@ func (n *Node) lead(prev leaderState, version string) error {
 	}
 	ls.Counter++
 	n.observeLeader(ls)
+	n.mu.Lock()
+	n.reached = max(n.reached, ls.Term)
+	n.mu.Unlock()
 	l := newLeaderRun(n, ls.Term, ls, v)
 	n.mu.Lock()
 	n.leader = l
@@ -853,7 +908,10 @@ func (n *Node) follow(ls leaderState) error {
 	var err error
 	for attempt := 0; attempt < n.opts.Retry.MaxAttempts; attempt++ {
 		if attempt > 0 {
-			if sleepCtx(n.ctx, n.gs.backoff(attempt)) != nil {
+			// Bounded by a heartbeat interval: a leader back after a
+			// partition is followed again without waiting out the
+			// store's retry delays.
+			if sleepCtx(n.ctx, min(n.gs.backoff(attempt), n.opts.HeartbeatInterval)) != nil {
 				return n.ctx.Err()
 			}
 			// The leader may have moved (a restart on a new address):
@@ -924,6 +982,7 @@ func (n *Node) handleSynchronize(req *rsmpb.SynchronizeRequest) *rsmpb.Synchroni
 		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: "stepping down"}
 	}
 	n.term, n.leaderID = req.Term, req.LeaderId
+	n.reached = max(n.reached, req.Term)
 	n.commitSeen = max(n.commitSeen, req.CommitIndex)
 	if req.TooFarBehind {
 		n.tooFar = true

@@ -4,6 +4,7 @@ package rsmtest_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -23,9 +24,15 @@ import (
 // The availability measurement: three `tenure kv serve` processes on
 // MinIO; for each single-node fault of the leader and of a follower, the
 // longest stretch without a successful write through a node left working.
-// Figures in docs/BENCHMARKS.md ("RSM availability"). Run with
+// After a peer partition heals, the time to the first write through the
+// node that was cut off; with the leader cut off while no write comes, the
+// leaderships taken and the first write's time. Figures in
+// docs/BENCHMARKS.md ("RSM availability"). Run with
 //
-//	TENURE_AVAIL=1 go test -run TestAvailabilityProcesses -v -timeout 20m ./rsm/rsmtest/
+//	TENURE_AVAIL=1 go test -run TestAvailabilityProcesses -v -timeout 30m ./rsm/rsmtest/
+//
+// and TENURE_AVAIL_FAULTS="peer partition;idle peer partition" (say) for a
+// subset of the faults.
 
 // faultProxy forwards TCP connections to target. While hold says so for a
 // connection, it carries nothing either way (a black hole: no error, no
@@ -36,6 +43,9 @@ type faultProxy struct {
 	// hold reports whether a connection from the node src (-1 if not a
 	// node) must carry nothing now.
 	hold func(src int) bool
+	// refuse, if set, reports whether a connection from src must be
+	// closed at once (a refused or reset connection).
+	refuse func(src int) bool
 	// source names the node that opened a connection, from its port.
 	source func(port int) int
 
@@ -43,6 +53,7 @@ type faultProxy struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	conns  map[net.Conn]bool
+	from   map[net.Conn]int // accepted connections: the node they come from
 }
 
 func newFaultProxy(t *testing.T, target string, hold func(int) bool, source func(int) int) *faultProxy {
@@ -51,7 +62,7 @@ func newFaultProxy(t *testing.T, target string, hold func(int) bool, source func
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultProxy{lis: lis, target: target, hold: hold, source: source, conns: map[net.Conn]bool{}}
+	p := &faultProxy{lis: lis, target: target, hold: hold, source: source, conns: map[net.Conn]bool{}, from: map[net.Conn]int{}}
 	t.Cleanup(p.close)
 	p.wg.Add(1)
 	go p.serve()
@@ -115,11 +126,33 @@ func (p *faultProxy) serve() {
 	}
 }
 
+// closeFrom closes the accepted connections whose source cut says.
+func (p *faultProxy) closeFrom(cut func(src int) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c, src := range p.from {
+		if cut(src) {
+			c.Close()
+		}
+	}
+}
+
 func (p *faultProxy) pipe(c net.Conn) {
 	defer c.Close()
 	src := -1
 	if p.source != nil {
 		src = p.source(c.RemoteAddr().(*net.TCPAddr).Port)
+	}
+	p.mu.Lock()
+	p.from[c] = src
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.from, c)
+		p.mu.Unlock()
+	}()
+	if p.refuse != nil && p.refuse(src) {
+		return
 	}
 	if !p.held(src) {
 		return
@@ -225,33 +258,65 @@ func TestAvailabilityProcesses(t *testing.T) {
 		{"fast (--heartbeat 100ms --max-missed-heartbeats 4 --leadership-delay 50ms)", []string{"--heartbeat", "100ms", "--max-missed-heartbeats", "4", "--leadership-delay", "50ms"}},
 		{"defaults (heartbeat 500ms x 4, leadership delay 250ms)", nil},
 	}
-	faults := []string{"SIGKILL", "SIGSTOP", "store black hole", "peer partition"}
+	faults := []string{"SIGKILL", "SIGSTOP", "store black hole", "peer partition", "peer partition, refused", "idle peer partition", "idle peer partition, refused"}
+	if only := os.Getenv("TENURE_AVAIL_FAULTS"); only != "" {
+		// A subset separated by semicolons, to measure one change quickly.
+		faults = strings.Split(only, ";")
+	}
 	var report []string
 	for _, prof := range profiles {
 		for _, fault := range faults {
 			for _, leader := range []bool{true, false} {
-				gap := measureFault(t, srv, bin, prof.flags, fault, leader)
+				if strings.HasPrefix(fault, "idle") && !leader {
+					continue // a cut-off follower is dropped; the leader still serves
+				}
+				r := measureFault(t, srv, bin, prof.flags, fault, leader)
 				role := "follower"
 				if leader {
 					role = "leader"
 				}
-				line := fmt.Sprintf("%-70s %-17s %-8s %6.2f s", prof.name, fault, role, gap.Seconds())
+				line := fmt.Sprintf("%-70s %-23s %-8s %6.2f s", prof.name, fault, role, r.gap.Seconds())
+				if r.rejoin >= 0 {
+					line += fmt.Sprintf("   rejoin after heal %6.2f s", r.rejoin.Seconds())
+				}
+				if r.terms >= 0 {
+					line += fmt.Sprintf("   leaderships while idle %d", r.terms)
+				}
 				t.Log(line)
 				report = append(report, line)
 			}
 		}
 	}
-	t.Log("longest stretch without a successful write through a node left working, in the 10 s after the fault:\n" + strings.Join(report, "\n"))
+	t.Log("longest stretch without a successful write through a node left working, in the 10 s after the fault " +
+		"(idle peer partition: the first write, after 40 s without writes):\n" + strings.Join(report, "\n"))
+}
+
+// faultResult is what measureFault measured.
+type faultResult struct {
+	// gap is the longest stretch without a successful write through a
+	// node left working.
+	gap time.Duration
+	// rejoin is the time from the heal of a peer partition to the first
+	// successful write through the node that was cut off; -1 if not
+	// measured.
+	rejoin time.Duration
+	// terms counts the leaderships taken while the group was idle under
+	// an idle peer partition; -1 if not measured.
+	terms int
 }
 
 // measureFault starts a fresh three-process group, injects fault into
-// its leader or a follower and returns the longest stretch, in the 10 s
+// its leader or a follower and measures the longest stretch, in the 10 s
 // after the fault, during which a write through some node left working
-// did not succeed.
-func measureFault(t *testing.T, srv testutil.S3Server, bin string, flags []string, fault string, leader bool) time.Duration {
+// did not succeed. A peer partition is then healed, and the time to the
+// first write through the node that was cut off measured. Under an idle
+// peer partition (the leader cut off) no write comes for idleWindow; the
+// leaderships taken meanwhile are counted, and the gap is the time the
+// first write after it takes.
+func measureFault(t *testing.T, srv testutil.S3Server, bin string, flags []string, fault string, leader bool) faultResult {
 	t.Helper()
 	var mu sync.Mutex
-	storeCut, peerCut := -1, -1
+	storeCut, peerCut, peerRefuse := -1, -1, -1
 	pids := make([]int, 3)
 	nodeOf := func(port int) int {
 		mu.Lock()
@@ -273,6 +338,7 @@ func measureFault(t *testing.T, srv testutil.S3Server, bin string, flags []strin
 		advertise  string
 	}
 	nodes := make([]node, 3)
+	var peerProxies []*faultProxy
 	for i := range nodes {
 		peer := freeAddr(t)
 		// The node's store traffic goes through its own proxy; its peers
@@ -288,6 +354,12 @@ func measureFault(t *testing.T, srv testutil.S3Server, bin string, flags []strin
 			defer mu.Unlock()
 			return peerCut >= 0 && (peerCut == i || peerCut == src)
 		}, nodeOf)
+		pp.refuse = func(src int) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return peerRefuse >= 0 && (peerRefuse == i || peerRefuse == src)
+		}
+		peerProxies = append(peerProxies, pp)
 		s := srv
 		s.Endpoint = "http://" + sp.addr()
 		nodes[i] = node{peer: peer, http: freeAddr(t), storeURL: s.URL(prefix), advertise: pp.addr()}
@@ -362,11 +434,43 @@ func measureFault(t *testing.T, srv testutil.S3Server, bin string, flags []strin
 		mu.Lock()
 		storeCut = target
 		mu.Unlock()
-	case "peer partition":
+	case "peer partition", "idle peer partition":
 		mu.Lock()
 		peerCut = target
 		mu.Unlock()
 		// Connections already open are held by the proxies from now on.
+	case "peer partition, refused", "idle peer partition, refused":
+		mu.Lock()
+		peerRefuse = target
+		mu.Unlock()
+		for i, pp := range peerProxies {
+			pp.closeFrom(func(src int) bool { return i == target || src == target })
+		}
+	default:
+		t.Fatalf("unknown fault %q", fault)
+	}
+	res := faultResult{rejoin: -1, terms: -1}
+	if strings.HasPrefix(fault, "idle") {
+		res.terms = countLeaderships(t, c, status, idleWindow)
+		other := (target + 1) % 3
+		client := &http.Client{Timeout: 15 * time.Second}
+		start := time.Now()
+		for !put(other, client) {
+			if time.Since(start) > time.Minute {
+				for _, p := range c.procs {
+					t.Logf("%s log:\n%s", p.id, tail(p.log))
+				}
+				t.Fatalf("no write through node %d a minute after the idle partition", other)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		res.gap = time.Since(start)
+		if res.gap > 5*time.Second || res.terms > 1 {
+			for _, p := range c.procs {
+				t.Logf("%s log:\n%s", p.id, tail(p.log))
+			}
+		}
+		return res
 	}
 	for i := range nodes {
 		if i == target {
@@ -403,12 +507,58 @@ func measureFault(t *testing.T, srv testutil.S3Server, bin string, flags []strin
 	for _, g := range gaps {
 		worst = max(worst, g)
 	}
-	if worst > 5*time.Second {
+	res.gap = worst
+	if fault == "peer partition" || fault == "peer partition, refused" {
+		mu.Lock()
+		peerCut, peerRefuse = -1, -1
+		mu.Unlock()
+		healed := time.Now()
+		client := &http.Client{Timeout: 15 * time.Second}
+		for !put(target, client) {
+			if time.Since(healed) > time.Minute {
+				t.Fatalf("no write through node %d a minute after the heal", target)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		res.rejoin = time.Since(healed)
+	}
+	if worst > 5*time.Second || res.rejoin > 5*time.Second {
 		for _, p := range c.procs {
 			t.Logf("%s log:\n%s", p.id, tail(p.log))
 		}
 	}
-	return worst
+	return res
+}
+
+// idleWindow is how long the group gets no write under an idle peer
+// partition: long enough for the cut-off leader, deposed at its idle
+// probe, to give up following the new leader (Follow calls that wait
+// kv serve's 10 s connect timeout each on connections that carry nothing:
+// about 20 s) and look at the store.
+const idleWindow = 45 * time.Second
+
+// countLeaderships polls every node's status for d and returns how many
+// leaderships were taken meanwhile: the number of terms above the first
+// seen.
+func countLeaderships(t *testing.T, c *procCluster, client *http.Client, d time.Duration) int {
+	t.Helper()
+	var first, last uint64
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		for _, p := range c.procs {
+			resp, err := client.Get("http://" + p.http + "/v1/status")
+			if err != nil {
+				continue
+			}
+			var s struct{ Term uint64 }
+			_ = json.NewDecoder(resp.Body).Decode(&s)
+			resp.Body.Close()
+			if first == 0 || s.Term < first {
+				first = s.Term
+			}
+			last = max(last, s.Term)
+		}
+	}
+	return int(last - first)
 }
 
 func newCmd(bin string, args []string, out *os.File) *exec.Cmd {
