@@ -448,18 +448,9 @@ func (n *Node) refuseDuplicate(dup *DuplicateIDError, ls leaderState, version st
 	if n.host.answersAs(n.ctx, ls.LeaderAddr, n.group) {
 		return dup
 	}
-	n.repMu.Lock()
-	from := n.rep.applied
-	n.repMu.Unlock()
-	n.mu.Lock()
-	from = max(from, n.commitSeen)
-	n.mu.Unlock()
-	end, err := n.logEnd(n.ctx, from)
-	if err != nil {
+	w, err := n.watchLog()
+	if err != nil || w == nil {
 		return err
-	}
-	if sleepCtx(n.ctx, time.Duration(n.opts.MaxMissedHeartbeats)*n.opts.HeartbeatInterval/2) != nil {
-		return nil
 	}
 	cur, v, err := n.gs.readLeaderState(n.ctx)
 	if err != nil {
@@ -469,11 +460,11 @@ func (n *Node) refuseDuplicate(dup *DuplicateIDError, ls leaderState, version st
 		n.observeLeader(cur)
 		return nil // it changed: look again
 	}
-	now, err := n.logEnd(n.ctx, max(from, end))
+	grew, _, err := w.grew()
 	if err != nil {
 		return err
 	}
-	if now > end {
+	if grew {
 		return dup
 	}
 	n.log.Warn("the other process using this node's ID neither answers nor writes: taking leadership", "other_incarnation", dup.Incarnation, "term", ls.Term)
@@ -562,18 +553,9 @@ func (n *Node) watchLeader() error {
 // this; who wins is the store's compare-and-swap (docs/rsm.md,
 // "Availability").
 func (n *Node) checkAndAttempt(term uint64) error {
-	n.repMu.Lock()
-	from := n.rep.applied
-	n.repMu.Unlock()
-	n.mu.Lock()
-	from = max(from, n.commitSeen)
-	n.mu.Unlock()
-	end, err := n.logEnd(n.ctx, from)
-	if err != nil {
+	w, err := n.watchLog()
+	if err != nil || w == nil {
 		return err
-	}
-	if sleepCtx(n.ctx, time.Duration(n.opts.MaxMissedHeartbeats)*n.opts.HeartbeatInterval/2) != nil {
-		return nil
 	}
 	ls, _, err := n.gs.readLeaderState(n.ctx)
 	if err != nil {
@@ -586,15 +568,50 @@ func (n *Node) checkAndAttempt(term uint64) error {
 	if n.cutOff(ls) {
 		return nil
 	}
-	now, err := n.logEnd(n.ctx, max(from, end))
+	grew, now, err := w.grew()
 	if err != nil {
 		return err
 	}
-	if now > end {
+	if grew {
 		n.log.Warn("the leader still commits: this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", term, "log_end", now)
 		return nil
 	}
 	return n.attempt(term)
+}
+
+// logWatch is the log's end seen before a wait, for the sign that a
+// leader still commits.
+type logWatch struct {
+	n         *Node
+	from, end uint64
+}
+
+// watchLog notes the log's end, then waits half the heartbeat timeout. It
+// returns nil (and no error) if the node is closing.
+func (n *Node) watchLog() (*logWatch, error) {
+	n.repMu.Lock()
+	from := n.rep.applied
+	n.repMu.Unlock()
+	n.mu.Lock()
+	from = max(from, n.commitSeen)
+	n.mu.Unlock()
+	end, err := n.logEnd(n.ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	if sleepCtx(n.ctx, time.Duration(n.opts.MaxMissedHeartbeats)*n.opts.HeartbeatInterval/2) != nil {
+		return nil, nil
+	}
+	return &logWatch{n: n, from: from, end: end}, nil
+}
+
+// grew reports whether the log grew during the wait, and its end now.
+func (w *logWatch) grew() (bool, uint64, error) {
+	now, err := w.n.logEnd(w.n.ctx, max(w.from, w.end))
+	if err != nil {
+		return false, 0, err
+	}
+	return now > w.end, now, nil
 }
 
 // cutOff reports whether leader_state.json (ls), read by a node that

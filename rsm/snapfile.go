@@ -179,19 +179,8 @@ func decodeStoredSnapshot(b []byte) (*storedSnapshot, error) {
 	}
 	h := rest[:hlen]
 	rest = rest[hlen:]
-	if got := crc32.Checksum(h, castagnoli); got != hcrc {
-		return nil, fmt.Errorf("snapshot header checksum mismatch: computed %08x, stored %08x", got, hcrc)
-	}
-	s := new(rsmpb.Snapshot)
-	if err := proto.Unmarshal(h, s); err != nil {
-		return nil, fmt.Errorf("snapshot header does not decode: %w", err)
-	}
-	for _, m := range s.Machines {
-		if len(m.Data) > 0 {
-			return nil, fmt.Errorf("snapshot header carries the bytes of machine %q", m.Name)
-		}
-	}
-	if err := checkSnapshot(s); err != nil {
+	s, err := decodeSnapshotHeader(h, hcrc)
+	if err != nil {
 		return nil, err
 	}
 	st := &storedSnapshot{Snapshot: s, parts: make([][][]byte, len(s.Machines))}
@@ -223,4 +212,26 @@ func decodeStoredSnapshot(b []byte) (*storedSnapshot, error) {
 		return nil, errors.New("snapshot has bytes after its last machine")
 	}
 	return st, nil
+}
+
+// decodeSnapshotHeader checks and decodes the header of the chunked
+// format: its checksum, its protobuf, and that it carries no machine's
+// bytes (they follow it in chunks).
+func decodeSnapshotHeader(h []byte, hcrc uint32) (*rsmpb.Snapshot, error) {
+	if got := crc32.Checksum(h, castagnoli); got != hcrc {
+		return nil, fmt.Errorf("snapshot header checksum mismatch: computed %08x, stored %08x", got, hcrc)
+	}
+	s := new(rsmpb.Snapshot)
+	if err := proto.Unmarshal(h, s); err != nil {
+		return nil, fmt.Errorf("snapshot header does not decode: %w", err)
+	}
+	for _, m := range s.Machines {
+		if len(m.Data) > 0 {
+			return nil, fmt.Errorf("snapshot header carries the bytes of machine %q", m.Name)
+		}
+	}
+	if err := checkSnapshot(s); err != nil {
+		return nil, err
+	}
+	return s, nil
 }

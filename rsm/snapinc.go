@@ -442,20 +442,8 @@ func openChunked(r io.Reader) (*chunkedStream, error) {
 	if n, err := hb.ReadFrom(io.LimitReader(r, int64(hlen))); err != nil || n != int64(hlen) {
 		return nil, fmt.Errorf("base header of %d bytes: %w", hlen, eofIsShort(errors.Join(err, io.ErrUnexpectedEOF)))
 	}
-	h := hb.Bytes()
-	if got := crc32.Checksum(h, castagnoli); got != hcrc {
-		return nil, fmt.Errorf("snapshot header checksum mismatch: computed %08x, stored %08x", got, hcrc)
-	}
-	s := new(rsmpb.Snapshot)
-	if err := proto.Unmarshal(h, s); err != nil {
-		return nil, fmt.Errorf("snapshot header does not decode: %w", err)
-	}
-	for _, m := range s.Machines {
-		if len(m.Data) > 0 {
-			return nil, fmt.Errorf("snapshot header carries the bytes of machine %q", m.Name)
-		}
-	}
-	if err := checkSnapshot(s); err != nil {
+	s, err := decodeSnapshotHeader(hb.Bytes(), hcrc)
+	if err != nil {
 		return nil, err
 	}
 	return &chunkedStream{r: r, head: s, buf: make([]byte, snapChunkMax)}, nil
