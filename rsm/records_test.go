@@ -1,10 +1,14 @@
 package rsm
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 	"github.com/tenure-io/tenure/store/memstore"
@@ -86,5 +90,32 @@ func TestLeaderStateReadDecodesOnlyChangedBytes(t *testing.T) {
 	ls, _, err := gs.readLeaderState(ctx)
 	if err != nil || ls.Term != 3 || ls.Followers[0].ApplyIndex != 5 {
 		t.Fatalf("the good record again: %+v, %v", ls, err)
+	}
+}
+
+// encodeEntry writes the format frame does (readers of either agree): the
+// header, then the entry's protobuf encoding, for a batch, a seal and an
+// entry with nothing set but its index.
+func TestEncodeEntryIsTheFramedEncoding(t *testing.T) {
+	seal := &rsmpb.Entry{Index: 9, Term: 4, Writer: "node-b", Nonce: []byte("nonce"), Noop: true}
+	for _, e := range []*rsmpb.Entry{sampleEntry(), seal, {Index: 1}} {
+		p, err := proto.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := encodeEntry(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := frame(kindEntry, p); !bytes.Equal(got, want) {
+			t.Fatalf("entry %d: encodeEntry gave\n%x\nwant\n%x", e.Index, got, want)
+		}
+		if e.Term == 0 {
+			continue // not a valid entry, only an encoding
+		}
+		back, err := decodeEntry(got, e.Index)
+		if err != nil || !proto.Equal(back, e) {
+			t.Fatalf("entry %d decodes to %v, %v", e.Index, back, err)
+		}
 	}
 }
