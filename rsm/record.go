@@ -77,12 +77,19 @@ func unframe(kind byte, b []byte) ([]byte, error) {
 	return payload, nil
 }
 
+// encodeEntry marshals e behind room for the frame's header and fills the
+// header in, as frame does: one buffer per entry, not a second one for the
+// frame.
 func encodeEntry(e *rsmpb.Entry) ([]byte, error) {
-	p, err := proto.Marshal(e)
+	b := make([]byte, frameHeader, frameHeader+proto.Size(e))
+	b, err := proto.MarshalOptions{}.MarshalAppend(b, e)
 	if err != nil {
 		return nil, err
 	}
-	return frame(kindEntry, p), nil
+	copy(b, frameMagic)
+	b[len(frameMagic)] = kindEntry
+	binary.BigEndian.PutUint32(b[len(frameMagic)+1:], crc32.Checksum(b[frameHeader:], castagnoli))
+	return b, nil
 }
 
 // decodeEntry decodes a log object read at index.

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
@@ -30,6 +32,17 @@ type groupStore struct {
 	snapEnd     uint64    // its end index
 	snapMan     *manifest // its manifest; nil for the earlier formats
 	snapTerm    uint64    // its writer's term
+
+	// lastLeaderState is the last leader_state.json decoded, with its
+	// bytes: a leader's confirmation reads find the same bytes round after
+	// round, so only a change is decoded again.
+	lastLeaderState atomic.Pointer[decodedLeaderState]
+}
+
+// decodedLeaderState is leader_state.json's bytes and what they decode to.
+type decodedLeaderState struct {
+	data []byte
+	ls   leaderState
 }
 
 func (g *groupStore) resolve(owns func([]byte) bool) store.ResolveOptions {
@@ -83,6 +96,14 @@ func (g *groupStore) readLeaderState(ctx context.Context) (ls leaderState, versi
 	if err != nil {
 		return leaderState{}, "", err
 	}
+	// The read above is the confirmation (every round reads the store);
+	// only decoding identical bytes again is skipped. A cached decode was
+	// valid and of this group, so it needs no check.
+	if last := g.lastLeaderState.Load(); last != nil && bytes.Equal(last.data, data) {
+		ls = last.ls
+		ls.Followers = slices.Clone(ls.Followers)
+		return ls, version, nil
+	}
 	ls, err = decodeLeaderState(data)
 	if err == nil && ls.Group != "" && ls.Group != g.group {
 		err = fmt.Errorf("it belongs to group %q", ls.Group)
@@ -90,6 +111,9 @@ func (g *groupStore) readLeaderState(ctx context.Context) (ls leaderState, versi
 	if err != nil {
 		return leaderState{}, "", &CorruptError{Key: g.key(leaderStateKey), Err: err}
 	}
+	kept := ls
+	kept.Followers = slices.Clone(ls.Followers) // the caller may change its copy
+	g.lastLeaderState.Store(&decodedLeaderState{data: data, ls: kept})
 	return ls, version, nil
 }
 

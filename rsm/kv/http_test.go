@@ -320,3 +320,70 @@ func waitStatus(t *testing.T, n *rsm.Node, ok func(rsm.Status) bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A put reads its value whole whether or not the client sent its length,
+// refuses one over the limit either way, and answers with exactly the JSON
+// the API documents (no HTML escaping, a trailing newline) and its length.
+func TestHTTPPutBodyAndAnswer(t *testing.T) {
+	d := newDirect()
+	srv := newServer(t, d, kv.HandlerOptions{MaxValueSize: 16})
+	put := func(key string, body io.Reader, length int64) (int, string, http.Header) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL+"/v1/kv/"+key, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = length
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(data), resp.Header
+	}
+	get := func(key string) string {
+		t.Helper()
+		status, out, _ := call(t, srv, "GET", "/v1/kv/"+key+"?encoding=text", "")
+		if status != 200 {
+			t.Fatalf("get %s: %d %v", key, status, out)
+		}
+		return out["value"].(string)
+	}
+
+	full := strings.Repeat("v", 16)
+	status, body, h := put("a%3Cb", strings.NewReader(full), 16)
+	if want := `{"key":"a<b","revision":1}` + "\n"; status != 200 || body != want {
+		t.Fatalf("put with its length: %d %q, want 200 %q", status, body, want)
+	}
+	if h.Get("Content-Length") != fmt.Sprint(len(body)) || h.Get("Content-Type") != "application/json" {
+		t.Fatalf("headers %v for a body of %d bytes", h, len(body))
+	}
+	if got := get("a%3Cb"); got != full {
+		t.Fatalf("read back %q, want %q", got, full)
+	}
+
+	// Without a length (chunked): io.NopCloser hides the reader's size.
+	status, body, _ = put("c", io.NopCloser(strings.NewReader("chunked")), -1)
+	if status != 200 || get("c") != "chunked" {
+		t.Fatalf("chunked put: %d %s", status, body)
+	}
+	status, body, _ = put("c", io.NopCloser(strings.NewReader(full+"x")), -1)
+	if status != http.StatusRequestEntityTooLarge || !strings.Contains(body, "too_large") {
+		t.Fatalf("chunked put over the limit: %d %s", status, body)
+	}
+	status, body, _ = put("c", strings.NewReader(full+"x"), 17)
+	if status != http.StatusRequestEntityTooLarge || !strings.Contains(body, "too_large") {
+		t.Fatalf("put over the limit with its length: %d %s", status, body)
+	}
+	status, _, _ = put("empty", strings.NewReader(""), 0)
+	if status != 200 || get("empty") != "" {
+		t.Fatalf("empty put: %d", status)
+	}
+	if get("c") != "chunked" {
+		t.Fatal("a refused put changed the value")
+	}
+}

@@ -593,17 +593,23 @@ func (k *knownFiles) wrote(path string, h *heldFile, version string) {
 // version returns the version of the file at path if it is one this Store
 // wrote and still holds.
 func (k *knownFiles) version(path string) (string, bool) {
+	v, _, ok := k.versionSize(path)
+	return v, ok
+}
+
+// versionSize is version and the file's size.
+func (k *knownFiles) versionSize(path string) (string, int64, bool) {
 	k.mu.Lock()
 	e, ok := k.files[path]
 	k.mu.Unlock()
 	if !ok {
-		return "", false
+		return "", 0, false
 	}
 	fi, err := os.Lstat(path)
 	if err != nil || !os.SameFile(fi, e.info) || fi.Size() != e.info.Size() || !fi.ModTime().Equal(e.info.ModTime()) {
-		return "", false
+		return "", 0, false
 	}
-	return e.version, true
+	return e.version, fi.Size(), true
 }
 
 // forget drops path's entry, if any.
@@ -629,31 +635,49 @@ func (k *knownFiles) closeAll() {
 	k.files, k.order, k.closed = nil, nil, true
 }
 
+// listedVersion is the version and size of the file at path: known
+// without reading it if this Store wrote it and still holds it (a
+// snapshot's key, listed to learn its version), else hashed from it.
+func (s *Store) listedVersion(path string) (string, int64, error) {
+	if v, size, ok := s.known.versionSize(path); ok {
+		return v, size, nil
+	}
+	return fileVersionSize(path)
+}
+
 // hashBufs are the read buffers of fileVersion.
 var hashBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // fileVersion is the Version of the file at path, hashed as it is read:
 // a large value is never held in memory whole.
 func fileVersion(path string) (string, error) {
+	v, _, err := fileVersionSize(path)
+	return v, err
+}
+
+// fileVersionSize is fileVersion and the number of bytes hashed.
+func fileVersionSize(path string) (string, int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	defer f.Close()
 	h := sha256.New()
 	bp := hashBufs.Get().(*[]byte)
 	defer hashBufs.Put(bp)
+	var size int64
 	for {
 		n, err := f.Read(*bp)
 		h.Write((*bp)[:n])
+		size += int64(n)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return "", err
+			return "", 0, err
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil)[:16]), nil
+	return hex.EncodeToString(h.Sum(nil)[:16]), size, nil
 }
 
 func checkAbsent(path string) error {
@@ -705,14 +729,17 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]dr
 		if len(items) == limit {
 			break
 		}
-		data, err := os.ReadFile(c.path)
+		// Hashed as it is read, through a pooled buffer: a truncation lists
+		// a page of log entries, and a value kept whole for each would be
+		// garbage at once.
+		version, size, err := s.listedVersion(c.path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // deleted since the walk
 		}
 		if err != nil {
 			return nil, ioErr("read", err)
 		}
-		items = append(items, driver.Item{Key: c.key, Version: Version(data), Size: int64(len(data))})
+		items = append(items, driver.Item{Key: c.key, Version: version, Size: size})
 	}
 	return items, nil
 }

@@ -257,3 +257,64 @@ func TestKnownVersions(t *testing.T) {
 		t.Fatal("Close left files open")
 	}
 }
+
+// TestListVersions: List reports each key's version and size as Get
+// does, whether the value is small, large and held by this store, or
+// replaced by another store or edited in place since this store wrote it.
+func TestListVersions(t *testing.T) {
+	dir := t.TempDir()
+	d1, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1, s2 := store.New(d1), store.New(d2)
+	defer s1.Close()
+	defer s2.Close()
+	ctx := t.Context()
+	check := func(when string) {
+		t.Helper()
+		items, err := s1.List(ctx, "k/", "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(items) != 3 {
+			t.Fatalf("%s: listed %d keys, want 3", when, len(items))
+		}
+		for _, it := range items {
+			data, v, err := s1.Get(ctx, it.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if it.Version != v || it.Size != int64(len(data)) {
+				t.Fatalf("%s: %s listed as version %s, %d bytes; Get says %s, %d bytes", when, it.Key, it.Version, it.Size, v, len(data))
+			}
+		}
+	}
+	big := make([]byte, knownMin+100_000) // larger than one read buffer
+	for k, v := range map[string][]byte{"k/a": []byte("small"), "k/big": big, "k/empty": nil} {
+		if _, err := s1.Put(ctx, k, v, store.IfAbsent()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := d1.known.version(d1.path("k/big")); !ok {
+		t.Fatal("the large value is not held")
+	}
+	check("as written")
+	_, v, err := s2.Get(ctx, "k/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big[0] = 1
+	if _, err := s2.Put(ctx, "k/big", big, store.IfMatch(v)); err != nil {
+		t.Fatal(err)
+	}
+	check("replaced by another store")
+	if err := os.WriteFile(d1.path("k/big"), append(big, 'x'), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	check("edited in place")
+}
