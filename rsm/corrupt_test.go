@@ -448,7 +448,6 @@ func TestCorruptSnapshotFreshNode(t *testing.T) {
 	damaged := bytes.Clone(orig)
 	damaged[len(damaged)/2] ^= 0x10
 	replaceRaw(t, st, snapshotKeyOf, damaged)
-	puts := a.calls.putCount(snapshotKeyOf)
 
 	b := startCorruptHost(t, mem, "b")
 	nb := b.join(t, opts)
@@ -465,8 +464,11 @@ func TestCorruptSnapshotFreshNode(t *testing.T) {
 		t.Fatal("node b never logged the corrupt snapshot")
 	}
 	b.assertBackoff(t, snapshotKeyOf, 0, opts)
-	if got := a.calls.putCount(snapshotKeyOf) + b.calls.putCount(snapshotKeyOf); got != puts {
-		t.Fatalf("%d writes of the snapshot after it was damaged", got-puts)
+	// The node that read it corrupt never writes it. (The leader may try a
+	// swap that was due, over the version it wrote: that fails, and the
+	// damaged bytes, checked above, stay.)
+	if got := b.calls.putCount(snapshotKeyOf); got != 0 {
+		t.Fatalf("node b wrote the snapshot %d times after reading it corrupt", got)
 	}
 	// The leader, which holds the state in memory, still answers correctly.
 	count++
