@@ -222,7 +222,7 @@ func runBenchKV(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	verbose := fs.Bool("verbose", false, "copy the node's log to stderr")
 	kvFlags := fs.String("kv-flags", "", "extra flags for the node's `tenure kv serve`, space-separated (default none: its defaults are measured), e.g. \"--pipeline 1\"")
-	profile := fs.String("profile", "", "write the node's CPU profile of each measured phase and its heap profile after them into this directory (kv-SIZE-seq.cpu.pprof, kv-SIZE-conc.cpu.pprof, kv-SIZE.heap.pprof; read them with go tool pprof)")
+	profile := fs.String("profile", "", "write the node's CPU profile of each measured phase and its heap profile after them into this directory (kv-SIZE-seq.cpu.pprof, kv-SIZE-conc.cpu.pprof, kv-SIZE.heap.pprof), and the cold-started node's CPU profile to its first read (kv-SIZE-cold.cpu.pprof); read them with go tool pprof")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -322,7 +322,7 @@ func benchKV(ctx context.Context, cfg kvBenchConfig) (*kvBenchResult, error) {
 		client: &http.Client{Timeout: 30 * time.Second,
 			Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: cfg.fillWriters + cfg.writers + 4}}}
 	defer tb.client.CloseIdleConnections()
-	if _, err := tb.start(ctx); err != nil {
+	if _, err := tb.start(ctx, false); err != nil {
 		return nil, err
 	}
 	// tb.node changes at each cold start: stop the latest.
@@ -543,10 +543,15 @@ var (
 	kvStatsLine = regexp.MustCompile(`stats on (http://\S+)`)
 )
 
-func (b *kvTenureBench) start(ctx context.Context) (*kvChild, error) {
-	args := []string{"bench", kvNodeCommand, "--stats", "127.0.0.1:0",
-		"--store", kvCountURL(b.cfg.url), "--group", b.group, "--id", "bench-node",
-		"--peer-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"}
+// start starts a node; profile: with its CPU profile running from the
+// start (--profile), until b.profile stops it.
+func (b *kvTenureBench) start(ctx context.Context, profile bool) (*kvChild, error) {
+	args := []string{"bench", kvNodeCommand, "--stats", "127.0.0.1:0"}
+	if profile && b.cfg.profile != "" {
+		args = append(args, kvNodeProfileNow)
+	}
+	args = append(args, "--store", kvCountURL(b.cfg.url), "--group", b.group, "--id", "bench-node",
+		"--peer-listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
 	args = append(args, b.cfg.kvFlags...)
 	c := &kvChild{exited: make(chan struct{})}
 	c.cmd = exec.Command(b.cfg.exe, args...)
@@ -949,7 +954,7 @@ func snapshotSummary(snaps, all []kvSnapEvent) kvSnapshots {
 func (b *kvTenureBench) coldStart(ctx context.Context, n int) (kvColdStart, error) {
 	var cs kvColdStart
 	b.node.stop()
-	if _, err := b.start(ctx); err != nil {
+	if _, err := b.start(ctx, true); err != nil {
 		return cs, err
 	}
 	cs.Serving = b.node.serving
@@ -970,6 +975,9 @@ func (b *kvTenureBench) coldStart(ctx context.Context, n int) (kvColdStart, erro
 		_ = sleepCtx(ctx, 5*time.Millisecond)
 	}
 	cs.RSS, cs.HWM = procMem(b.node.cmd.Process.Pid)
+	if err := b.profile(ctx, false, n, "cold"); err != nil {
+		return cs, err
+	}
 	st, err := b.stats(ctx, false)
 	if err != nil {
 		return cs, err

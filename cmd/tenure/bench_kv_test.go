@@ -28,7 +28,7 @@ func TestBenchKV(t *testing.T) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
 	// Each profile is a gzipped protobuf (pprof's format).
-	for _, name := range []string{"kv-100-seq.cpu.pprof", "kv-100-conc.cpu.pprof", "kv-100.heap.pprof", "kv-200-conc.cpu.pprof", "kv-200.heap.pprof"} {
+	for _, name := range []string{"kv-100-seq.cpu.pprof", "kv-100-conc.cpu.pprof", "kv-100.heap.pprof", "kv-100-cold.cpu.pprof", "kv-200-conc.cpu.pprof", "kv-200.heap.pprof", "kv-200-cold.cpu.pprof"} {
 		b, err := os.ReadFile(filepath.Join(profiles, name))
 		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
 			t.Errorf("profile %s: %d bytes, %v", name, len(b), err)
