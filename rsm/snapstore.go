@@ -361,9 +361,9 @@ func (g *groupStore) snapshotVersion(ctx context.Context) (string, error) {
 // those read and not yet handed out, the one handed out last (its reader
 // is still decoding it) and, counted at the largest size seen, those being
 // read. Each is retained until decoded, and the collector's headroom
-// applies to them too: 8 base parts of 8 MiB read ahead raised a cold
-// start's peak memory by about 80 MiB, where 3 keep the decoder fed (it is
-// slower than the store's reads).
+// applies to them too: 8 base parts of 8 MiB read ahead were 64 MiB more
+// at a cold start's peak, where 3 keep the decoder fed (it is slower than
+// the store's reads).
 const readAheadMax = 3 * basePartMax
 
 // objectReader hands out objects in order, reading up to par of them

@@ -21,12 +21,11 @@ type groupStore struct {
 	timeout time.Duration // per store call; 0 means none
 	now     func() time.Time
 
-	partMax int // bytes per base part; 0: basePartMax
-	par     int // objects read or deleted at once; 0: one at a time, in the caller's goroutine
-	// readAhead bounds the bytes of objects read ahead (objectReader); 0:
-	// readAheadMax.
-	readAhead int
-	nonces    func() []byte // the snapshot writes' nonces; nil: newNonce (the simulator's are seeded)
+	partMax int           // bytes per base part; 0: basePartMax
+	par     int           // objects read or deleted at once; 0: one at a time, in the caller's goroutine
+	nonces  func() []byte // the snapshot writes' nonces; nil: newNonce (the simulator's are seeded)
+
+	readAhead int // bytes of objects read ahead (objectReader); 0: readAheadMax
 
 	mu          sync.Mutex
 	snapVersion string    // the snapshot version last read or written
