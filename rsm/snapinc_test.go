@@ -2,10 +2,13 @@ package rsm
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -586,5 +589,59 @@ func TestEarlierSnapshotFormatsReplacedByManifest(t *testing.T) {
 				t.Fatalf("fresh node: count %d, want 16", count)
 			}
 		})
+	}
+}
+
+// startCountingDriver counts the reads started.
+type startCountingDriver struct {
+	driver.Store
+	mu      sync.Mutex
+	started int
+}
+
+func (d *startCountingDriver) Get(ctx context.Context, key string) ([]byte, string, error) {
+	d.mu.Lock()
+	d.started++
+	d.mu.Unlock()
+	return d.Store.Get(ctx, key)
+}
+
+func (d *startCountingDriver) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.started
+}
+
+// TestReadAheadBoundedInBytes: objects are read ahead within the byte
+// budget, however many reads par allows, and handed out in order.
+func TestReadAheadBoundedInBytes(t *testing.T) {
+	mem := memstore.New()
+	var keys []string
+	for i := range 20 {
+		k := fmt.Sprintf("g/snap/%02d", i)
+		if _, err := mem.Put(t.Context(), k, bytes.Repeat([]byte{byte(i)}, 1000), driver.Cond{Kind: driver.IfAbsent}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	d := &startCountingDriver{Store: mem}
+	// 2,500 bytes: the object being decoded and one more of 1,000.
+	gs := &groupStore{st: store.New(d), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: 8, readAhead: 2500}
+	or := gs.openObjects(t.Context(), keys)
+	defer or.close()
+	for i := range keys {
+		data, err := or.next()
+		if err != nil || len(data) != 1000 || data[0] != byte(i) {
+			t.Fatalf("object %d: %d bytes starting %v, %v", i, len(data), data[:min(1, len(data))], err)
+		}
+		// Give reads ahead the time to start, as they would while this
+		// object is decoded.
+		time.Sleep(5 * time.Millisecond)
+		if n := d.count(); n > i+2 {
+			t.Fatalf("%d reads started while object %d is held: more than it and one more within 2,500 bytes", n, i)
+		}
+	}
+	if _, err := or.next(); err != io.EOF {
+		t.Fatalf("after the last object: %v, want io.EOF", err)
 	}
 }

@@ -357,8 +357,18 @@ func (g *groupStore) snapshotVersion(ctx context.Context) (string, error) {
 	return items[0].Version, nil
 }
 
+// readAheadMax bounds the bytes of the objects an objectReader holds:
+// those read and not yet handed out, the one handed out last (its reader
+// is still decoding it) and, counted at the largest size seen, those being
+// read. Each is retained until decoded, and the collector's headroom
+// applies to them too: 8 base parts of 8 MiB read ahead were 64 MiB more
+// at a cold start's peak, where 3 keep the decoder fed (it is slower than
+// the store's reads).
+const readAheadMax = 3 * basePartMax
+
 // objectReader hands out objects in order, reading up to par of them
-// ahead (par 0: each when asked, in the caller's goroutine).
+// ahead within readAheadMax bytes (par 0: each when asked, in the
+// caller's goroutine).
 type objectReader struct {
 	g      *groupStore
 	ctx    context.Context
@@ -368,6 +378,14 @@ type objectReader struct {
 	res    []chan fetched
 	slots  chan struct{}
 	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	held     int           // bytes read and not yet released
+	reading  int           // reads in flight
+	largest  int           // the largest object read so far
+	released chan struct{} // signalled when held bytes are released
+	budget   int           // readAheadMax; tests set less
+	last     int           // the bytes of the object handed out last
 }
 
 type fetched struct {
@@ -377,7 +395,10 @@ type fetched struct {
 
 func (g *groupStore) openObjects(ctx context.Context, keys []string) *objectReader {
 	ctx, cancel := context.WithCancel(ctx)
-	o := &objectReader{g: g, ctx: ctx, cancel: cancel, keys: keys}
+	o := &objectReader{g: g, ctx: ctx, cancel: cancel, keys: keys, released: make(chan struct{}, 1), budget: readAheadMax}
+	if g.readAhead > 0 {
+		o.budget = g.readAhead
+	}
 	if g.par <= 0 || len(keys) == 0 {
 		return o
 	}
@@ -395,15 +416,59 @@ func (g *groupStore) openObjects(ctx context.Context, keys []string) *objectRead
 			case <-ctx.Done():
 				return
 			}
+			if !o.waitRoom(ctx) {
+				return
+			}
 			o.wg.Add(1)
 			go func() {
 				defer o.wg.Done()
 				data, err := g.getObject(ctx, keys[i])
+				o.mu.Lock()
+				o.reading--
+				o.held += len(data)
+				o.largest = max(o.largest, len(data))
+				o.mu.Unlock()
 				o.res[i] <- fetched{data, err}
 			}()
 		}
 	}()
 	return o
+}
+
+// waitRoom waits until one more read fits in the budget, counting the
+// reads in flight at the largest size seen (until a first read is back,
+// one read at a time), and counts it; false if ctx ended.
+func (o *objectReader) waitRoom(ctx context.Context) bool {
+	for {
+		o.mu.Lock()
+		fits := o.held+o.reading == 0 ||
+			o.largest > 0 && o.held+(o.reading+1)*o.largest <= o.budget
+		if fits {
+			o.reading++
+		}
+		o.mu.Unlock()
+		if fits {
+			return true
+		}
+		select {
+		case <-o.released:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// release gives back the bytes of the object handed out last: its reader
+// asked for the next one, so it is done with it.
+func (o *objectReader) release() {
+	o.mu.Lock()
+	o.held -= o.last
+	o.last = 0
+	o.mu.Unlock()
+	select {
+	case o.released <- struct{}{}:
+	default:
+	}
 }
 
 func (g *groupStore) getObject(ctx context.Context, key string) ([]byte, error) {
@@ -416,8 +481,10 @@ func (g *groupStore) getObject(ctx context.Context, key string) ([]byte, error) 
 	return data, err
 }
 
-// next returns the next object; io.EOF after the last.
+// next returns the next object; io.EOF after the last. The caller is done
+// with the object it had before.
 func (o *objectReader) next() ([]byte, error) {
+	o.release()
 	if o.i >= len(o.keys) {
 		return nil, io.EOF
 	}
@@ -429,6 +496,9 @@ func (o *objectReader) next() ([]byte, error) {
 	select {
 	case r := <-o.res[i]:
 		<-o.slots
+		o.mu.Lock()
+		o.last = len(r.data)
+		o.mu.Unlock()
 		return r.data, r.err
 	case <-o.ctx.Done():
 		return nil, o.ctx.Err()

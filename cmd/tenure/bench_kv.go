@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -90,6 +91,15 @@ type kvColdStart struct {
 	BytesRead int64            `json:"bytesRead"` // store bytes read by then
 	Requests  map[string]int64 `json:"requests"`
 	RSS       int64            `json:"rssBytes"` // just after the read
+	HWM       int64            `json:"hwmBytes"` // the fresh node's peak RSS by then
+	// ReadBandwidth is the store's sequential read bandwidth in bytes per
+	// second, measured right after the read: the bench process reads the
+	// group's snapshot objects back through the same store driver, as
+	// many at a time as the node's loader. Bound is what the cold start
+	// should take at most: BytesRead at that bandwidth, plus a second.
+	ReadBandwidth float64       `json:"readBytesPerSecond"`
+	BandwidthRead int64         `json:"bandwidthBytesRead"`
+	Bound         time.Duration `json:"boundNanos"`
 }
 
 // kvTenureSize is the kv store at one state size.
@@ -101,23 +111,26 @@ type kvTenureSize struct {
 	Conc     kvLatency     `json:"concurrent"`
 	// Store traffic over the sequential and concurrent phases, per
 	// acknowledged put.
-	MeasuredPuts     int64              `json:"measuredPuts"`
-	BytesWritten     int64              `json:"storeBytesWritten"`
-	BytesPerPut      float64            `json:"storeBytesPerPut"`
-	LogBytesPerPut   float64            `json:"logBytesPerPut"`
-	SnapBytesPerPut  float64            `json:"snapshotBytesPerPut"`
-	RequestsPerPut   map[string]float64 `json:"requestsPerPut"`
-	DiskBytesPerPut  float64            `json:"diskBytesPerPut"`
-	CPUPerPut        time.Duration      `json:"cpuPerPutNanos"` // over both phases
-	FillBytesPerPut  float64            `json:"fillStoreBytesPerPut"`
-	Snapshots        kvSnapshots        `json:"snapshots"`
-	RSS              int64              `json:"rssBytes"`
-	HWM              int64              `json:"hwmBytes"`
-	HeapLive         uint64             `json:"heapLiveBytes"`
-	Revision         int64              `json:"revision"`   // the highest revision a put returned
-	PutsAcknowledged int64              `json:"putsAcked"`  // by this size, every phase and size
-	PutsFailed       int64              `json:"putsFailed"` // likewise
-	Cold             kvColdStart        `json:"coldStart"`
+	MeasuredPuts    int64              `json:"measuredPuts"`
+	BytesWritten    int64              `json:"storeBytesWritten"`
+	BytesPerPut     float64            `json:"storeBytesPerPut"`
+	LogBytesPerPut  float64            `json:"logBytesPerPut"`
+	SnapBytesPerPut float64            `json:"snapshotBytesPerPut"`
+	RequestsPerPut  map[string]float64 `json:"requestsPerPut"`
+	DiskBytesPerPut float64            `json:"diskBytesPerPut"`
+	CPUPerPut       time.Duration      `json:"cpuPerPutNanos"` // over both phases
+	FillBytesPerPut float64            `json:"fillStoreBytesPerPut"`
+	Snapshots       kvSnapshots        `json:"snapshots"`
+	RSS             int64              `json:"rssBytes"`
+	HWM             int64              `json:"hwmBytes"`
+	FillHWM         int64              `json:"fillHwmBytes"` // the peak RSS when the fill ended
+	HeapLive        uint64             `json:"heapLiveBytes"`
+	// Data is the live data: the keys' and values' bytes.
+	Data             int64       `json:"dataBytes"`
+	Revision         int64       `json:"revision"`   // the highest revision a put returned
+	PutsAcknowledged int64       `json:"putsAcked"`  // by this size, every phase and size
+	PutsFailed       int64       `json:"putsFailed"` // likewise
+	Cold             kvColdStart `json:"coldStart"`
 }
 
 // kvEtcdSize is etcd at one state size.
@@ -209,7 +222,7 @@ func runBenchKV(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	verbose := fs.Bool("verbose", false, "copy the node's log to stderr")
 	kvFlags := fs.String("kv-flags", "", "extra flags for the node's `tenure kv serve`, space-separated (default none: its defaults are measured), e.g. \"--pipeline 1\"")
-	profile := fs.String("profile", "", "write the node's CPU profile of each measured phase and its heap profile after them into this directory (kv-SIZE-seq.cpu.pprof, kv-SIZE-conc.cpu.pprof, kv-SIZE.heap.pprof; read them with go tool pprof)")
+	profile := fs.String("profile", "", "write the node's CPU profile of each measured phase and its heap profile after them into this directory (kv-SIZE-seq.cpu.pprof, kv-SIZE-conc.cpu.pprof, kv-SIZE.heap.pprof), and the cold-started node's CPU profile to its first read (kv-SIZE-cold.cpu.pprof); read them with go tool pprof")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -305,11 +318,11 @@ func benchKV(ctx context.Context, cfg kvBenchConfig) (*kvBenchResult, error) {
 	}
 
 	values := kvValues(cfg.valueSize)
-	tb := &kvTenureBench{cfg: cfg, group: group, values: values,
+	tb := &kvTenureBench{cfg: cfg, st: st, group: group, values: values,
 		client: &http.Client{Timeout: 30 * time.Second,
 			Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: cfg.fillWriters + cfg.writers + 4}}}
 	defer tb.client.CloseIdleConnections()
-	if _, err := tb.start(ctx); err != nil {
+	if _, err := tb.start(ctx, false); err != nil {
 		return nil, err
 	}
 	// tb.node changes at each cold start: stop the latest.
@@ -502,6 +515,7 @@ func kvSummarize(samples []kvSample, failed, writers int, elapsed time.Duration,
 
 type kvTenureBench struct {
 	cfg    kvBenchConfig
+	st     *store.Store // the store the node uses, opened by the bench
 	group  string
 	values [][]byte
 	client *http.Client
@@ -529,10 +543,15 @@ var (
 	kvStatsLine = regexp.MustCompile(`stats on (http://\S+)`)
 )
 
-func (b *kvTenureBench) start(ctx context.Context) (*kvChild, error) {
-	args := []string{"bench", kvNodeCommand, "--stats", "127.0.0.1:0",
-		"--store", kvCountURL(b.cfg.url), "--group", b.group, "--id", "bench-node",
-		"--peer-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"}
+// start starts a node; profile: with its CPU profile running from the
+// start (--profile), until b.profile stops it.
+func (b *kvTenureBench) start(ctx context.Context, profile bool) (*kvChild, error) {
+	args := []string{"bench", kvNodeCommand, "--stats", "127.0.0.1:0"}
+	if profile && b.cfg.profile != "" {
+		args = append(args, kvNodeProfileNow)
+	}
+	args = append(args, "--store", kvCountURL(b.cfg.url), "--group", b.group, "--id", "bench-node",
+		"--peer-listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
 	args = append(args, b.cfg.kvFlags...)
 	c := &kvChild{exited: make(chan struct{})}
 	c.cmd = exec.Command(b.cfg.exe, args...)
@@ -756,6 +775,8 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 		return ts, err
 	}
 	ts.FillBytesPerPut = float64(st1.PutBytes-st0.PutBytes) / float64(max(1, ts.FillPuts))
+	_, ts.FillHWM = procMem(b.node.cmd.Process.Pid)
+	ts.Data = kvDataBytes(n, cfg.valueSize)
 	cfg.progress("kv store: %d keys filled in %v", n, roundDur(ts.FillTime))
 
 	pid := b.node.cmd.Process.Pid
@@ -933,7 +954,7 @@ func snapshotSummary(snaps, all []kvSnapEvent) kvSnapshots {
 func (b *kvTenureBench) coldStart(ctx context.Context, n int) (kvColdStart, error) {
 	var cs kvColdStart
 	b.node.stop()
-	if _, err := b.start(ctx); err != nil {
+	if _, err := b.start(ctx, true); err != nil {
 		return cs, err
 	}
 	cs.Serving = b.node.serving
@@ -953,13 +974,81 @@ func (b *kvTenureBench) coldStart(ctx context.Context, n int) (kvColdStart, erro
 		}
 		_ = sleepCtx(ctx, 5*time.Millisecond)
 	}
-	cs.RSS, _ = procMem(b.node.cmd.Process.Pid)
+	cs.RSS, cs.HWM = procMem(b.node.cmd.Process.Pid)
+	if err := b.profile(ctx, false, n, "cold"); err != nil {
+		return cs, err
+	}
 	st, err := b.stats(ctx, false)
 	if err != nil {
 		return cs, err
 	}
 	cs.BytesRead, cs.Requests = st.GetBytes, st.Requests
+	read, d, err := readObjects(ctx, b.st, b.group+"/snap/", kvLoaderReads)
+	if err != nil {
+		return cs, fmt.Errorf("measuring the store's read bandwidth: %w", err)
+	}
+	cs.BandwidthRead = read
+	if d > 0 && read > 0 {
+		cs.ReadBandwidth = float64(read) / d.Seconds()
+		cs.Bound = time.Duration(float64(cs.BytesRead)/cs.ReadBandwidth*float64(time.Second)) + time.Second
+	}
 	return cs, nil
+}
+
+// kvLoaderReads is how many objects a node reads at once when it loads a
+// snapshot (rsm's groupStore.par).
+const kvLoaderReads = 8
+
+// kvDataBytes is the live data of n keys (kvKey) with values of
+// valueSize bytes: the bytes of the keys and of the values.
+func kvDataBytes(n, valueSize int) int64 {
+	keys := int64(n) * int64(len(kvKey(0)))
+	for p := 100_000_000; p < n; p *= 10 {
+		keys += int64(n - p) // kvKey pads to 8 digits: a digit more per decade from 10^8
+	}
+	return keys + int64(n)*int64(valueSize)
+}
+
+// readObjects reads every object under prefix, par at a time, and returns
+// the bytes read and how long it took: the store's read bandwidth as a
+// snapshot's loader sees it.
+func readObjects(ctx context.Context, st *store.Store, prefix string, par int) (int64, time.Duration, error) {
+	items, err := st.ListAll(ctx, prefix, 1000)
+	if err != nil {
+		return 0, 0, err
+	}
+	var total atomic.Int64
+	var next atomic.Int64
+	errs := make(chan error, par)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range par {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(items) {
+					return
+				}
+				data, _, err := st.Get(ctx, items[i].Key)
+				if errors.Is(err, store.ErrNotFound) {
+					continue // collected since the list
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				total.Add(int64(len(data)))
+			}
+		})
+	}
+	wg.Wait()
+	d := time.Since(start)
+	select {
+	case err := <-errs:
+		return 0, 0, err
+	default:
+	}
+	return total.Load(), d, nil
 }
 
 // ---- etcd ----
@@ -1171,6 +1260,18 @@ func (r *kvBenchResult) print(w io.Writer) error {
 		return err
 	}
 
+	fmt.Fprintln(w, "\nkv store: peak memory against the data, cold start against the store's read bandwidth")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "keys\tdata MiB\tfill HWM MiB\tHWM MiB\tHWM / data\tcold HWM MiB\tcold HWM / data\tcold MiB read\tread MiB/s\tcold read\tbound\tcold / bound\t\n")
+	for _, t := range r.Tenure {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.2f\t%s\t%.2f\t%s\t%.0f\t%v\t%v\t%.2f\t\n", t.Keys, mib(t.Data),
+			mib(t.FillHWM), mib(t.HWM), floatRatio(float64(t.HWM), float64(t.Data)), mib(t.Cold.HWM), floatRatio(float64(t.Cold.HWM), float64(t.Data)),
+			mib(t.Cold.BytesRead), t.Cold.ReadBandwidth/(1<<20), roundDur(t.Cold.FirstRead), roundDur(t.Cold.Bound), durRatio(t.Cold.FirstRead, t.Cold.Bound))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
 	if len(r.Etcd) > 0 {
 		fmt.Fprintln(w, "\netcd:")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -1199,5 +1300,8 @@ func (r *kvBenchResult) print(w io.Writer) error {
 	fmt.Fprintln(w, "snap write: the snapshot object's store write; snap taken: from capturing the state to the end of that write.")
 	fmt.Fprintln(w, "heap: live heap after a collection. cold read: from starting a fresh node on the same store to its first")
 	fmt.Fprintln(w, "successful linearizable read (serving: to its HTTP API); cold MiB read: store bytes it read by then.")
+	fmt.Fprintln(w, "data: the keys' and values' bytes. HWM: the node's peak RSS (VmHWM) after the measured phases; fill HWM: when")
+	fmt.Fprintln(w, "the fill ended; cold HWM: the fresh node's, at its first read. read MiB/s: the snapshot objects read back through")
+	fmt.Fprintf(w, "the same store driver, %d at a time as the loader reads them; bound: cold MiB read at that rate, plus 1 s.\n", kvLoaderReads)
 	return nil
 }

@@ -31,8 +31,9 @@ import (
 // times of snapshot writes. The child serves those on ADDR at /stats.
 
 const (
-	kvNodeCommand = "kv-node"
-	kvCountScheme = "benchkv"
+	kvNodeCommand    = "kv-node"
+	kvCountScheme    = "benchkv"
+	kvNodeProfileNow = "--cpu-profile-now"
 )
 
 // kvCountURL is the counted form of the store URL inner.
@@ -49,12 +50,26 @@ var (
 
 func runBenchKVNode(ctx context.Context, e *env, args []string) error {
 	if len(args) < 2 || args[0] != "--stats" {
-		return fmt.Errorf("tenure bench %s: want --stats ADDR then the flags of tenure kv serve", kvNodeCommand)
+		return fmt.Errorf("tenure bench %s: want --stats ADDR [--cpu-profile-now] then the flags of tenure kv serve", kvNodeCommand)
+	}
+	addr := args[1]
+	args = args[2:]
+	if len(args) > 0 && args[0] == kvNodeProfileNow {
+		// Profile from the start (a cold start), until /profile/cpu
+		// stops it.
+		args = args[1:]
+		buf := &bytes.Buffer{}
+		if err := pprof.StartCPUProfile(buf); err != nil {
+			return err
+		}
+		kvNodeCPU.mu.Lock()
+		kvNodeCPU.buf = buf
+		kvNodeCPU.mu.Unlock()
 	}
 	registerKVCount.Do(func() { store.Register(kvCountScheme, openCountedStore) })
-	ln, err := net.Listen("tcp", args[1])
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("--stats %s: %w", args[1], err)
+		return fmt.Errorf("--stats %s: %w", addr, err)
 	}
 	defer ln.Close()
 	mux := http.NewServeMux()
@@ -65,7 +80,7 @@ func runBenchKVNode(ctx context.Context, e *env, args []string) error {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	fmt.Fprintf(e.stdout, "tenure bench kv-node: stats on http://%s\n", ln.Addr())
-	return runKVServe(ctx, e, args[2:])
+	return runKVServe(ctx, e, args)
 }
 
 func openCountedStore(ctx context.Context, u *url.URL, _ store.OpenOptions) (driver.Store, error) {

@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/store"
 )
 
 func TestBenchKV(t *testing.T) {
@@ -25,7 +28,7 @@ func TestBenchKV(t *testing.T) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
 	// Each profile is a gzipped protobuf (pprof's format).
-	for _, name := range []string{"kv-100-seq.cpu.pprof", "kv-100-conc.cpu.pprof", "kv-100.heap.pprof", "kv-200-conc.cpu.pprof", "kv-200.heap.pprof"} {
+	for _, name := range []string{"kv-100-seq.cpu.pprof", "kv-100-conc.cpu.pprof", "kv-100.heap.pprof", "kv-100-cold.cpu.pprof", "kv-200-conc.cpu.pprof", "kv-200.heap.pprof", "kv-200-cold.cpu.pprof"} {
 		b, err := os.ReadFile(filepath.Join(profiles, name))
 		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
 			t.Errorf("profile %s: %d bytes, %v", name, len(b), err)
@@ -80,6 +83,20 @@ func TestBenchKV(t *testing.T) {
 		if ts.HeapLive == 0 || ts.RSS > 0 && int64(ts.HeapLive) > ts.RSS {
 			t.Errorf("size %d: live heap %d, RSS %d", want, ts.HeapLive, ts.RSS)
 		}
+		if ts.Data != int64(want)*(14+512) {
+			t.Errorf("size %d: data %d bytes, want %d keys of 14 bytes and values of 512", want, ts.Data, want)
+		}
+		if runtime.GOOS == "linux" && (ts.FillHWM <= 0 || ts.FillHWM > ts.HWM || ts.Cold.HWM < ts.Cold.RSS) {
+			t.Errorf("size %d: high-water mark %d after the fill, %d after the phases; cold start RSS %d, high-water %d", want, ts.FillHWM, ts.HWM, ts.Cold.RSS, ts.Cold.HWM)
+		}
+		// The bandwidth is measured when there are snapshot objects to
+		// read; the bound is then the bytes read at that rate plus 1 s.
+		if ts.Cold.BandwidthRead > 0 {
+			wantBound := time.Duration(float64(ts.Cold.BytesRead)/ts.Cold.ReadBandwidth*float64(time.Second)) + time.Second
+			if ts.Cold.ReadBandwidth <= 0 || ts.Cold.Bound != wantBound {
+				t.Errorf("size %d: %d bytes read back at %.0f B/s, bound %v, want %v", want, ts.Cold.BandwidthRead, ts.Cold.ReadBandwidth, ts.Cold.Bound, wantBound)
+			}
+		}
 	}
 	if res.EtcdSkipped != "" {
 		t.Logf("etcd not measured: %s", res.EtcdSkipped)
@@ -106,7 +123,7 @@ func TestBenchKV(t *testing.T) {
 	if err := res.print(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"kv store: put latency", "store B/put", "cold read", "   200 "} {
+	for _, want := range []string{"kv store: put latency", "store B/put", "cold read", "   200 ", "HWM / data", "read MiB/s", "bound"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, text.String())
 		}
@@ -191,5 +208,48 @@ func TestProcCPU(t *testing.T) {
 	}
 	if procCPU(-1) != 0 {
 		t.Error("a process that does not exist has CPU time")
+	}
+}
+
+func TestKVDataBytes(t *testing.T) {
+	for _, c := range []struct {
+		n, value int
+		want     int64
+	}{
+		{0, 1024, 0},
+		{100_000, 1024, 100_000 * (14 + 1024)},
+		{1_000_000, 1024, 1_000_000 * (14 + 1024)},
+		{100_000_005, 1, 100_000_005*15 + 5}, // the 5 keys from 10^8 on have 9 digits
+	} {
+		if got := kvDataBytes(c.n, c.value); got != c.want {
+			t.Errorf("kvDataBytes(%d, %d) = %d, want %d", c.n, c.value, got, c.want)
+		}
+	}
+	if len(kvKey(99_999_999)) != 14 || len(kvKey(100_000_000)) != 15 {
+		t.Fatalf("kvKey widths changed: %q %q", kvKey(99_999_999), kvKey(100_000_000))
+	}
+}
+
+func TestReadObjects(t *testing.T) {
+	ctx := t.Context()
+	st, err := store.Open(ctx, "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var want int64
+	for i := range 20 {
+		data := bytes.Repeat([]byte{byte(i)}, 1000+i)
+		if _, err := st.Put(ctx, fmt.Sprintf("g/snap/%02d", i), data, store.IfAbsent()); err != nil {
+			t.Fatal(err)
+		}
+		want += int64(len(data))
+	}
+	if _, err := st.Put(ctx, "g/log/1", make([]byte, 5000), store.IfAbsent()); err != nil {
+		t.Fatal(err)
+	}
+	n, d, err := readObjects(ctx, st, "g/snap/", 8)
+	if err != nil || n != want || d <= 0 {
+		t.Fatalf("read %d bytes in %v (%v), want %d", n, d, err, want)
 	}
 }

@@ -117,7 +117,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	tokenFile := fs.String("token-file", "", "require 'Authorization: Bearer TOKEN' on every request but the probes; the file holds TOKEN, at least 16 bytes")
 	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP on an --http address that is not loopback: the API's traffic, and any token, cross the network in clear")
 	metricsAddr := fs.String("metrics-http", "", "also serve Prometheus /metrics on this address, plain HTTP and without token or client certificate")
-	gcPercent := fs.Int("gc-percent", kvGCPercent, "the Go collector's GOGC for this process: between collections the heap grows this many percent above the live state (Go's default is 100; the state's values hold no pointers, so collecting more often costs little); -1 turns the collector off. Without this flag, a GOGC environment variable wins")
+	gcPercent := fs.Int("gc-percent", 0, "the Go collector's GOGC for this process: between collections the heap grows this many percent above the live state (Go's default is 100); -1 turns the collector off; 0 (the default): 10% above the live heap and at least 4 MiB, set as the state grows (the state's values hold no pointers, so collecting more often costs little). Without this flag, a GOGC environment variable wins")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json (json: every line on stdout and stderr is JSON, gRPC's included)")
 	deprecatedAlias(fs, "listen", "http")
@@ -160,8 +160,16 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	}
 	gcGiven := false
 	fs.Visit(func(f *flag.Flag) { gcGiven = gcGiven || f.Name == "gc-percent" })
-	if v, ok := kvGC(gcGiven, *gcPercent, os.LookupEnv); ok {
+	if v, ok := kvGC(gcGiven, *gcPercent, os.LookupEnv); ok && v != 0 {
 		debug.SetGCPercent(v)
+	} else if ok {
+		gctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			tuneGC(gctx, kvGCEvery)
+		}()
+		defer func() { stop(); <-done }()
 	}
 	if *maxValue > kv.MaxValueSizeLimit {
 		return fail(fmt.Errorf("--max-value-size %d is more than the RPC layer carries: a value travels in one message of at most %d bytes (rsm.MaxMessageSizeLimit), which leaves at most %d bytes (kv.MaxValueSizeLimit) for the value",
@@ -360,16 +368,9 @@ func kvPipelineDepth(storeURL string) int {
 	return rsm.DefaultPipelineDepth
 }
 
-// kvGCPercent is kv serve's default GOGC. A node's heap is mostly its
-// state: with Go's default of 100 the heap, and the process's memory, grow
-// to twice the state, and further while a snapshot is encoded. The state's
-// values are byte slices, which the collector does not scan, so
-// collecting at 25% above it costs little CPU (docs/BENCHMARKS.md).
-const kvGCPercent = 25
-
 // kvGC is the GOGC kv serve sets, if any: --gc-percent when given, else
 // none when the GOGC environment variable is set (the runtime read it),
-// else kvGCPercent.
+// else 0: the policy of tuneGC.
 func kvGC(given bool, flagValue int, lookupEnv func(string) (string, bool)) (int, bool) {
 	if given {
 		return flagValue, true
@@ -377,7 +378,7 @@ func kvGC(given bool, flagValue int, lookupEnv func(string) (string, bool)) (int
 	if _, ok := lookupEnv("GOGC"); ok {
 		return 0, false
 	}
-	return kvGCPercent, true
+	return 0, true
 }
 
 // loggedError is an error the command has already logged: main exits 1

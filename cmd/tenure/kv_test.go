@@ -381,8 +381,8 @@ func TestKVGC(t *testing.T) {
 		want    int
 		applied bool
 	}{
-		{"default", false, kvGCPercent, noEnv, kvGCPercent, true},
-		{"GOGC in the environment wins over the default", false, kvGCPercent, env, 0, false},
+		{"default: set as the state grows", false, 0, noEnv, 0, true},
+		{"GOGC in the environment wins over the default", false, 0, env, 0, false},
 		{"the flag wins over GOGC", true, 50, env, 50, true},
 		{"the flag, off", true, -1, noEnv, -1, true},
 	} {

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"unicode/utf8"
 )
@@ -353,13 +354,16 @@ func (d *decoder) finish(what string) error {
 	return nil
 }
 
+// errTruncatedVarint: the bytes end inside a varint.
+var errTruncatedVarint = errors.New("truncated varint")
+
 // uvarint decodes a minimal unsigned varint: unlike binary.Uvarint it
 // refuses padded encodings such as 0x80 0x00, so each value has one.
 func uvarint(b []byte) (v uint64, n int, err error) {
 	var s uint
 	for i := 0; i < binary.MaxVarintLen64; i++ {
 		if i == len(b) {
-			return 0, 0, fmt.Errorf("truncated varint")
+			return 0, 0, errTruncatedVarint
 		}
 		c := b[i]
 		if c < 0x80 {

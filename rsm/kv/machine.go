@@ -326,13 +326,15 @@ func (m *Machine) Restore(r io.Reader) error {
 }
 
 func readSnapshot(r io.Reader) (rev uint64, tree *btree.BTreeG[entry], err error) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	sr := &snapReader{r: br, h: crc32.New(castagnoli)}
+	sr := &snapReader{r: r, h: crc32.New(castagnoli), buf: make([]byte, snapReadBuffer)}
 	corrupt := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrCorruptSnapshot, fmt.Sprintf(format, args...))
 	}
 	magic := make([]byte, len(snapshotMagic))
 	if err := sr.full(magic); err != nil || string(magic) != snapshotMagic {
+		if sr.ioErr {
+			return 0, nil, fmt.Errorf("kv: reading snapshot: %w", sr.err)
+		}
 		return 0, nil, corrupt("not a kv snapshot (no %q header)", snapshotMagic)
 	}
 	version := sr.uvarint()
@@ -348,7 +350,7 @@ func readSnapshot(r io.Reader) (rev uint64, tree *btree.BTreeG[entry], err error
 		if sr.err == nil && kl > MaxKeySize {
 			return 0, nil, corrupt("key %d is %d bytes long, more than %d", i, kl, MaxKeySize)
 		}
-		k := string(sr.bytes(kl))
+		k := sr.string(kl)
 		vl := sr.uvarint()
 		if sr.err == nil && vl > maxSnapshotValue {
 			return 0, nil, corrupt("value %d is %d bytes long, more than %d", i, vl, maxSnapshotValue)
@@ -375,100 +377,147 @@ func readSnapshot(r io.Reader) (rev uint64, tree *btree.BTreeG[entry], err error
 	if sr.err != nil {
 		return 0, nil, corrupt("%v", sr.err)
 	}
-	want := sr.h.Sum32()
+	want := sr.sum()
 	var sum [4]byte
-	if _, err := io.ReadFull(br, sum[:]); err != nil {
+	if err := sr.full(sum[:]); err != nil {
+		if sr.ioErr {
+			return 0, nil, fmt.Errorf("kv: reading snapshot: %w", err)
+		}
 		return 0, nil, corrupt("no checksum: %v", err)
 	}
 	if got := binary.BigEndian.Uint32(sum[:]); got != want {
 		return 0, nil, corrupt("checksum %08x, computed %08x", got, want)
 	}
-	if _, err := br.ReadByte(); err != io.EOF {
-		if err == nil {
-			return 0, nil, corrupt("trailing bytes after the checksum")
-		}
-		return 0, nil, fmt.Errorf("kv: reading snapshot: %w", err)
+	if sr.fill(1); sr.end > sr.off {
+		return 0, nil, corrupt("trailing bytes after the checksum")
+	}
+	if sr.readErr != nil {
+		return 0, nil, fmt.Errorf("kv: reading snapshot: %w", sr.readErr)
 	}
 	return rev, tree, nil
 }
 
-// snapReader reads a snapshot's fields and hashes what it reads; the first
-// error sticks.
+// snapReadBuffer is snapReader's buffer: a key and most values are read
+// from it in place.
+const snapReadBuffer = 64 << 10
+
+// snapReader reads a snapshot's fields through a buffer it refills,
+// hashing the bytes it has consumed in bulk as it refills; the first error
+// sticks. Values are copied out of the buffer whole, so their memory is
+// not cleared before it is written.
 type snapReader struct {
-	r     *bufio.Reader
-	h     hash.Hash32
-	err   error
-	ioErr bool // err came from the reader, not from the bytes
+	r        io.Reader
+	h        hash.Hash32
+	buf      []byte
+	off, end int // buf[off:end] is read from r and not consumed yet
+	hashed   int // buf[hashed:off] is consumed and not hashed yet
+	eof      bool
+	readErr  error // r's error other than io.EOF
+	err      error
+	ioErr    bool // err came from the reader, not from the bytes
+}
+
+// fill tries to have n (at most len(buf)) bytes buffered; fewer only at
+// the end of the input or after a read error.
+func (s *snapReader) fill(n int) {
+	if s.end-s.off >= n || s.eof || s.readErr != nil {
+		return
+	}
+	s.h.Write(s.buf[s.hashed:s.off])
+	s.end = copy(s.buf, s.buf[s.off:s.end])
+	s.off, s.hashed = 0, 0
+	for s.end < n && !s.eof && s.readErr == nil {
+		m, err := s.r.Read(s.buf[s.end:])
+		s.end += m
+		switch {
+		case errors.Is(err, io.EOF):
+			s.eof = true
+		case err != nil:
+			s.readErr = err
+		}
+	}
+}
+
+// need fills n bytes and reports whether they are there; if not it
+// records why: a read error, else truncation.
+func (s *snapReader) need(n int) bool {
+	s.fill(n)
+	if s.end-s.off >= n {
+		return true
+	}
+	if s.readErr != nil {
+		s.err, s.ioErr = s.readErr, true
+	} else {
+		s.err = io.ErrUnexpectedEOF
+	}
+	return false
+}
+
+// sum is the checksum of every byte consumed so far.
+func (s *snapReader) sum() uint32 {
+	s.h.Write(s.buf[s.hashed:s.off])
+	s.hashed = s.off
+	return s.h.Sum32()
 }
 
 func (s *snapReader) full(b []byte) error {
-	if s.err != nil {
-		return s.err
+	if s.err == nil && s.need(len(b)) {
+		s.off += copy(b, s.buf[s.off:])
 	}
-	if _, err := io.ReadFull(s.r, b); err != nil {
-		s.readFailed(err)
-		return s.err
-	}
-	s.h.Write(b)
-	return nil
-}
-
-// readFailed records a read error: the end of the input is truncation,
-// anything else the reader's own failure.
-func (s *snapReader) readFailed(err error) {
-	switch {
-	case errors.Is(err, io.EOF):
-		err = io.ErrUnexpectedEOF
-	case !errors.Is(err, io.ErrUnexpectedEOF):
-		s.ioErr = true
-	}
-	s.err = err
+	return s.err
 }
 
 func (s *snapReader) uvarint() uint64 {
 	if s.err != nil {
 		return 0
 	}
-	var buf [binary.MaxVarintLen64]byte
-	for i := range buf {
-		c, err := s.r.ReadByte()
-		if err != nil {
-			s.readFailed(err)
+	s.fill(binary.MaxVarintLen64)
+	v, n, err := uvarint(s.buf[s.off:s.end])
+	if err != nil {
+		if errors.Is(err, errTruncatedVarint) {
+			s.need(binary.MaxVarintLen64) // records the read error or the truncation
 			return 0
 		}
-		buf[i] = c
-		if c < 0x80 {
-			s.h.Write(buf[:i+1])
-			v, _, err := uvarint(buf[:i+1])
-			if err != nil {
-				s.err = err
-			}
-			return v
-		}
+		s.err = err
+		return 0
 	}
-	s.err = fmt.Errorf("varint overflows 64 bits")
-	return 0
+	s.off += n
+	return v
 }
 
-// bytes reads n bytes, growing its buffer as data arrives so that a
-// corrupt length fails at the end of the input, not in the allocator.
+func (s *snapReader) string(n uint64) string {
+	if s.err != nil || !s.need(int(n)) { // n ≤ MaxKeySize, checked by the caller
+		return ""
+	}
+	k := string(s.buf[s.off : s.off+int(n)])
+	s.off += int(n)
+	return k
+}
+
+// bytes reads n bytes. A value that fits in the buffer is one copy out of
+// it; a larger one grows as data arrives, so that a corrupt length fails
+// at the end of the input, not in the allocator.
 func (s *snapReader) bytes(n uint64) []byte {
 	if s.err != nil {
 		return nil
 	}
-	const chunk = 1 << 20
-	if n <= chunk {
-		b := make([]byte, n)
-		s.full(b)
-		return b
-	}
-	var buf bytes.Buffer
-	for n > 0 && s.err == nil {
-		c := make([]byte, min(n, chunk))
-		if s.full(c) == nil {
-			buf.Write(c)
-			n -= uint64(len(c))
+	if n <= uint64(len(s.buf)) {
+		if !s.need(int(n)) {
+			return nil
 		}
+		v := bytes.Clone(s.buf[s.off : s.off+int(n)])
+		s.off += int(n)
+		return v
 	}
-	return buf.Bytes()
+	var v []byte
+	for rest := n; rest > 0; {
+		if !s.need(1) {
+			return nil
+		}
+		m := min(rest, uint64(s.end-s.off))
+		v = append(v, s.buf[s.off:s.off+int(m)]...)
+		s.off += int(m)
+		rest -= m
+	}
+	return v
 }

@@ -408,3 +408,46 @@ func TestRestoreReadError(t *testing.T) {
 		t.Fatalf("Restore from a failing reader: %v; want the reader's error, not ErrCorruptSnapshot", err)
 	}
 }
+
+// TestRestoreValuesAcrossReadBuffers: values around and above the size of
+// the restore's read buffer (64 KiB), read whole or a byte at a time,
+// restore to the same state, each value its own bytes.
+func TestRestoreValuesAcrossReadBuffers(t *testing.T) {
+	a := newDirect()
+	c := kv.NewClient(a)
+	sizes := []int{0, 1, 1000, 64<<10 - 20, 64<<10 - 1, 64 << 10, 64<<10 + 1, 100 << 10, 300<<10 + 7}
+	var keys []string
+	for i, n := range sizes {
+		for j := range 3 { // neighbours shift the values' offsets in the buffer
+			key := fmt.Sprintf("k/%02d/%d", i, j)
+			v := bytes.Repeat([]byte{byte('a' + i), byte('0' + j)}, n/2+1)[:n]
+			if _, err := c.Put(t.Context(), key, v); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, key)
+		}
+	}
+	snap := snapshot(t, a.m)
+	for _, r := range []io.Reader{bytes.NewReader(snap), iotest.OneByteReader(bytes.NewReader(snap)), iotest.HalfReader(bytes.NewReader(snap))} {
+		b := newDirect()
+		if err := b.m.Restore(r); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := answers(t, kv.NewClient(b)), answers(t, c); got != want {
+			t.Fatalf("restored machine answers differently:\n%s\nwant:\n%s", got, want)
+		}
+		for _, k := range keys {
+			want, err := c.Get(t.Context(), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := kv.NewClient(b).Get(t.Context(), k)
+			if err != nil || !bytes.Equal(got.Value, want.Value) {
+				t.Fatalf("%s: %d bytes, %v; want %d", k, len(got.Value), err, len(want.Value))
+			}
+		}
+		if !bytes.Equal(snapshot(t, b.m), snap) {
+			t.Fatal("a restored machine's snapshot differs from the one it restored")
+		}
+	}
+}

@@ -200,7 +200,10 @@ func ReadLimited(r io.Reader, size, max int64) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	if size > 0 {
-		buf.Grow(int(size))
+		// ReadFrom wants MinRead bytes free to see the end: without them
+		// it would double the buffer (and copy the value) after the last
+		// byte.
+		buf.Grow(int(size) + bytes.MinRead)
 	}
 	n, err := buf.ReadFrom(io.LimitReader(r, min(max, math.MaxInt64-1)+1))
 	if err != nil {

@@ -39,6 +39,7 @@ func TestReadLimited(t *testing.T) {
 		{"below the limit", 10, -1, 100, false, 10},
 		{"empty", 0, 0, 1, false, 0},
 		{"no limit", 1 << 20, -1, 1<<63 - 1, false, 1 << 20},
+		{"announced, no limit", 1 << 20, 1 << 20, 1<<63 - 1, false, 1 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &counting{r: bytes.NewReader(body[:tc.len])}
@@ -57,6 +58,12 @@ func TestReadLimited(t *testing.T) {
 			}
 			if err != nil || int64(len(data)) != tc.len {
 				t.Fatalf("got %d bytes, %v; want %d bytes", len(data), err, tc.len)
+			}
+			// An announced size sizes the buffer once, to the
+			// allocator's rounding: no second buffer of twice the value
+			// to see the end.
+			if tc.size == tc.len && tc.len > 0 && int64(cap(data)) > tc.len+tc.len/8+4096 {
+				t.Errorf("a value of %d bytes announced in a buffer of %d", tc.len, cap(data))
 			}
 		})
 	}
