@@ -242,8 +242,9 @@ func TestLoadFromBaseAndSegments(t *testing.T) {
 	// A replica at the base's index reads no part of the base.
 	r := newTestNode(t, mem, "r", testOptions())
 	snap, _ := readManifestT(t, r.gs)
+	var mu sync.Mutex // the loader reads several objects at once
 	var gets []string
-	r.hooks.set(nil, func(key string) { gets = append(gets, key) })
+	r.hooks.set(nil, func(key string) { mu.Lock(); gets = append(gets, key); mu.Unlock() })
 	r.repMu.Lock()
 	r.rep.applied = m.Base.Index // the state at the base: the counter's is m.Base.Index's
 	r.repMu.Unlock()
