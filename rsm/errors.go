@@ -56,19 +56,27 @@ var (
 	ErrDuplicateID = errors.New("rsm: another process uses this node's ID")
 )
 
-// DuplicateIDError reports that since this node started, leader_state.json
-// was written under its ID by another process (Incarnation, at Addr, term
-// Term): two processes run with one node ID and would take leadership from
-// each other. The node does not lead while that process lives, and
-// requests on it fail at once with this error; stop one of the two.
+// DuplicateIDError reports that another process uses this node's ID:
+// since this node started, leader_state.json was written under its ID by
+// another process (Incarnation, at Addr, term Term), which would take
+// leadership from this one and back; or (Follower) the leader of term Term
+// refused this node's Follow because a live process at Addr follows under
+// the same ID. The node neither leads nor follows while that process
+// lives, and requests on it fail at once with this error; stop one of the
+// two.
 type DuplicateIDError struct {
 	ID          string
 	Incarnation string
 	Addr        string
 	Term        uint64
+	Follower    bool
 }
 
 func (e *DuplicateIDError) Error() string {
+	if e.Follower {
+		return fmt.Sprintf("rsm: another process uses node ID %q: it follows the leader of term %d from %s (incarnation %s); node IDs must be unique, stop one of them",
+			e.ID, e.Term, e.Addr, e.Incarnation)
+	}
 	return fmt.Sprintf("rsm: another process uses node ID %q: it took term %d at %s (incarnation %s); node IDs must be unique, stop one of them",
 		e.ID, e.Term, e.Addr, e.Incarnation)
 }

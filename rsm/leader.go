@@ -67,6 +67,7 @@ type leaderRun struct {
 	lsVersion string
 	members   []followReq // Follow requests waiting for the membership write in progress
 	writingLS bool
+	dupLogged map[string]string // by follower ID, the incarnation last refused as a second process with it
 
 	// The snapshot workers' (one at a time): this leadership's nonce in
 	// its segments' names, and whether the next swap sweeps leftovers
@@ -92,6 +93,7 @@ func newLeaderRun(n *Node, term uint64, ls leaderState, version string) *leaderR
 		count:      make(chan struct{}, n.opts.MaxConcurrentRequests),
 		events:     make(chan any, 4*n.opts.PipelineDepth+16),
 		follows:    make(chan followReq),
+		dupLogged:  map[string]string{},
 		ls:         ls,
 		lsVersion:  version,
 		concurrent: n.m.concurrent.WithLabelValues(n.group),
@@ -549,6 +551,8 @@ func (l *leaderRun) handle(ev any) {
 		l.synced(ev)
 	case memberResult:
 		l.membered(ev)
+	case probeResult:
+		l.probed(ev)
 	}
 }
 

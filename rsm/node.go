@@ -369,6 +369,10 @@ func (n *Node) joinOnce() error {
 		}
 	}
 	if err := n.follow(ls); err != nil {
+		var dup *DuplicateIDError
+		if errors.As(err, &dup) {
+			return n.refusedAsDuplicate(dup)
+		}
 		n.log.Info("cannot follow the leader", "leader", ls.LeaderID, "addr", ls.LeaderAddr, "err", err)
 		var nl *NotLeaderError
 		if errors.As(err, &nl) {
@@ -469,6 +473,25 @@ func (n *Node) refuseDuplicate(dup *DuplicateIDError, ls leaderState, version st
 	}
 	n.log.Warn("the other process using this node's ID neither answers nor writes: taking leadership", "other_incarnation", dup.Incarnation, "term", ls.Term)
 	return n.lead(cur, v)
+}
+
+// refusedAsDuplicate is called when the leader refused this node's Follow
+// because another live process follows under its ID. The node reports it
+// like a duplicate leader (ERROR once per other process, Status, the
+// refused gauge, requests) and asks again at the pace of the heartbeat
+// timeout: once the other stops answering the leader, it joins.
+func (n *Node) refusedAsDuplicate(dup *DuplicateIDError) error {
+	n.mu.Lock()
+	first := n.dupReported != dup.Incarnation
+	n.dupReported = dup.Incarnation
+	n.mu.Unlock()
+	if first {
+		n.log.Error("another process uses this node's ID: it follows the leader, which refuses this node while it answers (node IDs must be unique: stop one of them)",
+			"other_incarnation", dup.Incarnation, "other_addr", dup.Addr, "term", dup.Term, "incarnation", n.incarnation)
+	}
+	n.setProblem(dup)
+	_ = sleepCtx(n.ctx, store.Jitter(time.Duration(n.opts.MaxMissedHeartbeats)*n.opts.HeartbeatInterval, 0.2))
+	return dup
 }
 
 // checkGroupEmpty fails if the group has objects other than
@@ -939,7 +962,7 @@ func (n *Node) follow(ls leaderState) error {
 			}
 		}
 		resp, err = n.host.follow(n.ctx, ls.LeaderAddr, &rsmpb.FollowRequest{
-			Group: n.group, NodeId: n.host.cfg.ID, Addr: n.host.cfg.Addr, ApplyIndex: applied, Term: ls.Term})
+			Group: n.group, NodeId: n.host.cfg.ID, Addr: n.host.cfg.Addr, ApplyIndex: applied, Term: ls.Term, Incarnation: n.incarnation})
 		if err == nil {
 			break
 		}
@@ -947,6 +970,9 @@ func (n *Node) follow(ls leaderState) error {
 	n.m.follows.WithLabelValues(n.group, outcome(err, resp)).Inc()
 	if err != nil {
 		return err
+	}
+	if resp.Status == rsmpb.Status_DUPLICATE_ID {
+		return &DuplicateIDError{ID: n.host.cfg.ID, Incarnation: resp.OtherIncarnation, Addr: resp.OtherAddr, Term: resp.Term, Follower: true}
 	}
 	if resp.Status != rsmpb.Status_OK {
 		n.observeLeader(leaderState{Term: resp.Term, LeaderID: resp.LeaderId, LeaderAddr: resp.LeaderAddr})
@@ -975,7 +1001,13 @@ func (n *Node) handleFollow(ctx context.Context, req *rsmpb.FollowRequest) *rsmp
 		resp.Status = rsmpb.Status_NOT_LEADER
 		return resp
 	}
-	confirmed, err := l.addFollower(ctx, followerInfo{ID: req.NodeId, Addr: req.Addr, ApplyIndex: req.ApplyIndex})
+	confirmed, err := l.addFollower(ctx, followerInfo{ID: req.NodeId, Addr: req.Addr, ApplyIndex: req.ApplyIndex}, req.Incarnation)
+	var dup *DuplicateIDError
+	if errors.As(err, &dup) {
+		resp.Status, resp.Message = rsmpb.Status_DUPLICATE_ID, err.Error()
+		resp.OtherAddr, resp.OtherIncarnation = dup.Addr, dup.Incarnation
+		return resp
+	}
 	if err != nil {
 		resp.Status, resp.Message = rsmpb.Status_NOT_LEADER, err.Error()
 		return resp

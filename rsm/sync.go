@@ -16,12 +16,22 @@ import (
 // followReq is a Follow registration handed to the loop.
 type followReq struct {
 	f     followerInfo
+	inc   string           // the follower process's incarnation, "" from an older version
 	reply chan followReply // buffered 1
 }
 
 type followReply struct {
 	confirmed uint64
 	err       error
+}
+
+// probeResult says whether the follower registered under a Follow's ID,
+// at another address with another incarnation, still answers.
+type probeResult struct {
+	fr    followReq
+	addr  string
+	inc   string
+	alive bool
 }
 
 // memberResult is a membership write's result.
@@ -46,8 +56,8 @@ type syncResult struct {
 // addFollower registers a follower with the loop: a membership change,
 // written to leader_state.json by compare-and-swap, then synchronization.
 // It returns the confirmed index.
-func (l *leaderRun) addFollower(ctx context.Context, f followerInfo) (uint64, error) {
-	fr := followReq{f: f, reply: make(chan followReply, 1)}
+func (l *leaderRun) addFollower(ctx context.Context, f followerInfo, inc string) (uint64, error) {
+	fr := followReq{f: f, inc: inc, reply: make(chan followReply, 1)}
 	select {
 	case l.follows <- fr:
 	case <-l.ctx.Done():
@@ -79,9 +89,60 @@ func membership(ls leaderState, f followerInfo, confirmed uint64) (leaderState, 
 	return next, true
 }
 
+// rival is the follower registered under fr's ID that fr would replace
+// although it may be another live process with that ID: its incarnation
+// differs and it listens elsewhere (a restart on the same address is the
+// same node: only one process holds an address). Nil if there is none.
+func (l *leaderRun) rival(fr followReq) *follower {
+	old := l.w.followers[fr.f.ID]
+	if old == nil || old.inc == "" || fr.inc == "" || old.inc == fr.inc || old.info.Addr == fr.f.Addr {
+		return nil
+	}
+	return old
+}
+
 // member starts the membership change of fr, or registers it at once if
-// leader_state.json already lists it.
+// leader_state.json already lists it. A Follow that would replace a
+// follower that may be another live process with the same ID waits for a
+// heartbeat to it: if it answers, the Follow is refused (probed); if not
+// (a restart elsewhere, or the other stopped), it replaces it.
 func (l *leaderRun) member(fr followReq) {
+	if old := l.rival(fr); old != nil {
+		l.writingLS = true // one membership change at a time
+		addr, inc := old.info.Addr, old.inc
+		req := &rsmpb.SynchronizeRequest{Group: l.n.group, Term: l.term, LeaderId: l.n.host.cfg.ID, CommitIndex: l.w.confirmed}
+		for _, m := range l.ls.Followers {
+			req.Followers = append(req.Followers, &rsmpb.FollowerInfo{Id: m.ID, Addr: m.Addr, ApplyIndex: m.ApplyIndex})
+		}
+		l.goWork(func() {
+			resp, err := l.call(addr, req)
+			l.report(probeResult{fr: fr, addr: addr, inc: inc, alive: err == nil && resp.Status == rsmpb.Status_OK})
+		})
+		return
+	}
+	l.memberNow(fr)
+}
+
+// probed takes the answer of a follower a Follow would replace: alive, the
+// Follow comes from a second process with its ID and is refused, so the
+// membership does not flip between the two.
+func (l *leaderRun) probed(r probeResult) {
+	l.writingLS = false
+	if !r.alive {
+		l.memberNow(r.fr)
+		return
+	}
+	dup := &DuplicateIDError{ID: r.fr.f.ID, Incarnation: r.inc, Addr: r.addr, Term: l.term, Follower: true}
+	if l.dupLogged[r.fr.f.ID] != r.fr.inc {
+		l.dupLogged[r.fr.f.ID] = r.fr.inc
+		l.n.log.Error("two processes follow under one node ID; refusing the second while the first answers (node IDs must be unique: stop one of them)",
+			"follower", r.fr.f.ID, "addr", r.addr, "refused_addr", r.fr.f.Addr)
+	}
+	r.fr.reply <- followReply{err: dup}
+}
+
+// memberNow is member without the check for another live process.
+func (l *leaderRun) memberNow(fr followReq) {
 	next, changed := membership(l.ls, fr.f, l.w.confirmed)
 	if !changed {
 		l.registered(fr)
@@ -147,6 +208,7 @@ func (l *leaderRun) registered(fr followReq) {
 	if l.w.register(fr.f) {
 		l.n.m.synchronizers.WithLabelValues(l.n.group).Inc()
 	}
+	l.w.followers[fr.f.ID].inc = fr.inc
 	l.w.heard(fr.f.ID, time.Now())
 	l.publish()
 	fr.reply <- followReply{confirmed: l.w.confirmed}

@@ -119,6 +119,7 @@ type round struct {
 // follower is one follower's synchronization state.
 type follower struct {
 	info     followerInfo
+	inc      string // its process's incarnation (FollowRequest)
 	gen      uint64 // bumped when it registers again: results of older sends are ignored
 	next     uint64 // next index to send
 	applied  uint64 // its apply index, as it last reported

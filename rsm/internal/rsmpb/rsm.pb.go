@@ -41,6 +41,8 @@ const (
 	Status_ERROR                          Status = 10
 	Status_TOO_LARGE                      Status = 11
 	Status_UNKNOWN_MACHINE                Status = 12
+	// Another live process follows under the requester's node ID.
+	Status_DUPLICATE_ID Status = 13
 	// The command's session expired (evicted) or never existed: the command
 	// is not applied; the node registers a new session.
 	Status_SESSION_EXPIRED Status = 20
@@ -62,6 +64,7 @@ var (
 		10: "ERROR",
 		11: "TOO_LARGE",
 		12: "UNKNOWN_MACHINE",
+		13: "DUPLICATE_ID",
 		20: "SESSION_EXPIRED",
 	}
 	Status_value = map[string]int32{
@@ -78,6 +81,7 @@ var (
 		"ERROR":                          10,
 		"TOO_LARGE":                      11,
 		"UNKNOWN_MACHINE":                12,
+		"DUPLICATE_ID":                   13,
 		"SESSION_EXPIRED":                20,
 	}
 )
@@ -961,7 +965,8 @@ type FollowRequest struct {
 	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Addr          string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
 	ApplyIndex    uint64                 `protobuf:"varint,4,opt,name=apply_index,json=applyIndex,proto3" json:"apply_index,omitempty"`
-	Term          uint64                 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"` // the term the follower expects to follow
+	Term          uint64                 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`              // the term the follower expects to follow
+	Incarnation   string                 `protobuf:"bytes,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // the follower process's, random at its start
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1031,16 +1036,26 @@ func (x *FollowRequest) GetTerm() uint64 {
 	return 0
 }
 
+func (x *FollowRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
 type FollowResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=tenure.rsm.v1.Status" json:"status,omitempty"`
-	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
-	CommitIndex   uint64                 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	LeaderId      string                 `protobuf:"bytes,4,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	LeaderAddr    string                 `protobuf:"bytes,5,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
-	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Status      Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=tenure.rsm.v1.Status" json:"status,omitempty"`
+	Term        uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex uint64                 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	LeaderId    string                 `protobuf:"bytes,4,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderAddr  string                 `protobuf:"bytes,5,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	Message     string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// For DUPLICATE_ID: the live process registered under the requester's ID.
+	OtherAddr        string `protobuf:"bytes,7,opt,name=other_addr,json=otherAddr,proto3" json:"other_addr,omitempty"`
+	OtherIncarnation string `protobuf:"bytes,8,opt,name=other_incarnation,json=otherIncarnation,proto3" json:"other_incarnation,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *FollowResponse) Reset() {
@@ -1111,6 +1126,20 @@ func (x *FollowResponse) GetLeaderAddr() string {
 func (x *FollowResponse) GetMessage() string {
 	if x != nil {
 		return x.Message
+	}
+	return ""
+}
+
+func (x *FollowResponse) GetOtherAddr() string {
+	if x != nil {
+		return x.OtherAddr
+	}
+	return ""
+}
+
+func (x *FollowResponse) GetOtherIncarnation() string {
+	if x != nil {
+		return x.OtherIncarnation
 	}
 	return ""
 }
@@ -1567,14 +1596,15 @@ const file_rsm_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1f\n" +
 	"\vapply_index\x18\x03 \x01(\x04R\n" +
-	"applyIndex\"\x87\x01\n" +
+	"applyIndex\"\xa9\x01\n" +
 	"\rFollowRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04addr\x18\x03 \x01(\tR\x04addr\x12\x1f\n" +
 	"\vapply_index\x18\x04 \x01(\x04R\n" +
 	"applyIndex\x12\x12\n" +
-	"\x04term\x18\x05 \x01(\x04R\x04term\"\xce\x01\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term\x12 \n" +
+	"\vincarnation\x18\x06 \x01(\tR\vincarnation\"\x9a\x02\n" +
 	"\x0eFollowResponse\x12-\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x15.tenure.rsm.v1.StatusR\x06status\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12!\n" +
@@ -1582,7 +1612,10 @@ const file_rsm_proto_rawDesc = "" +
 	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x05 \x01(\tR\n" +
 	"leaderAddr\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"\xa9\x02\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"other_addr\x18\a \x01(\tR\totherAddr\x12+\n" +
+	"\x11other_incarnation\x18\b \x01(\tR\x10otherIncarnation\"\xa9\x02\n" +
 	"\x12SynchronizeRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x1b\n" +
@@ -1617,7 +1650,7 @@ const file_rsm_proto_rawDesc = "" +
 	"\vleader_addr\x18\x06 \x01(\tR\n" +
 	"leaderAddr\x12\x12\n" +
 	"\x04term\x18\a \x01(\x04R\x04term\x12\x14\n" +
-	"\x05index\x18\b \x01(\x04R\x05index*\x8e\x02\n" +
+	"\x05index\x18\b \x01(\x04R\x05index*\xa0\x02\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1634,7 +1667,8 @@ const file_rsm_proto_rawDesc = "" +
 	"\x05ERROR\x10\n" +
 	"\x12\r\n" +
 	"\tTOO_LARGE\x10\v\x12\x13\n" +
-	"\x0fUNKNOWN_MACHINE\x10\f\x12\x13\n" +
+	"\x0fUNKNOWN_MACHINE\x10\f\x12\x10\n" +
+	"\fDUPLICATE_ID\x10\r\x12\x13\n" +
 	"\x0fSESSION_EXPIRED\x10\x14*$\n" +
 	"\vRequestType\x12\v\n" +
 	"\aCOMMAND\x10\x00\x12\b\n" +
