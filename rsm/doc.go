@@ -44,8 +44,10 @@
 // Status().Problem names the object, and its requests fail at once with
 // that *CorruptError until the object is back. *DuplicateIDError
 // (matching ErrDuplicateID): another live process runs with this node's ID
-// and took leadership under it; the node reports it the same way and does
-// not take leadership back while that process lives.
+// and took leadership under it, or follows under it (the leader refuses
+// the second follower while the first answers); the node reports it the
+// same way and neither takes leadership back nor follows while that
+// process lives.
 //
 // # Sessions and settings
 //
