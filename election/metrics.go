@@ -1,11 +1,12 @@
 package election
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenure-io/tenure/internal/promshare"
 )
 
 // collector holds the election families of one Registerer. It is
@@ -96,17 +97,9 @@ type metrics struct {
 // registerMetrics adds e's series to reg's election collector, registering
 // it if reg has none yet.
 func registerMetrics(reg prometheus.Registerer, e *Elector) (*metrics, error) {
-	c := newCollector()
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		existing, ok := (*collector)(nil), false
-		if errors.As(err, &are) {
-			existing, ok = are.ExistingCollector.(*collector)
-		}
-		if !ok {
-			return nil, fmt.Errorf("election: register metrics: %w", err)
-		}
-		c = existing
+	c, err := promshare.Register(reg, newCollector())
+	if err != nil {
+		return nil, fmt.Errorf("election: register metrics: %w", err)
 	}
 	k := memberKey{lock: e.cfg.LockfilePath, id: e.cfg.ServerID}
 	c.mu.Lock()

@@ -1,11 +1,12 @@
 package lease
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenure-io/tenure/internal/promshare"
 )
 
 // collector holds the lease families of one Registerer, registered once;
@@ -83,17 +84,9 @@ type metrics struct {
 }
 
 func registerMetrics(reg prometheus.Registerer, co *Coordinator) (*metrics, error) {
-	c := newCollector()
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		existing, ok := (*collector)(nil), false
-		if errors.As(err, &are) {
-			existing, ok = are.ExistingCollector.(*collector)
-		}
-		if !ok {
-			return nil, fmt.Errorf("lease: register metrics: %w", err)
-		}
-		c = existing
+	c, err := promshare.Register(reg, newCollector())
+	if err != nil {
+		return nil, fmt.Errorf("lease: register metrics: %w", err)
 	}
 	k := coordKey{prefix: co.cfg.Prefix, owner: co.cfg.OwnerID}
 	c.mu.Lock()

@@ -1,10 +1,11 @@
 package store
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenure-io/tenure/internal/promshare"
 )
 
 // Metrics counts a Store's calls in Prometheus form. Feed it with
@@ -67,16 +68,9 @@ func NewMetrics(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metr
 	if reg == nil {
 		return &Metrics{c: c}, nil
 	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return nil, fmt.Errorf("store: register metrics: %w", err)
-		}
-		existing, ok := are.ExistingCollector.(*storeCollector)
-		if !ok {
-			return nil, fmt.Errorf("store: register metrics: %w", err)
-		}
-		c = existing
+	c, err := promshare.Register(reg, c)
+	if err != nil {
+		return nil, fmt.Errorf("store: register metrics: %w", err)
 	}
 	return &Metrics{c: c}, nil
 }
