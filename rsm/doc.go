@@ -17,7 +17,10 @@
 // (PipelineDepth) has room, so a lone command is written at once and what
 // arrives during a write goes into the next one, and at the latest after
 // FlushInterval or at BatchMinCount requests, never past what one message
-// to a follower carries. It commits each batch with one create-if-absent of the next log
+// to a follower carries. A batch waits briefly for the clients the leader
+// is answering (bounded by their measured turnaround and by a write's
+// duration), so clients that send again when answered share one write
+// instead of taking turns. It commits each batch with one create-if-absent of the next log
 // object; it acknowledges a batch only after a read of leader_state.json,
 // issued after the batch landed, still shows its term. One such read
 // confirms every write and read batch waiting in a round.

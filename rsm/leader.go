@@ -67,7 +67,10 @@ type leaderRun struct {
 	lsVersion string
 	members   []followReq // Follow requests waiting for the membership write in progress
 	writingLS bool
-	dupLogged map[string]string // by follower ID, the incarnation last refused as a second process with it
+	// lingerUntil: the command batch waits for clients on their way back
+	// until then (window.cutIfRoom); the loop's.
+	lingerUntil time.Time
+	dupLogged   map[string]string // by follower ID, the incarnation last refused as a second process with it
 
 	// The snapshot workers' (one at a time): this leadership's nonce in
 	// its segments' names, and whether the next swap sweeps leftovers
@@ -303,6 +306,7 @@ type (
 		index uint64
 		found *rsmpb.Entry
 		err   error
+		took  time.Duration
 	}
 	roundResult struct {
 		id  uint64
@@ -339,15 +343,15 @@ func (l *leaderRun) serve() error {
 func (l *leaderRun) loop() {
 	n, w := l.n, l.w
 	o := n.opts
-	var cmdTimer, readTimer, syncTimer *time.Timer
-	var cmdC, readC, syncC <-chan time.Time
-	var syncAt time.Time
+	var cmdTimer, readTimer, syncTimer, lingerTimer *time.Timer
+	var cmdC, readC, syncC, lingerC <-chan time.Time
+	var syncAt, lingerAt time.Time
 	stop := func(t *time.Timer) {
 		if t != nil {
 			t.Stop()
 		}
 	}
-	defer func() { stop(cmdTimer); stop(readTimer); stop(syncTimer) }()
+	defer func() { stop(cmdTimer); stop(readTimer); stop(syncTimer); stop(lingerTimer) }()
 	limit := time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval
 	idle := time.NewTicker(limit)
 	defer idle.Stop()
@@ -357,7 +361,7 @@ func (l *leaderRun) loop() {
 	var busySince, storeOK time.Time // store work in flight since; its last answer
 	storeOK = time.Now()
 	take := func(p *pending) {
-		read, started, full, tooLarge := w.take(p)
+		read, started, full, tooLarge := w.take(p, time.Now())
 		switch {
 		case tooLarge:
 			l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_TOO_LARGE,
@@ -396,6 +400,8 @@ func (l *leaderRun) loop() {
 			l.answerReads(w.cutReads())
 		case <-syncC:
 			syncC, syncAt = nil, time.Time{}
+		case <-lingerC:
+			lingerC, lingerAt = nil, time.Time{}
 		case <-idle.C:
 			w.idleTick()
 		case now := <-check.C:
@@ -443,6 +449,12 @@ func (l *leaderRun) loop() {
 		if len(w.cmds) == 0 && cmdC != nil {
 			stop(cmdTimer) // cut because the pipeline had room
 			cmdC = nil
+		}
+		if at := l.lingerUntil; !at.IsZero() && !at.Equal(lingerAt) {
+			stop(lingerTimer)
+			lingerAt = at
+			lingerTimer = time.NewTimer(time.Until(at))
+			lingerC = lingerTimer.C
 		}
 		if at := w.nextSync(o.HeartbeatInterval); !at.IsZero() && !at.Equal(syncAt) {
 			stop(syncTimer)
@@ -517,7 +529,7 @@ func (l *leaderRun) handle(ev any) {
 	n, w := l.n, l.w
 	switch ev := ev.(type) {
 	case writeResult:
-		w.wrote(ev.index, ev.found, ev.err)
+		w.wrote(ev.index, ev.found, ev.err, ev.took)
 		for wr := w.settle(); wr != nil; wr = w.settle() {
 			if !l.settled(wr) {
 				return
@@ -525,7 +537,7 @@ func (l *leaderRun) handle(ev any) {
 		}
 	case roundResult:
 		w.roundDone(ev.id, ev.err)
-		rounds, err := w.released()
+		rounds, err := w.released(time.Now())
 		for _, r := range rounds {
 			for _, wt := range r.ws {
 				l.release(wt)
@@ -657,15 +669,16 @@ func (l *leaderRun) end() {
 // follower sends.
 func (l *leaderRun) progress() {
 	n, w := l.n, l.w
-	w.cutIfRoom()
+	_, l.lingerUntil = w.cutIfRoom(time.Now())
 	for wr := w.nextWrite(); wr != nil; wr = w.nextWrite() {
 		wr.entry.Writer, wr.entry.Nonce, wr.entry.Group = n.host.cfg.ID, newNonce(), n.group
 		e := wr.entry
 		l.goWork(func() {
 			start := time.Now()
 			found, err := n.gs.createEntry(l.ctx, e)
-			n.m.logAppend.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
-			l.report(writeResult{index: e.Index, found: found, err: err})
+			took := time.Since(start)
+			n.m.logAppend.WithLabelValues(n.group).Observe(took.Seconds())
+			l.report(writeResult{index: e.Index, found: found, err: err, took: took})
 		})
 	}
 	if r := w.startRound(); r != nil {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 	"github.com/tenure-io/tenure/store"
@@ -64,6 +65,9 @@ type simSched struct {
 	yield chan struct{}
 	procs []*simProc
 }
+
+// clock is the virtual time as a time.Time, one tick a millisecond.
+func (s *sim) clock() time.Time { return time.UnixMilli(s.now) }
 
 func (s *sim) after(d int64, f func()) {
 	s.seq++

@@ -55,7 +55,35 @@ type window struct {
 
 	followers map[string]*follower
 
+	lg linger // when a batch waits for the clients just answered
+
 	mutation mutation // zero but in the simulator's mutation check
+}
+
+// linger is what the leader knows of its clients' round trips. A client
+// that waits for each answer before its next command comes back a round
+// trip after the answer; a batch cut while such clients are on their way
+// back leaves them to the next write, and with one write in flight the
+// clients split into groups that take turns, each write carrying a part of
+// them. Waiting for them instead (cutIfRoom) lets one write carry all.
+type linger struct {
+	at     time.Time     // the last release of committed commands
+	expect int           // commands released then
+	back   int           // commands taken since
+	turn   time.Duration // moving average: from a release to a command it prompted
+	write  time.Duration // moving average: a log write's duration
+}
+
+// maxTurn bounds a turnaround sample: a command that comes later than
+// this after a release is not one the release prompted.
+const maxTurn = 100 * time.Millisecond
+
+// average moves a toward d by an eighth (d alone when a is still zero).
+func average(a, d time.Duration) time.Duration {
+	if a == 0 {
+		return d
+	}
+	return a + (d-a)/8
 }
 
 func newWindow(term uint64, o Options) *window {
@@ -135,7 +163,7 @@ type follower struct {
 // that would take the batch's entry past what a follower can be sent
 // closes the batch and opens the next; one that fits in no entry is
 // refused (tooLarge) and not taken.
-func (w *window) take(p *pending) (read, started, full, tooLarge bool) {
+func (w *window) take(p *pending, now time.Time) (read, started, full, tooLarge bool) {
 	if p.req.Type == rsmpb.RequestType_READ {
 		w.reads = append(w.reads, p)
 		return true, len(w.reads) == 1, len(w.reads) >= w.minBatch, false
@@ -149,6 +177,12 @@ func (w *window) take(p *pending) (read, started, full, tooLarge bool) {
 	}
 	w.cmds = append(w.cmds, p)
 	w.cmdBytes += size
+	if w.lg.back < w.lg.expect {
+		if d := now.Sub(w.lg.at); d >= 0 && d < maxTurn {
+			w.lg.turn = average(w.lg.turn, d)
+		}
+	}
+	w.lg.back++
 	return false, len(w.cmds) == 1, len(w.cmds) >= w.minBatch, false
 }
 
@@ -162,15 +196,64 @@ func (w *window) cutCommands() {
 }
 
 // cutIfRoom closes the command batch if the pipeline has room for its
-// write now: a lone command is written at once, and what arrives while
+// write now, so a lone command is written at once and what arrives while
 // the pipeline is full waits for the next free slot (or its FlushInterval
-// or BatchMinCount), so a busy leader batches. It reports a cut.
-func (w *window) cutIfRoom() bool {
+// or BatchMinCount): a busy leader batches. It waits instead, and says
+// until when (zero: until an event), while clients it is answering are
+// likely on their way back with their next commands (lingers). It reports
+// a cut.
+func (w *window) cutIfRoom(now time.Time) (cut bool, wake time.Time) {
 	if len(w.cmds) == 0 || len(w.ready) > 0 || len(w.writes) >= w.depth {
-		return false
+		return false, time.Time{}
+	}
+	if wait, until := w.lingers(now); wait {
+		return false, until
 	}
 	w.cutCommands()
-	return true
+	return true, time.Time{}
+}
+
+// lingers says whether the batch should wait for more commands. With one
+// write at a time (PipelineDepth 1), while committed commands await their
+// confirmation round: their clients hear back within one store read, and
+// a write cut without them leaves them a whole write to wait (with more
+// writes in flight, the next write takes them at once). Then, after a
+// release, until as many commands as it answered came in, for at most
+// twice the clients' average turnaround and never longer than a log
+// write takes, which is what a write without them would cost. A lone
+// client is never kept waiting: its command is the one it was answered
+// for. FlushInterval and BatchMinCount still cut the batch.
+func (w *window) lingers(now time.Time) (bool, time.Time) {
+	if w.depth == 1 && w.answering() > 0 {
+		return true, time.Time{}
+	}
+	lg := &w.lg
+	if lg.back >= lg.expect || lg.turn == 0 {
+		return false, time.Time{}
+	}
+	until := lg.at.Add(min(2*lg.turn, lg.write))
+	if !now.Before(until) {
+		return false, time.Time{}
+	}
+	return true, until
+}
+
+// answering counts the committed commands awaiting a confirmation round.
+func (w *window) answering() int {
+	n := 0
+	for _, wt := range w.waiting {
+		if wt.entry != nil {
+			n += len(wt.batch)
+		}
+	}
+	for _, r := range w.rounds {
+		for _, wt := range r.ws {
+			if wt.entry != nil {
+				n += len(wt.batch)
+			}
+		}
+	}
+	return n
 }
 
 // cutReads closes the read batch and returns it, to be answered now.
@@ -199,8 +282,11 @@ func (w *window) nextWrite() *write {
 	return wr
 }
 
-// wrote records the result of the write of index.
-func (w *window) wrote(index uint64, found *rsmpb.Entry, err error) {
+// wrote records the result of the write of index, which took d.
+func (w *window) wrote(index uint64, found *rsmpb.Entry, err error, d time.Duration) {
+	if err == nil && d > 0 {
+		w.lg.write = average(w.lg.write, d)
+	}
 	if len(w.writes) == 0 || index < w.writes[0].entry.Index {
 		return
 	}
@@ -275,8 +361,10 @@ func (w *window) roundDone(id uint64, err error) {
 // released pops the finished rounds in the order they were issued, so
 // acknowledgements keep log order. A failed round is left in place and its
 // error returned: leadership ends, and it and every later round fail.
-func (w *window) released() ([]*round, error) {
+// The commands released at now start a linger (cutIfRoom).
+func (w *window) released(now time.Time) ([]*round, error) {
 	var out []*round
+	answered := 0
 	for len(w.rounds) > 0 && w.rounds[0].done {
 		r := w.rounds[0]
 		if r.err != nil {
@@ -284,6 +372,14 @@ func (w *window) released() ([]*round, error) {
 		}
 		w.rounds = w.rounds[1:]
 		out = append(out, r)
+		for _, wt := range r.ws {
+			if wt.entry != nil {
+				answered += len(wt.batch)
+			}
+		}
+	}
+	if answered > 0 {
+		w.lg.at, w.lg.expect, w.lg.back = now, answered, 0
 	}
 	return out, nil
 }

@@ -6,6 +6,8 @@ package rsm
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -34,16 +36,16 @@ func rd() *pending {
 
 func TestWindowBatching(t *testing.T) {
 	w := testWindow(2, 3)
-	if read, started, full, _ := w.take(cmd(1)); read || !started || full {
+	if read, started, full, _ := w.take(cmd(1), time.Time{}); read || !started || full {
 		t.Fatalf("first command: read %v started %v full %v", read, started, full)
 	}
-	if _, started, full, _ := w.take(cmd(2)); started || full {
+	if _, started, full, _ := w.take(cmd(2), time.Time{}); started || full {
 		t.Fatalf("second command: started %v full %v", started, full)
 	}
-	if read, started, _, _ := w.take(rd()); !read || !started {
+	if read, started, _, _ := w.take(rd(), time.Time{}); !read || !started {
 		t.Fatal("a read opens its own batch")
 	}
-	if _, _, full, _ := w.take(cmd(3)); !full {
+	if _, _, full, _ := w.take(cmd(3), time.Time{}); !full {
 		t.Fatal("the third command fills a batch of BatchMinCount 3")
 	}
 	w.cutCommands()
@@ -61,7 +63,7 @@ func TestWindowBatching(t *testing.T) {
 func TestWindowPipelineInOrder(t *testing.T) {
 	w := testWindow(2, 1)
 	for i := uint64(1); i <= 3; i++ {
-		w.take(cmd(i))
+		w.take(cmd(i), time.Time{})
 		w.cutCommands()
 	}
 	a, b := w.nextWrite(), w.nextWrite()
@@ -74,11 +76,11 @@ func TestWindowPipelineInOrder(t *testing.T) {
 	if w.nextWrite() != nil {
 		t.Fatal("a third write with PipelineDepth 2")
 	}
-	w.wrote(12, nil, nil)
+	w.wrote(12, nil, nil, 0)
 	if w.settle() != nil {
 		t.Fatal("12 settled before 11")
 	}
-	w.wrote(11, nil, nil)
+	w.wrote(11, nil, nil, 0)
 	if s := w.settle(); s != a {
 		t.Fatal("11 settles first")
 	}
@@ -88,8 +90,8 @@ func TestWindowPipelineInOrder(t *testing.T) {
 	if c := w.nextWrite(); c == nil || c.entry.Index != 13 {
 		t.Fatal("room again: the third batch goes to 13")
 	}
-	w.wrote(99, nil, nil) // unknown index: ignored
-	w.wrote(1, nil, nil)
+	w.wrote(99, nil, nil, 0) // unknown index: ignored
+	w.wrote(1, nil, nil, 0)
 }
 
 func TestWindowWriteOutcome(t *testing.T) {
@@ -130,11 +132,11 @@ func TestWindowRounds(t *testing.T) {
 		t.Fatal("a third round with PipelineDepth 2")
 	}
 	w.roundDone(r2.id, nil)
-	if out, err := w.released(); len(out) != 0 || err != nil {
+	if out, err := w.released(time.Time{}); len(out) != 0 || err != nil {
 		t.Fatal("round 2 released before round 1")
 	}
 	w.roundDone(r1.id, nil)
-	out, err := w.released()
+	out, err := w.released(time.Time{})
 	if err != nil || len(out) != 2 || out[0] != r1 || out[1] != r2 {
 		t.Fatalf("released %d rounds (%v), want 1 then 2", len(out), err)
 	}
@@ -151,7 +153,7 @@ func TestWindowRounds(t *testing.T) {
 	r4 := w.startRound()
 	w.roundDone(r4.id, nil)
 	w.roundDone(r3.id, errDeposed)
-	if out, err := w.released(); len(out) != 0 || !errors.Is(err, errDeposed) {
+	if out, err := w.released(time.Time{}); len(out) != 0 || !errors.Is(err, errDeposed) {
 		t.Fatalf("a failed round: released %d, err %v", len(out), err)
 	}
 	if len(w.rounds) != 2 {
@@ -167,7 +169,7 @@ func TestWindowIdleProbe(t *testing.T) {
 		t.Fatal("an idle leader checks its term with an empty round")
 	}
 	w.roundDone(r.id, nil)
-	w.released()
+	w.released(time.Time{})
 	w.idleTick() // a round was issued since the last tick
 	if w.startRound() != nil {
 		t.Fatal("a probe although a round was issued in the period")
@@ -313,16 +315,16 @@ func TestWindowSyncPlan(t *testing.T) {
 func TestWindowDrain(t *testing.T) {
 	w := testWindow(2, 2)
 	queued := cmd(1)
-	w.take(queued)
+	w.take(queued, time.Time{})
 	w.cutCommands()
 	inflight := cmd(2)
-	w.take(inflight)
-	w.take(cmd(3))
+	w.take(inflight, time.Time{})
+	w.take(cmd(3), time.Time{})
 	w.cutCommands()
 	batching := cmd(4)
-	w.take(batching)
+	w.take(batching, time.Time{})
 	reading := rd()
-	w.take(reading)
+	w.take(reading, time.Time{})
 	// Pipeline of 1 in flight: queued goes to 11, inflight's batch waits.
 	w.depth = 1
 	wr := w.nextWrite()
@@ -504,7 +506,7 @@ func TestWindowBatchBytes(t *testing.T) {
 	}
 	size := DefaultMaxMessageSize / 3
 	for i := range 3 {
-		if _, _, _, tooLarge := w.take(big(uint64(i+1), size)); tooLarge {
+		if _, _, _, tooLarge := w.take(big(uint64(i+1), size), time.Time{}); tooLarge {
 			t.Fatalf("command %d of %d bytes refused", i+1, size)
 		}
 	}
@@ -523,7 +525,7 @@ func TestWindowBatchBytes(t *testing.T) {
 			t.Errorf("entry %d of %d bytes: above the %d a follower can be sent", e.Index, got, DefaultMaxMessageSize-syncReserve)
 		}
 	}
-	if _, _, _, tooLarge := w.take(big(9, DefaultMaxMessageSize-2048)); !tooLarge {
+	if _, _, _, tooLarge := w.take(big(9, DefaultMaxMessageSize-2048), time.Time{}); !tooLarge {
 		t.Error("a command that fits in no entry was taken")
 	}
 	if len(w.cmds) != 0 {
@@ -570,4 +572,190 @@ func TestWindowCacheBytes(t *testing.T) {
 	if got := cacheMaxBytes(10 << 20); got != 40<<20 {
 		t.Errorf("bound for 10 MiB messages %d, want 4 of them", got)
 	}
+}
+
+// TestWindowLingersForAnsweredClients: with one write in flight, a batch
+// waits for the clients the leader is answering (their commands come
+// back a round trip after the answer) instead of leaving them to the
+// write after; a lone client is never kept waiting, and clients that do
+// not come back hold a batch at most twice their turnaround, never longer
+// than a write takes.
+func TestWindowLingersForAnsweredClients(t *testing.T) {
+	w := testWindow(1, 100)
+	t0 := time.Unix(1000, 0)
+	us := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Microsecond) }
+	seq := uint64(0)
+	take := func(n int, at time.Time) {
+		for range n {
+			seq++
+			w.take(cmd(seq), at)
+		}
+	}
+	// commit writes the cut batch, settles it and issues its round.
+	commit := func(at time.Time) int {
+		t.Helper()
+		wr := w.nextWrite()
+		if wr == nil {
+			t.Fatal("no write to start")
+		}
+		w.wrote(wr.entry.Index, nil, nil, 600*time.Microsecond)
+		if w.settle() != wr {
+			t.Fatal("write not settled")
+		}
+		w.wait(waiter{batch: wr.batch, entry: wr.entry, results: make([]result, len(wr.batch))})
+		if w.startRound() == nil {
+			t.Fatal("no round")
+		}
+		return len(wr.batch)
+	}
+	release := func(at time.Time) {
+		t.Helper()
+		r := w.rounds[0]
+		w.roundDone(r.id, nil)
+		if out, err := w.released(at); len(out) != 1 || err != nil {
+			t.Fatalf("released %d rounds, %v", len(out), err)
+		}
+	}
+	cut := func(at time.Time) (bool, time.Time) {
+		c, wake := w.cutIfRoom(at)
+		return c, wake
+	}
+
+	// A lone client: written at once, every time.
+	take(1, us(0))
+	if c, _ := cut(us(0)); !c {
+		t.Fatal("a lone command waits with nothing in flight")
+	}
+	commit(us(600))
+	release(us(700))
+	take(1, us(800)) // the client comes back after 100µs
+	if c, wake := cut(us(800)); !c || !wake.IsZero() {
+		t.Fatalf("the lone client's next command waits (until %v)", wake)
+	}
+	commit(us(1400))
+
+	release(us(1500)) // and it stops
+
+	// Four clients answered while four others queue: the queued batch
+	// waits for the round, then for the four to come back.
+	take(4, us(1600))
+	if c, _ := cut(us(1600)); !c {
+		t.Fatal("four commands with nothing in flight wait")
+	}
+	commit(us(2200))
+	take(4, us(2250))
+	if c, wake := cut(us(2250)); c || !wake.IsZero() {
+		t.Fatalf("cut %v (wake %v) while the clients of the batch in its round are about to be answered", c, wake)
+	}
+	release(us(2300))
+	c, wake := cut(us(2300))
+	if c || !wake.Equal(us(2500)) {
+		t.Fatalf("after the release: cut %v, wake %v, want a wait until twice the 100µs turnaround", c, wake)
+	}
+	take(3, us(2380))
+	if c, _ := cut(us(2380)); c {
+		t.Fatal("cut with one answered client still on its way")
+	}
+	take(1, us(2400))
+	if c, _ := cut(us(2400)); !c {
+		t.Fatal("not cut once every answered client came back")
+	}
+	if n := commit(us(3000)); n != 8 {
+		t.Fatalf("the write carries %d commands, want all 8", n)
+	}
+
+	// Clients that do not come back hold the batch until the wait ends.
+	release(us(3100))
+	take(2, us(3200))
+	if c, _ := cut(us(3200)); c {
+		t.Fatal("cut with six answered clients still on their way")
+	}
+	if c, _ := cut(w.lg.at.Add(2*w.lg.turn + time.Nanosecond)); !c {
+		t.Fatalf("still waiting past twice the turnaround (%v)", w.lg.turn)
+	}
+	commit(us(3800))
+
+	// A write that takes less than the turnaround caps the wait.
+	w.lg.write = 10 * time.Microsecond
+	release(us(3900))
+	take(1, us(3905))
+	if c, wake := cut(us(3905)); c || !wake.Equal(us(3910)) {
+		t.Fatalf("cut %v, wake %v: want a wait of at most one write (10µs)", c, wake)
+	}
+	if c, _ := cut(us(3911)); !c {
+		t.Fatal("still waiting past one write's duration")
+	}
+}
+
+// TestLoopClosedLoopClientsShareOneWrite: eight clients that each send
+// their next command when answered end up in one log write per round
+// trip, not split into groups that take turns (each write carrying half
+// of them), in virtual time.
+func TestLoopClosedLoopClientsShareOneWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := faultstore.New(memstore.New())
+		fs.SetLatency(faultstore.OpPutCreate, faultstore.Fixed(100*time.Millisecond))
+		fs.SetLatency(faultstore.OpGet, faultstore.Fixed(10*time.Millisecond))
+		opts := testOptions()
+		opts.BatchMinCount, opts.FlushInterval, opts.PipelineDepth = 100, time.Second, 1
+		opts.RequestTimeout = time.Minute
+		a := newTestNode(t, fs, "a", opts)
+		ls, version, _ := a.gs.readLeaderState(t.Context())
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			_ = a.lead(ls, version)
+		}()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		l := leaderOf(t, a)
+		const clients, rounds = 8, 30
+		var mu sync.Mutex
+		perIndex := map[uint64]int{}
+		var wg sync.WaitGroup
+		for c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				client := fmt.Sprintf("c%d#1", c)
+				reg := newCommand(client, 0)
+				reg.req.Register, reg.req.Machine = true, ""
+				l.enqueue(reg)
+				r := <-reg.done
+				if r.Status != rsmpb.Status_OK || len(r.Result) != 8 {
+					t.Errorf("client %d: registration %v %s", c, r.Status, r.Message)
+					return
+				}
+				session := binary.BigEndian.Uint64(r.Result)
+				for i := range rounds {
+					p := newCommand(client, uint64(i+1))
+					p.req.Session = session
+					l.enqueue(p)
+					r := <-p.done
+					if r.Status != rsmpb.Status_OK {
+						t.Errorf("client %d: %v %s", c, r.Status, r.Message)
+						return
+					}
+					mu.Lock()
+					perIndex[r.Index]++
+					mu.Unlock()
+					time.Sleep(time.Millisecond) // the client's round trip
+				}
+			}()
+		}
+		wg.Wait()
+		a.Node.cancel()
+		a.wg.Wait()
+		// The first writes may split the clients; from then on each
+		// write carries all of them.
+		full := 0
+		for _, n := range perIndex {
+			if n == clients {
+				full++
+			}
+		}
+		if len(perIndex) > rounds+4 || full < rounds-4 {
+			t.Fatalf("%d commands took %d writes, %d of them with all %d clients; want about one write per round (%d)", clients*rounds, len(perIndex), full, clients, rounds)
+		}
+	})
 }
