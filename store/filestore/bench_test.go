@@ -104,3 +104,42 @@ func BenchmarkCASContended(b *testing.B) {
 	b.ReportMetric(float64(wins.Load())/b.Elapsed().Seconds(), "cas/s")
 	b.ReportMetric(float64(attempts.Load())/float64(wins.Load()), "attempts/cas")
 }
+
+// BenchmarkPutCreateParallel has 8 goroutines create keys in one
+// directory, as a leader's pipelined log writes do: their directory
+// syncs are shared.
+func BenchmarkPutCreateParallel(b *testing.B) {
+	const goroutines = 8
+	s := benchStore(b)
+	ctx := b.Context()
+	var next atomic.Int64
+	b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := int(next.Add(1))
+			if _, err := s.Put(ctx, fmt.Sprintf("log/%020d", i), benchValue(i), store.IfAbsent()); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkDelete deletes log entries one by one, as truncation does
+// (unconditionally); the keys are created before the timer starts.
+func BenchmarkDelete(b *testing.B) {
+	s := benchStore(b)
+	ctx := b.Context()
+	for i := range b.N {
+		if _, err := s.Put(ctx, fmt.Sprintf("log/%020d", i), benchValue(i), store.IfAbsent()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if err := s.Delete(ctx, fmt.Sprintf("log/%020d", i), store.Cond{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
