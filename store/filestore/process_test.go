@@ -156,13 +156,18 @@ func raceKey(r int) string { return fmt.Sprintf("race/ü %03d/key", r) }
 func raceChild(t *testing.T, dir string, args raceArgs) {
 	ctx := context.Background()
 	// Two Stores in the process: their workers exclude each other only
-	// through flock, as the two processes do.
+	// through flock, as the two processes do. The second creates through
+	// a named temp file, the fallback, so both ways race each other.
 	var stores [2]*store.Store
 	for i := range stores {
-		s, err := store.Open(ctx, fileURL(dir))
+		d, err := New(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if i == 1 {
+			d.tmpfile.Store(false)
+		}
+		s := store.New(d)
 		defer s.Close()
 		stores[i] = s
 	}
@@ -517,10 +522,18 @@ func checkCrashState(t *testing.T, dir string, acked []int) {
 
 // TestReadersSeeWholeValues has readers Get keys while they are created,
 // swapped and deleted with values of up to 256 KiB: a reader must never see a
-// value that is partly written.
+// value that is partly written, whether creates write an unnamed file or
+// (the fallback) a named temp file.
 func TestReadersSeeWholeValues(t *testing.T) {
+	for _, tc := range createPaths {
+		t.Run(tc.name, func(t *testing.T) {
+			readersSeeWholeValues(t, store.New(tc.new(t, t.TempDir())))
+		})
+	}
+}
+
+func readersSeeWholeValues(t *testing.T, s *store.Store) {
 	ctx := t.Context()
-	s := openTemp(t)
 	defer s.Close()
 	keys := []string{"whole/created", "whole/swapped"}
 	done := make(chan struct{})
