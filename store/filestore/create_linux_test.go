@@ -2,6 +2,7 @@ package filestore
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"syscall"
@@ -81,5 +82,41 @@ func TestProbeTmpfile(t *testing.T) {
 	}
 	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 2 {
 		t.Fatalf("the store's directory holds %v, %v; want only .locks and .tmp", entries, err)
+	}
+}
+
+// TestCloseClosesDirectories: the directories dirSyncs keeps open between
+// syncs are closed by Close, and no more than idleDirsMax stay open.
+func TestCloseClosesDirectories(t *testing.T) {
+	openFDs := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries)
+	}
+	before := openFDs()
+	d := newDriver(t, t.TempDir())
+	s := store.New(d)
+	ctx := t.Context()
+	for i := range idleDirsMax + 10 {
+		if _, err := s.Put(ctx, fmt.Sprintf("d%d/k", i), nil, store.IfAbsent()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := 0
+	for _, ds := range d.dirSyncs.dirs {
+		if ds.f != nil {
+			open++
+		}
+	}
+	if open == 0 || open > idleDirsMax+1 {
+		t.Fatalf("%d directories open after creates in %d; want some, at most %d", open, idleDirsMax+10, idleDirsMax+1)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := openFDs(); after != before {
+		t.Fatalf("%d descriptors open after Close, %d before New", after, before)
 	}
 }

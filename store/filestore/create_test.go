@@ -28,6 +28,12 @@ func newUnnamed(t *testing.T, dir string) *Store {
 	d := newDriver(t, dir)
 	if !d.tmpfile.Load() {
 		d.Close()
+		if fd, err := openTmpfileSys(dir); err == nil {
+			_ = closeFD(fd)
+			if _, err := os.Stat("/proc/self/fd"); err == nil {
+				t.Fatal("O_TMPFILE and /proc work here, yet the store creates through temp files")
+			}
+		}
 		t.Skip("no O_TMPFILE here (not Linux, or the file system refuses it): creates use the temp file path, tested on its own")
 	}
 	return d
