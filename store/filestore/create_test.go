@@ -133,7 +133,8 @@ func TestCreateRemakesRemovedDirectory(t *testing.T) {
 	for _, tc := range createPaths {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			s := store.New(tc.new(t, dir))
+			d := tc.new(t, dir)
+			s := store.New(d)
 			defer s.Close()
 			ctx := t.Context()
 			if _, err := s.Put(ctx, "a/b/1", []byte("x"), store.IfAbsent()); err != nil {
@@ -147,6 +148,20 @@ func TestCreateRemakesRemovedDirectory(t *testing.T) {
 			}
 			if data, _, err := s.Get(ctx, "a/b/2"); err != nil || string(data) != "y" {
 				t.Fatalf("Get = %q, %v", data, err)
+			}
+			// The directory synced is the new one, not the removed one
+			// the store kept open.
+			keyDir := filepath.Join(dir, "a.d", "b.d")
+			ds := d.dirSyncs.dirs[keyDir]
+			if ds == nil || ds.f == nil {
+				t.Fatalf("%s is not kept open after its sync", keyDir)
+			}
+			kept, err := ds.f.Stat()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now, err := os.Stat(keyDir); err != nil || !os.SameFile(kept, now) {
+				t.Fatalf("the directory kept open for syncs is not the one at %s (%v)", keyDir, err)
 			}
 		})
 	}

@@ -406,6 +406,7 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 			// Removed behind the store's back (it removes none): the old
 			// code's stat before every create would have made it again.
 			s.dirs.forget(dir)
+			s.dirSyncs.reopen(dir)
 			if err = s.mkdirs(dir); err == nil {
 				s.dirs.add(dir)
 				err = s.commit(ctx, dir, path, data, create)
@@ -1176,6 +1177,7 @@ type dirSync struct {
 	// f is the directory, open for the next sync; only the running sync,
 	// or with no users the goroutine under dirSyncs.mu, touches it.
 	f       *os.File
+	reopen  bool // the directory was made again: f is the old one
 	mu      sync.Mutex
 	cond    sync.Cond
 	running bool
@@ -1219,8 +1221,10 @@ func (ds *dirSyncs) sync(dir string) error {
 		d.running = true
 		d.started++
 		mine := d.started
+		reopen := d.reopen
+		d.reopen = false
 		d.mu.Unlock()
-		err := d.sync(dir)
+		err := d.sync(dir, reopen)
 		d.mu.Lock()
 		d.running = false
 		if err == nil {
@@ -1235,11 +1239,27 @@ func (ds *dirSyncs) sync(dir string) error {
 	return nil
 }
 
+// reopen makes the next sync of dir open it again: it was made again, and
+// the descriptor kept open is the removed one's.
+func (ds *dirSyncs) reopen(dir string) {
+	ds.mu.Lock()
+	d := ds.dirs[dir]
+	ds.mu.Unlock()
+	if d != nil {
+		d.mu.Lock()
+		d.reopen = true
+		d.mu.Unlock()
+	}
+}
+
 // sync syncs dir through the descriptor kept open, opening it first if
 // need be; after a failure the next sync opens it again.
-func (d *dirSync) sync(dir string) error {
+func (d *dirSync) sync(dir string, reopen bool) error {
 	if syncCommitted != nil {
 		return syncCommitted(dir)
+	}
+	if reopen {
+		d.close()
 	}
 	if d.f == nil {
 		f, err := os.Open(dir)
