@@ -120,3 +120,37 @@ func TestCloseClosesDirectories(t *testing.T) {
 		t.Fatalf("%d descriptors open after Close, %d before New", after, before)
 	}
 }
+
+// TestLinkViaProcWhenRefused: where linking the unnamed file's descriptor
+// itself is refused (no CAP_DAC_READ_SEARCH before Linux 6.10: ENOENT),
+// creates link it through /proc/self/fd, and stop trying the first way.
+func TestLinkViaProcWhenRefused(t *testing.T) {
+	calls := 0
+	linkEmptyPath = func(int, string) error {
+		calls++
+		return syscall.ENOENT
+	}
+	defer func() { linkEmptyPath = linkEmptyPathSys }()
+	d := newUnnamed(t, t.TempDir()) // its probe learns it
+	s := store.New(d)
+	defer s.Close()
+	if !d.viaProc.Load() || calls != 1 {
+		t.Fatalf("after New's probe: via /proc %v, %d tries; want true, 1", d.viaProc.Load(), calls)
+	}
+	d.viaProc.Store(false) // as if New had found it allowed
+	ctx := t.Context()
+	for _, key := range []string{"log/1", "log/2"} {
+		if _, err := s.Put(ctx, key, []byte(key), store.IfAbsent()); err != nil {
+			t.Fatalf("create of %s: %v", key, err)
+		}
+		if data, _, err := s.Get(ctx, key); err != nil || string(data) != key {
+			t.Fatalf("Get(%s) = %q, %v", key, data, err)
+		}
+	}
+	if !d.viaProc.Load() || calls != 2 {
+		t.Fatalf("via /proc %v after %d refusals; want true after 2 (one in New, one for the first create)", d.viaProc.Load(), calls)
+	}
+	if _, err := s.Put(ctx, "log/1", nil, store.IfAbsent()); !errors.Is(err, store.ErrPreconditionFailed) {
+		t.Fatalf("create of an existing key through /proc = %v; want ErrPreconditionFailed", err)
+	}
+}

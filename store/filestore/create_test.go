@@ -10,14 +10,19 @@ import (
 	"github.com/tenure-io/tenure/store/drivertest"
 )
 
-// createPaths are the two ways a create writes its file: an unnamed file
-// (O_TMPFILE) in the key's directory, and the fallback, a named temp file
-// in <dir>/.tmp.
+// createPaths are the ways a create writes its file: an unnamed file
+// (O_TMPFILE) in the key's directory, linked by its descriptor or through
+// /proc, and the fallback, a named temp file in <dir>/.tmp.
 var createPaths = []struct {
 	name string
 	new  func(t *testing.T, dir string) *Store
 }{
 	{"unnamed", newUnnamed},
+	{"unnamed-via-proc", func(t *testing.T, dir string) *Store {
+		d := newUnnamed(t, dir)
+		d.viaProc.Store(true)
+		return d
+	}},
 	{"tempfile", func(t *testing.T, dir string) *Store { return newFallback(t, dir) }},
 }
 

@@ -106,6 +106,9 @@ type Store struct {
 	// tmpfile is whether creates write an unnamed file (O_TMPFILE) in the
 	// key's directory; cleared for good once the file system refuses one.
 	tmpfile atomic.Bool
+	// viaProc is whether unnamed files are linked through /proc, once
+	// linking the descriptor itself was refused.
+	viaProc atomic.Bool
 }
 
 // stripe is one of the locks that serialise the writes of a key. Keys share
@@ -220,8 +223,8 @@ func (s *Store) probeWritable() error {
 }
 
 // probeTmpfile tells whether creates can write unnamed files here: the
-// kernel and the file system have O_TMPFILE, and /proc is mounted for
-// linkTmpfile.
+// kernel and the file system have O_TMPFILE, and linkTmpfile can name one
+// (it also learns whether it needs /proc for that).
 func (s *Store) probeTmpfile() bool {
 	fd, err := openTmpfile(s.root)
 	if err != nil {
@@ -229,7 +232,7 @@ func (s *Store) probeTmpfile() bool {
 	}
 	defer closeFD(fd)
 	probe := filepath.Join(s.root, ".probe-"+crand.Text())
-	if linkTmpfile(fd, probe) != nil {
+	if linkTmpfile(fd, probe, &s.viaProc) != nil {
 		return false
 	}
 	_ = os.Remove(probe)
@@ -530,7 +533,7 @@ func (s *Store) createUnnamed(ctx context.Context, dir, path string, data []byte
 	if beforeLink != nil {
 		beforeLink(path)
 	}
-	err = linkTmpfile(fd, path)
+	err = linkTmpfile(fd, path, &s.viaProc)
 	switch {
 	case err == nil:
 		return nil

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,11 +35,37 @@ func tmpfileRefused(err error) bool {
 	return errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL)
 }
 
-// linkTmpfile names the unnamed file fd as path. linkat(2) through
-// /proc/self/fd needs no privilege (AT_EMPTY_PATH does), and fails with
-// EEXIST if path exists, like link(2).
-func linkTmpfile(fd int, path string) error {
-	err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW)
+// linkTmpfile names the unnamed file fd as path; like link(2), linkat(2)
+// fails with EEXIST if path exists. It links the descriptor itself
+// (AT_EMPTY_PATH), which needs CAP_DAC_READ_SEARCH before Linux 6.10, else
+// through /proc/self/fd/N, which needs no privilege but costs a walk
+// through /proc. Once the first is refused, viaProc is set and only the
+// second is tried.
+func linkTmpfile(fd int, path string, viaProc *atomic.Bool) error {
+	proc := "/proc/self/fd/" + strconv.Itoa(fd)
+	if !viaProc.Load() {
+		err := linkEmptyPath(fd, path)
+		if err != unix.ENOENT && err != unix.EPERM {
+			return linkErr(path, err)
+		}
+		// Refused, or path's directory is missing: the other way tells.
+		err = unix.Linkat(unix.AT_FDCWD, proc, unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW)
+		if err == nil || err == unix.EEXIST {
+			viaProc.Store(true)
+		}
+		return linkErr(path, err)
+	}
+	return linkErr(path, unix.Linkat(unix.AT_FDCWD, proc, unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW))
+}
+
+// linkEmptyPath links fd itself as path; tests replace it to refuse.
+var linkEmptyPath = linkEmptyPathSys
+
+func linkEmptyPathSys(fd int, path string) error {
+	return unix.Linkat(fd, "", unix.AT_FDCWD, path, unix.AT_EMPTY_PATH)
+}
+
+func linkErr(path string, err error) error {
 	if err != nil {
 		return &os.LinkError{Op: "linkat", Old: "O_TMPFILE", New: path, Err: err}
 	}
