@@ -521,11 +521,11 @@ func (s *Store) createUnnamed(ctx context.Context, dir, path string, data []byte
 	case errors.Is(err, fs.ErrNotExist):
 		return noDirErr(err)
 	default:
-		return ioErr("create temp file", err)
+		return ioErr("create unnamed file", err)
 	}
 	defer closeFD(fd)
 	if err := writeFD(fd, data); err != nil {
-		return ioErr("write temp file", err)
+		return ioErr("write unnamed file", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -541,7 +541,7 @@ func (s *Store) createUnnamed(ctx context.Context, dir, path string, data []byte
 		return errExists()
 	case errors.Is(err, fs.ErrNotExist) && isDir(dir):
 		// The directory is there, so /proc/self/fd is not: /proc was
-		// unmounted since New. Nothing was written; fall back.
+		// unmounted since New. Nothing was linked; fall back.
 		return fmt.Errorf("%w: %w", errTmpfileRefused, err)
 	case errors.Is(err, fs.ErrNotExist):
 		return noDirErr(err)
@@ -563,7 +563,7 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 		return driver.Errorf(driver.InvalidArgument, "filestore: delete with condition %s", cond.Kind)
 	}
 	path := s.path(key)
-	release, _, err := s.lockWaited(ctx, key)
+	release, err := s.lock(ctx, key)
 	if err != nil {
 		return err
 	}
