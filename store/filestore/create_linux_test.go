@@ -122,7 +122,7 @@ func TestCloseClosesDirectories(t *testing.T) {
 }
 
 // TestLinkViaProcWhenRefused: where linking the unnamed file's descriptor
-// itself is refused (no CAP_DAC_READ_SEARCH before Linux 6.10: ENOENT),
+// itself is refused (ENOENT, to a process without CAP_DAC_READ_SEARCH),
 // creates link it through /proc/self/fd, and stop trying the first way.
 func TestLinkViaProcWhenRefused(t *testing.T) {
 	calls := 0

@@ -24,13 +24,14 @@
 // and fsync it. Create-if-absent writes an unnamed file (open(2) with
 // O_TMPFILE) in the key's directory and gives it the key's name with
 // linkat(2), which fails if the name exists: by its descriptor
-// (AT_EMPTY_PATH) where the kernel allows it (Linux 6.10 and later, or
-// with CAP_DAC_READ_SEARCH), else through /proc/self/fd. Where O_TMPFILE
-// is missing, or /proc too where it is needed (other systems than Linux,
-// file systems that refuse it), it writes a temp file in <dir>/.tmp and
-// links it into place with link(2), which fails the same way. Compare-and-swap writes a
-// temp file in <dir>/.tmp and renames it over the old file; delete removes
-// the file. The key's directory is fsynced before the call returns, by a
+// (AT_EMPTY_PATH) where the kernel allows it (a process with
+// CAP_DAC_READ_SEARCH, as root has), else through /proc/self/fd. Where
+// O_TMPFILE is missing, or /proc too where it is needed (other systems
+// than Linux, file systems that refuse it), it writes a temp file in
+// <dir>/.tmp and links it into place with link(2), which fails the same
+// way. Compare-and-swap writes a temp file in <dir>/.tmp and renames it
+// over the old file; delete removes the file. The key's directory is
+// fsynced before the call returns, by a
 // sync that started after the change was made; writers of one Store that
 // change the same directory at the same time share such a sync (group
 // commit), so pipelined writes and deletes in one directory cost one fsync

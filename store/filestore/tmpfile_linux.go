@@ -37,9 +37,9 @@ func tmpfileRefused(err error) bool {
 
 // linkTmpfile names the unnamed file fd as path; like link(2), linkat(2)
 // fails with EEXIST if path exists. It links the descriptor itself
-// (AT_EMPTY_PATH), which needs CAP_DAC_READ_SEARCH before Linux 6.10, else
-// through /proc/self/fd/N, which needs no privilege but costs a walk
-// through /proc. Once the first is refused, viaProc is set and only the
+// (AT_EMPTY_PATH), which the kernel refuses (ENOENT) to a process without
+// CAP_DAC_READ_SEARCH, else through /proc/self/fd/N, which needs no
+// privilege but costs a walk through /proc. Once the first is refused, viaProc is set and only the
 // second is tried.
 func linkTmpfile(fd int, path string, viaProc *atomic.Bool) error {
 	proc := "/proc/self/fd/" + strconv.Itoa(fd)
