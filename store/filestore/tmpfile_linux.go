@@ -39,23 +39,26 @@ func tmpfileRefused(err error) bool {
 // fails with EEXIST if path exists. It links the descriptor itself
 // (AT_EMPTY_PATH), which the kernel refuses (ENOENT) to a process without
 // CAP_DAC_READ_SEARCH, else through /proc/self/fd/N, which needs no
-// privilege but costs a walk through /proc. Once the first is refused, viaProc is set and only the
-// second is tried.
+// privilege but costs a walk through /proc. Once the first is refused,
+// viaProc is set and only the second is tried.
 func linkTmpfile(fd int, path string, viaProc *atomic.Bool) error {
-	proc := "/proc/self/fd/" + strconv.Itoa(fd)
-	if !viaProc.Load() {
-		err := linkEmptyPath(fd, path)
-		if err != unix.ENOENT && err != unix.EPERM {
-			return linkErr(path, err)
-		}
-		// Refused, or path's directory is missing: the other way tells.
-		err = unix.Linkat(unix.AT_FDCWD, proc, unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW)
-		if err == nil || err == unix.EEXIST {
-			viaProc.Store(true)
-		}
+	if viaProc.Load() {
+		return linkErr(path, linkViaProc(fd, path))
+	}
+	err := linkEmptyPath(fd, path)
+	if err != unix.ENOENT && err != unix.EPERM {
 		return linkErr(path, err)
 	}
-	return linkErr(path, unix.Linkat(unix.AT_FDCWD, proc, unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW))
+	// Refused, or path's directory is missing: the other way tells.
+	err = linkViaProc(fd, path)
+	if err == nil || err == unix.EEXIST {
+		viaProc.Store(true)
+	}
+	return linkErr(path, err)
+}
+
+func linkViaProc(fd int, path string) error {
+	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW)
 }
 
 // linkEmptyPath links fd itself as path; tests replace it to refuse.
