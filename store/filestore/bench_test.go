@@ -32,23 +32,27 @@ func BenchmarkGet(b *testing.B) {
 	if _, err := s.Put(ctx, "leases/shard-1", benchValue(0), store.IfAbsent()); err != nil {
 		b.Fatal(err)
 	}
+	cpu := startCPU()
 	for b.Loop() {
 		if _, _, err := s.Get(ctx, "leases/shard-1"); err != nil {
 			b.Fatal(err)
 		}
 	}
+	cpu.report(b)
 }
 
 func BenchmarkPutCreate(b *testing.B) {
 	s := benchStore(b)
 	ctx := b.Context()
 	i := 0
+	cpu := startCPU()
 	for b.Loop() {
 		if _, err := s.Put(ctx, fmt.Sprintf("log/%020d", i), benchValue(i), store.IfAbsent()); err != nil {
 			b.Fatal(err)
 		}
 		i++
 	}
+	cpu.report(b)
 }
 
 func BenchmarkPutCAS(b *testing.B) {
@@ -59,12 +63,14 @@ func BenchmarkPutCAS(b *testing.B) {
 		b.Fatal(err)
 	}
 	i := 1
+	cpu := startCPU()
 	for b.Loop() {
 		if v, err = s.Put(ctx, "leases/shard-1", benchValue(i), store.IfMatch(v)); err != nil {
 			b.Fatal(err)
 		}
 		i++
 	}
+	cpu.report(b)
 }
 
 // BenchmarkCASContended has 16 goroutines swap one key, each reading it
@@ -80,6 +86,7 @@ func BenchmarkCASContended(b *testing.B) {
 	var wins, attempts, next atomic.Int64
 	b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 	b.ResetTimer()
+	cpu := startCPU()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			for {
@@ -101,6 +108,50 @@ func BenchmarkCASContended(b *testing.B) {
 			}
 		}
 	})
+	cpu.report(b)
 	b.ReportMetric(float64(wins.Load())/b.Elapsed().Seconds(), "cas/s")
 	b.ReportMetric(float64(attempts.Load())/float64(wins.Load()), "attempts/cas")
+}
+
+// BenchmarkPutCreateParallel has 8 goroutines create keys in one
+// directory, as a leader's pipelined log writes do: their directory
+// syncs are shared.
+func BenchmarkPutCreateParallel(b *testing.B) {
+	const goroutines = 8
+	s := benchStore(b)
+	ctx := b.Context()
+	var next atomic.Int64
+	b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ResetTimer()
+	cpu := startCPU()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := int(next.Add(1))
+			if _, err := s.Put(ctx, fmt.Sprintf("log/%020d", i), benchValue(i), store.IfAbsent()); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	cpu.report(b)
+}
+
+// BenchmarkDelete deletes log entries one by one, as truncation does
+// (unconditionally); the keys are created before the timer starts.
+func BenchmarkDelete(b *testing.B) {
+	s := benchStore(b)
+	ctx := b.Context()
+	for i := range b.N {
+		if _, err := s.Put(ctx, fmt.Sprintf("log/%020d", i), benchValue(i), store.IfAbsent()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	cpu := startCPU()
+	for i := range b.N {
+		if err := s.Delete(ctx, fmt.Sprintf("log/%020d", i), store.Cond{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu.report(b)
 }

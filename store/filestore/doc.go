@@ -20,18 +20,32 @@
 //
 // Every write is atomic and durable when it returns. Writes of a key hold an
 // exclusive flock(2) on one of 256 lock files in <dir>/.locks, check their
-// condition under it, and only then write the value in full to a temp file
-// in <dir>/.tmp and fsync it; create-if-absent links the temp file into
-// place with link(2), which fails if the name exists; compare-and-swap
-// renames it over the old file; delete removes the file. The key's directory
-// is fsynced before the call returns, by a sync that started after the
-// change was made; writers of one Store that change the same directory at
-// the same time share such a sync (group commit), so pipelined writes and
-// deletes in one directory cost one fsync each of their files and a few of
-// the directory between them. A crash at any moment, of
-// the process or of the machine, leaves each key with its old value or its
-// new one, never a torn or partial one, and an acknowledged write survives
-// it. Reads take no lock: they open one complete file or none.
+// condition under it, and only then write the value in full to a new file
+// and fsync it. Create-if-absent writes an unnamed file (open(2) with
+// O_TMPFILE) in the key's directory and gives it the key's name with
+// linkat(2), which fails if the name exists: by its descriptor
+// (AT_EMPTY_PATH) where the kernel allows it (a process with
+// CAP_DAC_READ_SEARCH, as root has), else through /proc/self/fd. Where
+// O_TMPFILE is missing, or /proc too where it is needed (other systems
+// than Linux, file systems that refuse it), it writes a temp file in
+// <dir>/.tmp and links it into place with link(2), which fails the same
+// way. Compare-and-swap writes a temp file in <dir>/.tmp and renames it
+// over the old file; delete removes the file. The key's directory is
+// fsynced before the call returns, by a
+// sync that started after the change was made; writers of one Store that
+// change the same directory at the same time share such a sync (group
+// commit), so pipelined writes and deletes in one directory cost one fsync
+// each of their files and a few of the directory between them; the
+// directory stays open between its syncs. A crash at any moment, of the
+// process or of the machine, leaves each key with its old value or its new
+// one, never a torn or partial one, and an acknowledged write survives it.
+// Reads take no lock: they open one complete file or none.
+//
+// A create checks that the name is absent before taking the lock, and
+// again under it only if it had to wait for the lock: the link refuses an
+// existing name in any case, the check spares a loser the write. A Store
+// remembers the directories it made or found, and makes one again if a
+// create finds it removed.
 //
 // A compare-and-swap hashes the current file to check its version, reading
 // it in pieces (a large value is not held in memory); a file of up to 64 KiB
@@ -81,8 +95,12 @@
 //
 // Directories are never removed, even when their last key is deleted: an
 // empty directory costs an inode, while removing it could race with another
-// process creating a key in it. Temp files left by a crashed writer are
-// removed by the next New, once they are a minute old; a writer stalled for
-// longer than that between writing its temp file and committing it fails
-// with a transient error and changes nothing.
+// process creating a key in it. An unnamed file of a create that did not
+// finish vanishes with its process (after a machine crash, the file
+// system's recovery frees it: the journal's orphan list, or fsck without a
+// journal). Temp files in <dir>/.tmp left by a crashed writer (a
+// compare-and-swap, or a create without O_TMPFILE) are removed by the next
+// New, once they are a minute old; a writer stalled for longer than that
+// between writing its temp file and committing it fails with a transient
+// error and changes nothing.
 package filestore

@@ -102,6 +102,13 @@ type Store struct {
 	stripes  [numStripes]stripe
 	dirSyncs dirSyncs
 	known    knownFiles
+	dirs     knownDirs
+	// tmpfile is whether creates write an unnamed file (O_TMPFILE) in the
+	// key's directory; cleared for good once the file system refuses one.
+	tmpfile atomic.Bool
+	// viaProc is whether unnamed files are linked through /proc, once
+	// linking the descriptor itself was refused.
+	viaProc atomic.Bool
 }
 
 // stripe is one of the locks that serialise the writes of a key. Keys share
@@ -151,6 +158,7 @@ func New(dir string) (*Store, error) {
 	if err := s.probeWritable(); err != nil {
 		return nil, err
 	}
+	s.tmpfile.Store(s.probeTmpfile())
 	s.removeStaleTemps()
 	return s, nil
 }
@@ -212,6 +220,23 @@ func (s *Store) probeWritable() error {
 	}
 	_ = os.Remove(probe)
 	return nil
+}
+
+// probeTmpfile tells whether creates can write unnamed files here: the
+// kernel and the file system have O_TMPFILE, and linkTmpfile can name one
+// (it also learns whether it needs /proc for that).
+func (s *Store) probeTmpfile() bool {
+	fd, err := openTmpfile(s.root)
+	if err != nil {
+		return false
+	}
+	defer closeFD(fd)
+	probe := filepath.Join(s.root, ".probe-"+crand.Text())
+	if linkTmpfile(fd, probe, &s.viaProc) != nil {
+		return false
+	}
+	_ = os.Remove(probe)
+	return true
 }
 
 func ensureDir(dir, what string, parents bool) error {
@@ -336,8 +361,9 @@ func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, 
 	return data, Version(data), nil
 }
 
-// Put creates by link(2) and swaps by rename(2), under the key's lock. It
-// returns once the new value is durable.
+// Put creates by linkat(2) of an unnamed file (or link(2) of a temp file)
+// and swaps by rename(2), under the key's lock. It returns once the new
+// value is durable.
 func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
 	if err := s.beginWrite(ctx); err != nil {
 		return "", err
@@ -360,20 +386,35 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 		return "", err
 	}
 	dir := filepath.Dir(path)
-	if cond.Kind == driver.IfAbsent {
-		if err := s.mkdirs(dir); err != nil {
+	create := cond.Kind == driver.IfAbsent
+	if create {
+		if err := s.keyDir(dir); err != nil {
 			return "", err
 		}
 	}
-	release, err := s.lock(ctx, key)
+	release, waited, err := s.lockWaited(ctx, key)
 	if err != nil {
 		return "", err
 	}
 	// The write happens under the lock, after the check, so that only the
-	// one writer whose condition holds pays for an fsync.
-	err = check()
+	// one writer whose condition holds pays for an fsync. A create that
+	// got the lock at once skips the check: the precheck has just seen the
+	// name absent, and the link fails if it appeared since.
+	if !create || waited {
+		err = check()
+	}
 	if err == nil {
-		err = s.commit(ctx, path, data, cond.Kind == driver.IfAbsent)
+		err = s.commit(ctx, dir, path, data, create)
+		if errors.Is(err, errNoDir) {
+			// Removed behind the store's back (it removes none): the old
+			// code's stat before every create would have made it again.
+			s.dirs.forget(dir)
+			s.dirSyncs.reopen(dir)
+			if err = s.mkdirs(dir); err == nil {
+				s.dirs.add(dir)
+				err = s.commit(ctx, dir, path, data, create)
+			}
+		}
 	}
 	var held *heldFile
 	if err == nil {
@@ -395,11 +436,46 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 	return version, nil
 }
 
-// commit writes data to a temp file, syncs it, and gives it the key's name:
-// by link(2) to create, which fails if the name exists (so create-if-absent
-// holds even against a writer that ignored the lock), or by rename(2) to
-// replace. Either way the file appears whole or not at all.
-func (s *Store) commit(ctx context.Context, path string, data []byte, create bool) error {
+// keyDir makes the key's directory dir unless this Store knows it exists.
+func (s *Store) keyDir(dir string) error {
+	if s.dirs.has(dir) {
+		return nil
+	}
+	if err := s.mkdirs(dir); err != nil {
+		return err
+	}
+	s.dirs.add(dir)
+	return nil
+}
+
+// errNoDir marks a create that found the key's directory missing.
+var errNoDir = errors.New("the key's directory is missing")
+
+// errTmpfileRefused marks a create that found O_TMPFILE unusable.
+var errTmpfileRefused = errors.New("no O_TMPFILE")
+
+// beforeLink, if set, runs just before a create links its file into
+// place; tests use it to create the name first, as a writer that ignores
+// the lock could.
+var beforeLink func(path string)
+
+// openTmpfile is openTmpfileSys; tests replace it to refuse.
+var openTmpfile = openTmpfileSys
+
+// commit writes data to a new file, syncs it, and gives it the key's name:
+// by linkat(2) or link(2) to create, which fail if the name exists (so
+// create-if-absent holds even against a writer that ignored the lock), or
+// by rename(2) to replace. Either way the file appears whole or not at
+// all. A create writes an unnamed file in the key's directory where the
+// system has O_TMPFILE, else a temp file in the store's temp directory.
+func (s *Store) commit(ctx context.Context, dir, path string, data []byte, create bool) error {
+	if create && s.tmpfile.Load() {
+		err := s.createUnnamed(ctx, dir, path, data)
+		if !errors.Is(err, errTmpfileRefused) {
+			return err
+		}
+		s.tmpfile.Store(false)
+	}
 	tmp, err := s.writeTemp(data)
 	if err != nil {
 		return err
@@ -415,15 +491,66 @@ func (s *Store) commit(ctx context.Context, path string, data []byte, create boo
 		}
 		return nil
 	}
+	if beforeLink != nil {
+		beforeLink(path)
+	}
 	err = os.Link(tmp, path)
 	_ = os.Remove(tmp) // after a link, the key's name still holds the file
 	switch {
 	case errors.Is(err, fs.ErrExist):
 		return errExists()
+	case errors.Is(err, fs.ErrNotExist) && !isDir(dir):
+		return noDirErr(err)
 	case err != nil:
 		return commitErr("link", err)
 	}
 	return nil
+}
+
+// createUnnamed writes data to an unnamed file in the key's directory,
+// syncs it, and links it in as path. Compared with a named temp file it
+// saves the temp name's creation and removal (two changes of a directory),
+// and a crash leaves nothing to clean up: the file dies with its
+// descriptor.
+func (s *Store) createUnnamed(ctx context.Context, dir, path string, data []byte) error {
+	fd, err := openTmpfile(dir)
+	switch {
+	case err == nil:
+	case tmpfileRefused(err):
+		return fmt.Errorf("%w: %w", errTmpfileRefused, err)
+	case errors.Is(err, fs.ErrNotExist):
+		return noDirErr(err)
+	default:
+		return ioErr("create unnamed file", err)
+	}
+	defer closeFD(fd)
+	if err := writeFD(fd, data); err != nil {
+		return ioErr("write unnamed file", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if beforeLink != nil {
+		beforeLink(path)
+	}
+	err = linkTmpfile(fd, path, &s.viaProc)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrExist):
+		return errExists()
+	case errors.Is(err, fs.ErrNotExist) && isDir(dir):
+		// The directory is there, so /proc/self/fd is not: /proc was
+		// unmounted since New. Nothing was linked; fall back.
+		return fmt.Errorf("%w: %w", errTmpfileRefused, err)
+	case errors.Is(err, fs.ErrNotExist):
+		return noDirErr(err)
+	}
+	return ioErr("link", err)
+}
+
+func noDirErr(err error) error {
+	return driver.Errorf(driver.Transient, "filestore: %w: %w", errNoDir, err)
 }
 
 // Delete removes the key's file under its lock and returns once the removal
@@ -645,6 +772,39 @@ func (s *Store) listedVersion(path string) (string, int64, error) {
 	return fileVersionSize(path)
 }
 
+// knownDirs are the key directories this Store made or saw exist, so
+// that a create in one makes no stat to find out. The store never removes
+// a directory; a create that finds one gone makes it again.
+type knownDirs struct {
+	mu   sync.Mutex
+	dirs map[string]struct{}
+}
+
+// knownDirsMax bounds the memory: past it the set starts again empty.
+const knownDirsMax = 4096
+
+func (k *knownDirs) has(dir string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.dirs[dir]
+	return ok
+}
+
+func (k *knownDirs) add(dir string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.dirs == nil || len(k.dirs) >= knownDirsMax {
+		k.dirs = map[string]struct{}{}
+	}
+	k.dirs[dir] = struct{}{}
+}
+
+func (k *knownDirs) forget(dir string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.dirs, dir)
+}
+
 // hashBufs are the read buffers of fileVersion.
 var hashBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
@@ -822,9 +982,10 @@ func ioErr(op string, err error) error {
 	return driver.Errorf(k, "filestore: %s: %w", op, err)
 }
 
-// syncCommitted syncs a directory after a write or delete became visible;
-// tests replace it to fail there.
-var syncCommitted = syncDir
+// syncCommitted, if set, syncs a directory after a write or delete became
+// visible, in place of the descriptor dirSyncs keeps open; tests set it to
+// fail there.
+var syncCommitted func(dir string) error
 
 // committedErr wraps a failure after the commit point: the rename, link or
 // unlink has already made the change visible to every reader, so whatever
@@ -850,6 +1011,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.known.closeAll()
+	s.dirSyncs.closeAll()
 	var errs []error
 	for i := range s.stripes {
 		st := &s.stripes[i]
@@ -866,16 +1028,27 @@ func (s *Store) Close() error {
 // lock takes the key's stripe: first the in-process mutex, which a
 // cancelled ctx abandons, then flock, which is polled for the same reason.
 func (s *Store) lock(ctx context.Context, key string) (release func(), err error) {
+	release, _, err = s.lockWaited(ctx, key)
+	return release, err
+}
+
+// lockWaited is lock, and tells whether it had to wait for the stripe.
+func (s *Store) lockWaited(ctx context.Context, key string) (release func(), waited bool, err error) {
 	i := stripeOf(key)
 	st := &s.stripes[i]
 	select {
 	case st.mu <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	default:
+		waited = true
+		select {
+		case st.mu <- struct{}{}:
+		case <-ctx.Done():
+			return nil, true, ctx.Err()
+		}
 	}
-	fail := func(err error) (func(), error) {
+	fail := func(err error) (func(), bool, error) {
 		<-st.mu
-		return nil, err
+		return nil, waited, err
 	}
 	if s.closed.Load() {
 		return fail(errClosed())
@@ -887,7 +1060,9 @@ func (s *Store) lock(ctx context.Context, key string) (release func(), err error
 		}
 		st.fd = fd
 	}
-	if err := waitLock(ctx, st.fd); err != nil {
+	w, err := waitLock(ctx, st.fd)
+	waited = waited || w
+	if err != nil {
 		return fail(err)
 	}
 	return func() {
@@ -898,7 +1073,7 @@ func (s *Store) lock(ctx context.Context, key string) (release func(), err error
 			st.fd = -1
 		}
 		<-st.mu
-	}, nil
+	}, waited, nil
 }
 
 func stripeOf(key string) uint32 {
@@ -907,23 +1082,25 @@ func stripeOf(key string) uint32 {
 	return h.Sum32() % numStripes
 }
 
-func waitLock(ctx context.Context, fd int) error {
+// waitLock takes the flock on fd, and tells whether it had to wait.
+func waitLock(ctx context.Context, fd int) (waited bool, err error) {
 	delay := 20 * time.Microsecond
 	for {
 		ok, err := tryLock(fd)
 		if err != nil {
-			return ioErr("flock", err)
+			return waited, ioErr("flock", err)
 		}
 		if ok {
-			return nil
+			return waited, nil
 		}
+		waited = true
 		// Another process (or Store) holds the stripe, for one write.
 		// Jitter keeps waiters from retrying in step.
 		t := time.NewTimer(delay/2 + rand.N(delay))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return true, ctx.Err()
 		case <-t.C:
 		}
 		delay = min(2*delay, 2*time.Millisecond)
@@ -984,14 +1161,26 @@ func (s *Store) createTemp() (*os.File, error) {
 // directory that started after the change, and one sync serves every
 // writer waiting when it starts. Pipelined log writes and a truncation's
 // deletes land in one directory, so most of them share a sync.
+//
+// Each directory stays open between its syncs, so a sync is one fsync(2)
+// instead of open, fsync and close; the store never removes a directory,
+// so the one open is the one at the path. At most idleDirsMax directories
+// stay open without a writer.
 type dirSyncs struct {
-	mu   sync.Mutex
-	dirs map[string]*dirSync
+	mu     sync.Mutex
+	dirs   map[string]*dirSync
+	closed bool
 }
+
+const idleDirsMax = 16
 
 // dirSync is the state of one directory's syncs.
 type dirSync struct {
-	users   int // writers using it; under dirSyncs.mu
+	users int // writers using it; under dirSyncs.mu
+	// f is the directory, open for the next sync; only the running sync,
+	// or with no users the goroutine under dirSyncs.mu, touches it.
+	f       *os.File
+	reopen  bool // the directory was made again: f is the old one
 	mu      sync.Mutex
 	cond    sync.Cond
 	running bool
@@ -1016,7 +1205,8 @@ func (ds *dirSyncs) sync(dir string) error {
 	ds.mu.Unlock()
 	defer func() {
 		ds.mu.Lock()
-		if d.users--; d.users == 0 {
+		if d.users--; d.users == 0 && (ds.closed || len(ds.dirs) > idleDirsMax) {
+			d.close()
 			delete(ds.dirs, dir)
 		}
 		ds.mu.Unlock()
@@ -1034,8 +1224,10 @@ func (ds *dirSyncs) sync(dir string) error {
 		d.running = true
 		d.started++
 		mine := d.started
+		reopen := d.reopen
+		d.reopen = false
 		d.mu.Unlock()
-		err := syncCommitted(dir)
+		err := d.sync(dir, reopen)
 		d.mu.Lock()
 		d.running = false
 		if err == nil {
@@ -1048,6 +1240,63 @@ func (ds *dirSyncs) sync(dir string) error {
 		}
 	}
 	return nil
+}
+
+// reopen makes the next sync of dir open it again: it was made again, and
+// the descriptor kept open is the removed one's.
+func (ds *dirSyncs) reopen(dir string) {
+	ds.mu.Lock()
+	d := ds.dirs[dir]
+	ds.mu.Unlock()
+	if d != nil {
+		d.mu.Lock()
+		d.reopen = true
+		d.mu.Unlock()
+	}
+}
+
+// sync syncs dir through the descriptor kept open, opening it first if
+// need be; after a failure the next sync opens it again.
+func (d *dirSync) sync(dir string, reopen bool) error {
+	if syncCommitted != nil {
+		return syncCommitted(dir)
+	}
+	if reopen {
+		d.close()
+	}
+	if d.f == nil {
+		f, err := os.Open(dir)
+		if err != nil {
+			return err
+		}
+		d.f = f
+	}
+	err := d.f.Sync()
+	if err != nil {
+		d.close()
+	}
+	return err
+}
+
+func (d *dirSync) close() {
+	if d.f != nil {
+		_ = d.f.Close()
+		d.f = nil
+	}
+}
+
+// closeAll closes the directories open without a writer; those in use
+// are closed when their last writer is done.
+func (ds *dirSyncs) closeAll() {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	ds.closed = true
+	for dir, d := range ds.dirs {
+		if d.users == 0 {
+			d.close()
+			delete(ds.dirs, dir)
+		}
+	}
 }
 
 func syncDir(dir string) error {

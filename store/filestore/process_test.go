@@ -32,7 +32,7 @@ import (
 // share a store directory with the parent. The environment selects what a
 // child does.
 const (
-	helperEnv    = "TENURE_FILESTORE_HELPER" // "race" or "crash"
+	helperEnv    = "TENURE_FILESTORE_HELPER" // "race", "crash" or "read"
 	helperDirEnv = "TENURE_FILESTORE_DIR"
 	helperArgEnv = "TENURE_FILESTORE_ARGS" // JSON of the mode's parameters
 )
@@ -40,7 +40,7 @@ const (
 func TestHelperProcess(t *testing.T) {
 	mode := os.Getenv(helperEnv)
 	if mode == "" {
-		t.Skip("only runs as a child process of TestTwoProcessRace and TestCrashDuringWrites")
+		t.Skip("only runs as a child process of TestTwoProcessRace, TestCrashDuringWrites and TestReaderInAnotherProcess")
 	}
 	dir := os.Getenv(helperDirEnv)
 	switch mode {
@@ -52,6 +52,12 @@ func TestHelperProcess(t *testing.T) {
 		raceChild(t, dir, args)
 	case "crash":
 		crashChild(t, dir)
+	case "read":
+		var keys []string
+		if err := json.Unmarshal([]byte(os.Getenv(helperArgEnv)), &keys); err != nil {
+			t.Fatalf("bad %s: %v", helperArgEnv, err)
+		}
+		readChild(t, dir, keys)
 	default:
 		t.Fatalf("unknown %s %q", helperEnv, mode)
 	}
@@ -156,13 +162,18 @@ func raceKey(r int) string { return fmt.Sprintf("race/ü %03d/key", r) }
 func raceChild(t *testing.T, dir string, args raceArgs) {
 	ctx := context.Background()
 	// Two Stores in the process: their workers exclude each other only
-	// through flock, as the two processes do.
+	// through flock, as the two processes do. The second creates through
+	// a named temp file, the fallback, so both ways race each other.
 	var stores [2]*store.Store
 	for i := range stores {
-		s, err := store.Open(ctx, fileURL(dir))
+		d, err := New(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if i == 1 {
+			d.tmpfile.Store(false)
+		}
+		s := store.New(d)
 		defer s.Close()
 		stores[i] = s
 	}
@@ -517,10 +528,18 @@ func checkCrashState(t *testing.T, dir string, acked []int) {
 
 // TestReadersSeeWholeValues has readers Get keys while they are created,
 // swapped and deleted with values of up to 256 KiB: a reader must never see a
-// value that is partly written.
+// value that is partly written, whether creates write an unnamed file or
+// (the fallback) a named temp file.
 func TestReadersSeeWholeValues(t *testing.T) {
+	for _, tc := range createPaths {
+		t.Run(tc.name, func(t *testing.T) {
+			readersSeeWholeValues(t, store.New(tc.new(t, t.TempDir())))
+		})
+	}
+}
+
+func readersSeeWholeValues(t *testing.T, s *store.Store) {
 	ctx := t.Context()
-	s := openTemp(t)
 	defer s.Close()
 	keys := []string{"whole/created", "whole/swapped"}
 	done := make(chan struct{})
@@ -571,4 +590,94 @@ func TestReadersSeeWholeValues(t *testing.T) {
 	close(done)
 	readers.Wait()
 	t.Logf("%d whole reads", reads.Load())
+}
+
+// --- A reader in another process ---
+
+// readChild reads keys in a loop through a read-only store until its
+// stdin closes, printing "partial ..." for each value that is not a whole
+// record, then "reads <n>" for the whole ones.
+func readChild(t *testing.T, dir string, keys []string) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, fileURL(dir), store.ReadOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var stop atomic.Bool
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stop.Store(true)
+	}()
+	fmt.Println("ready")
+	reads := 0
+	for !stop.Load() {
+		for _, key := range keys {
+			data, v, err := s.Get(ctx, key)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+			case err != nil:
+				fmt.Printf("partial Get(%q): %v\n", key, err)
+			default:
+				if _, err := parseCrashRecord(data); err != nil || v != Version(data) {
+					fmt.Printf("partial Get(%q): %d bytes, version %s, hash %s: %v\n", key, len(data), v, Version(data), err)
+				} else {
+					reads++
+				}
+			}
+		}
+	}
+	fmt.Printf("reads %d\n", reads)
+}
+
+// TestReaderInAnotherProcess has another process read keys in a loop
+// while this one creates, swaps and deletes them with values of up to
+// 256 KiB, by each way a create can write its file: the reader must never
+// see a partial value, such as a file that has its name before its bytes.
+func TestReaderInAnotherProcess(t *testing.T) {
+	for _, tc := range createPaths {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			dir := t.TempDir()
+			s := store.New(tc.new(t, dir))
+			defer s.Close()
+			keys := []string{"whole/created", "whole/swapped"}
+			h := startHelper(t, "read", dir, keys)
+			var partial []string
+			h.next(t, "ready", nil)
+			v, err := s.Put(ctx, keys[1], newCrashRecord(keys[1], 0, 256<<10), store.IfAbsent())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i <= 40; i++ {
+				cv, err := s.Put(ctx, keys[0], newCrashRecord(keys[0], i, 256<<10), store.IfAbsent())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v, err = s.Put(ctx, keys[1], newCrashRecord(keys[1], i, 256<<10), store.IfMatch(v)); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Delete(ctx, keys[0], store.IfMatch(cv)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := h.stdin.Close(); err != nil {
+				t.Fatal(err)
+			}
+			n, err := strconv.Atoi(h.next(t, "reads ", func(line string) { partial = append(partial, line) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.cmd.Wait(); err != nil {
+				t.Fatalf("reader: %v; stderr:\n%s", err, h.stderr)
+			}
+			if len(partial) > 0 {
+				t.Fatalf("the reader saw %d partial values, first: %s", len(partial), partial[0])
+			}
+			if n == 0 {
+				t.Fatal("the reader read no whole value: it tested nothing")
+			}
+			t.Logf("%d whole reads in the other process", n)
+		})
+	}
 }

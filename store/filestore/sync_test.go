@@ -87,8 +87,14 @@ func TestDirSyncsShareOneSync(t *testing.T) {
 		if failed != 1 || ok != 2 {
 			t.Fatalf("%d writers saw the failed sync and %d succeeded; want 1 and 2", failed, ok)
 		}
+		for dir, d := range ds.dirs {
+			if d.users != 0 {
+				t.Errorf("%s: %d users after every writer returned", dir, d.users)
+			}
+		}
+		ds.closeAll()
 		if len(ds.dirs) != 0 {
-			t.Errorf("%d directories still tracked after every writer returned", len(ds.dirs))
+			t.Errorf("%d directories still tracked after closeAll", len(ds.dirs))
 		}
 	})
 }

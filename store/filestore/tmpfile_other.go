@@ -1,0 +1,15 @@
+//go:build !linux
+
+package filestore
+
+import (
+	"errors"
+	"sync/atomic"
+)
+
+// O_TMPFILE is Linux's: elsewhere every create writes a named temp file.
+
+func openTmpfileSys(string) (int, error)          { return -1, errors.ErrUnsupported }
+func tmpfileRefused(err error) bool               { return errors.Is(err, errors.ErrUnsupported) }
+func linkTmpfile(int, string, *atomic.Bool) error { return errors.ErrUnsupported }
+func writeFD(int, []byte) error                   { return errors.ErrUnsupported }
