@@ -63,6 +63,9 @@ type kvLatency struct {
 	// CPU is the serving process's CPU time (user and system, from
 	// /proc/PID/stat, Linux) over the phase.
 	CPU time.Duration `json:"cpuNanos"`
+	// ClientCPU is the bench process's own CPU time over the phase: the
+	// clients' share of the machine (both run on it).
+	ClientCPU time.Duration `json:"clientCpuNanos"`
 	// DiskWritten is the serving process's write_bytes in /proc/PID/io
 	// over the phase (Linux): what reached the disk's page cache, per page.
 	DiskWritten int64 `json:"diskWriteBytes"`
@@ -357,6 +360,11 @@ func benchKV(ctx context.Context, cfg kvBenchConfig) (*kvBenchResult, error) {
 		prev = n
 	}
 	return res, nil
+}
+
+// perPut is d over n puts, rounded for a table.
+func perPut(d time.Duration, n int) time.Duration {
+	return roundDur(d / time.Duration(max(1, n)))
 }
 
 func durRatio(a, b time.Duration) float64 { return floatRatio(float64(a), float64(b)) }
@@ -798,12 +806,14 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 		return ts, err
 	}
 	start = time.Now()
+	client0 := procCPU(os.Getpid())
 	conc, concFailed, err := b.load(ctx, cfg.writers, 0, n, false, 0, cfg.duration)
 	if err != nil {
 		return ts, fmt.Errorf("concurrent puts: %w", err)
 	}
 	concElapsed := time.Since(start)
 	io2 := procIO(pid)
+	clientCPU := procCPU(os.Getpid()) - client0
 	if err := b.profile(ctx, false, n, "conc"); err != nil {
 		return ts, err
 	}
@@ -827,7 +837,7 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	ts.Seq = kvSummarize(seq, seqFailed, 1, seqElapsed, snaps)
 	ts.Seq.DiskWritten, ts.Seq.CPU = io1.write-io0.write, io1.cpu-io0.cpu
 	ts.Conc = kvSummarize(conc, concFailed, cfg.writers, concElapsed, snaps)
-	ts.Conc.DiskWritten, ts.Conc.CPU = io2.write-io1.write, io2.cpu-io1.cpu
+	ts.Conc.DiskWritten, ts.Conc.CPU, ts.Conc.ClientCPU = io2.write-io1.write, io2.cpu-io1.cpu, clientCPU
 	ts.MeasuredPuts = int64(len(seq) + len(conc))
 	per := func(v int64) float64 { return float64(v) / float64(max(1, ts.MeasuredPuts)) }
 	ts.BytesWritten = st2.PutBytes - st1.PutBytes
@@ -1111,12 +1121,14 @@ func (b *kvEtcdBench) size(ctx context.Context, prev, n int) (kvEtcdSize, error)
 	es.Seq = kvSummarize(seq, seqFailed, 1, time.Since(start), nil)
 	io1 := procIO(pid)
 	start = time.Now()
+	client0 := procCPU(os.Getpid())
 	conc, _, concFailed, err := kvLoad(ctx, b.put, b.values, cfg.writers, 0, n, false, 0, cfg.duration)
 	if err != nil {
 		return es, fmt.Errorf("concurrent puts: %w", err)
 	}
 	es.Conc = kvSummarize(conc, concFailed, cfg.writers, time.Since(start), nil)
 	io2 := procIO(pid)
+	es.Conc.ClientCPU = procCPU(os.Getpid()) - client0
 	es.Seq.DiskWritten, es.Conc.DiskWritten = io1.write-io0.write, io2.write-io1.write
 	es.DiskBytesPerPut = float64(io2.write-io0.write) / float64(max(1, len(seq)+len(conc)))
 	es.Seq.CPU, es.Conc.CPU = io1.cpu-io0.cpu, io2.cpu-io1.cpu
@@ -1289,6 +1301,22 @@ func (r *kvBenchResult) print(w io.Writer) error {
 		fmt.Fprintf(tw, "keys\tseq p50\tseq p99\tconc p99\tconc puts/s\tRSS\t\n")
 		for _, q := range r.Ratios {
 			fmt.Fprintf(tw, "%d\t%.2fx\t%.2fx\t%.2fx\t%.2fx\t%.2fx\t\n", q.Keys, q.SeqP50, q.SeqP99, q.ConcP99, q.Rate, q.RSS)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		// Servers and clients share the machine's cores: with them busy,
+		// puts/s follows the CPU both spend per put.
+		fmt.Fprintln(w, "\nconcurrent writers: CPU per put of the server and of the bench's clients (the same machine's cores)")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "keys\tkv server\tkv clients\tetcd server\tetcd clients\t\n")
+		for i, t := range r.Tenure {
+			if i >= len(r.Etcd) {
+				break
+			}
+			e := r.Etcd[i]
+			fmt.Fprintf(tw, "%d\t%v\t%v\t%v\t%v\t\n", t.Keys, perPut(t.Conc.CPU, t.Conc.Puts), perPut(t.Conc.ClientCPU, t.Conc.Puts),
+				perPut(e.Conc.CPU, e.Conc.Puts), perPut(e.Conc.ClientCPU, e.Conc.Puts))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
