@@ -628,7 +628,7 @@ func TestReadAheadBoundedInBytes(t *testing.T) {
 	d := &startCountingDriver{Store: mem}
 	// 2,500 bytes: the object being decoded and one more of 1,000.
 	gs := &groupStore{st: store.New(d), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: 8, readAhead: 2500}
-	or := gs.openObjects(t.Context(), keys)
+	or := gs.openObjects(t.Context(), keys, false)
 	defer or.close()
 	for i := range keys {
 		data, err := or.next()
@@ -644,5 +644,95 @@ func TestReadAheadBoundedInBytes(t *testing.T) {
 	}
 	if _, err := or.next(); err != io.EOF {
 		t.Fatalf("after the last object: %v, want io.EOF", err)
+	}
+}
+
+// bufferRecordingDriver reads through driver.Reader and records the
+// memory each read was given.
+type bufferRecordingDriver struct {
+	driver.Store
+	mu   sync.Mutex
+	bufs []*byte // the first byte of each buffer given, nil for none
+}
+
+func (d *bufferRecordingDriver) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
+	var first *byte
+	if cap(buf) > 0 {
+		first = &buf[:1][0]
+	}
+	d.mu.Lock()
+	d.bufs = append(d.bufs, first)
+	d.mu.Unlock()
+	data, _, err := d.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > cap(buf) {
+		return data, nil
+	}
+	return append(buf[:0], data...), nil
+}
+
+// TestObjectReaderReusesBuffers: a base's parts are read into the memory
+// of parts already decoded, a few buffers for any number of parts, and
+// an object handed out is not overwritten before its reader asks for the
+// next; segments are read into memory of their own.
+func TestObjectReaderReusesBuffers(t *testing.T) {
+	mem := memstore.New()
+	var keys []string
+	for i := range 20 {
+		k := fmt.Sprintf("g/snap/%02d", i)
+		if _, err := mem.Put(t.Context(), k, bytes.Repeat([]byte{byte(i)}, 1000), driver.Cond{Kind: driver.IfAbsent}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	for _, tc := range []struct {
+		name  string
+		par   int
+		reuse bool
+	}{
+		{"reuse, read ahead", 8, true},
+		{"reuse, in order", 0, true},
+		{"no reuse", 8, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &bufferRecordingDriver{Store: mem}
+			gs := &groupStore{st: store.New(d), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: tc.par, readAhead: 3500}
+			or := gs.openObjects(t.Context(), keys, tc.reuse)
+			defer or.close()
+			for i := range keys {
+				data, err := or.next()
+				if err != nil || len(data) != 1000 {
+					t.Fatalf("object %d: %d bytes, %v", i, len(data), err)
+				}
+				time.Sleep(time.Millisecond) // reads ahead land meanwhile
+				if !bytes.Equal(data, bytes.Repeat([]byte{byte(i)}, 1000)) {
+					t.Fatalf("object %d was overwritten while its reader held it", i)
+				}
+			}
+			or.close()
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			distinct := map[*byte]bool{}
+			given := 0
+			for _, b := range d.bufs {
+				if b != nil {
+					given++
+					distinct[b] = true
+				}
+			}
+			if !tc.reuse {
+				if given > 0 {
+					t.Fatalf("%d reads were given memory without reuse", given)
+				}
+				return
+			}
+			// Within 3,500 bytes at most 4 objects of 1,000 are held or
+			// being read: the others reuse their memory.
+			if given < len(keys)-4 || len(distinct) > 4 {
+				t.Fatalf("%d of %d reads given a buffer, %d distinct buffers", given, len(keys), len(distinct))
+			}
+		})
 	}
 }

@@ -265,7 +265,7 @@ func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, app
 	m := snap.man
 	if applied < m.Base.Index {
 		keys := m.baseKeys()
-		or := g.openObjects(ctx, keys)
+		or := g.openObjects(ctx, keys, true)
 		pr := &partsReader{or: or}
 		var decodeErr error
 		err := func() error {
@@ -300,7 +300,7 @@ func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, app
 			keys = append(keys, s.key)
 		}
 	}
-	or := g.openObjects(ctx, keys)
+	or := g.openObjects(ctx, keys, false)
 	defer or.close()
 	for _, s := range segs {
 		data, err := or.next()
@@ -368,7 +368,11 @@ const readAheadMax = 3 * basePartMax
 
 // objectReader hands out objects in order, reading up to par of them
 // ahead within readAheadMax bytes (par 0: each when asked, in the
-// caller's goroutine).
+// caller's goroutine). With reuse, an object's memory is read into again
+// once its reader is done with it (it asked for the next one): a base's
+// parts are copied out as they are decoded, and fresh buffers would be
+// cleared by the allocator and collected, a gigabyte of each for a
+// gigabyte of state.
 type objectReader struct {
 	g      *groupStore
 	ctx    context.Context
@@ -385,7 +389,9 @@ type objectReader struct {
 	largest  int           // the largest object read so far
 	released chan struct{} // signalled when held bytes are released
 	budget   int           // readAheadMax; tests set less
-	last     int           // the bytes of the object handed out last
+	last     []byte        // the object handed out last
+	reuse    bool
+	free     [][]byte // with reuse, buffers whose objects were released
 }
 
 type fetched struct {
@@ -393,9 +399,9 @@ type fetched struct {
 	err  error
 }
 
-func (g *groupStore) openObjects(ctx context.Context, keys []string) *objectReader {
+func (g *groupStore) openObjects(ctx context.Context, keys []string, reuse bool) *objectReader {
 	ctx, cancel := context.WithCancel(ctx)
-	o := &objectReader{g: g, ctx: ctx, cancel: cancel, keys: keys, released: make(chan struct{}, 1), budget: readAheadMax}
+	o := &objectReader{g: g, ctx: ctx, cancel: cancel, keys: keys, released: make(chan struct{}, 1), budget: readAheadMax, reuse: reuse}
 	if g.readAhead > 0 {
 		o.budget = g.readAhead
 	}
@@ -422,7 +428,7 @@ func (g *groupStore) openObjects(ctx context.Context, keys []string) *objectRead
 			o.wg.Add(1)
 			go func() {
 				defer o.wg.Done()
-				data, err := g.getObject(ctx, keys[i])
+				data, err := g.readObject(ctx, keys[i], o.buffer())
 				o.mu.Lock()
 				o.reading--
 				o.held += len(data)
@@ -462,8 +468,11 @@ func (o *objectReader) waitRoom(ctx context.Context) bool {
 // asked for the next one, so it is done with it.
 func (o *objectReader) release() {
 	o.mu.Lock()
-	o.held -= o.last
-	o.last = 0
+	o.held -= len(o.last)
+	if o.reuse && cap(o.last) > 0 {
+		o.free = append(o.free, o.last[:0])
+	}
+	o.last = nil
 	o.mu.Unlock()
 	select {
 	case o.released <- struct{}{}:
@@ -471,11 +480,27 @@ func (o *objectReader) release() {
 	}
 }
 
-func (g *groupStore) getObject(ctx context.Context, key string) ([]byte, error) {
+// buffer returns memory to read an object into: a released object's with
+// reuse, else nil (a new slice).
+func (o *objectReader) buffer() []byte {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := len(o.free)
+	if n == 0 {
+		return nil
+	}
+	b := o.free[n-1]
+	o.free = o.free[:n-1]
+	return b
+}
+
+// readObject reads an immutable snapshot object, into buf's memory if it
+// fits: without its version, which the loader does not need.
+func (g *groupStore) readObject(ctx context.Context, key string, buf []byte) ([]byte, error) {
 	var data []byte
 	err := g.do(ctx, func(ctx context.Context) error {
 		var e error
-		data, _, e = g.st.Get(ctx, key)
+		data, e = g.st.Read(ctx, key, buf)
 		return e
 	})
 	return data, err
@@ -491,13 +516,18 @@ func (o *objectReader) next() ([]byte, error) {
 	i := o.i
 	o.i++
 	if o.res == nil {
-		return o.g.getObject(o.ctx, o.keys[i])
+		data, err := o.g.readObject(o.ctx, o.keys[i], o.buffer())
+		o.mu.Lock()
+		o.held += len(data)
+		o.last = data
+		o.mu.Unlock()
+		return data, err
 	}
 	select {
 	case r := <-o.res[i]:
 		<-o.slots
 		o.mu.Lock()
-		o.last = len(r.data)
+		o.last = r.data
 		o.mu.Unlock()
 		return r.data, r.err
 	case <-o.ctx.Done():
