@@ -485,39 +485,101 @@ func FuzzChunkedStream(f *testing.F) {
 				}
 			}
 		}
-		cs, err := openChunked(bytes.NewReader(b))
-		var got [][]byte
-		if err == nil {
-			for i := range cs.head.Machines {
-				r, merr := cs.machine(i)
-				if merr != nil {
-					err = merr
-					break
-				}
-				data, rerr := io.ReadAll(r)
-				if rerr != nil {
-					err = rerr
-					break
-				}
-				got = append(got, data)
+		// As one stream, and as a base cut in parts, whose chunks are
+		// read in place where a part holds them whole.
+		size := 1 + len(b)%97
+		if len(b) > 0 {
+			size += int(b[len(b)-1]) * 16
+		}
+		pr, closeParts := partsOf(t, b, size)
+		defer closeParts()
+		for _, r := range []io.Reader{bytes.NewReader(b), pr} {
+			got, err := readChunked(r)
+			if (err == nil) != (werr == nil) {
+				t.Fatalf("stream (%T): %v; whole object: %v", r, err, werr)
 			}
-			if err == nil {
-				err = cs.finish()
+			if err != nil {
+				continue
 			}
-		}
-		if (err == nil) != (werr == nil) {
-			t.Fatalf("stream: %v; whole object: %v", err, werr)
-		}
-		if err != nil {
-			return
-		}
-		for i := range got {
-			want, _ := io.ReadAll(whole.machineReader(i))
-			if !bytes.Equal(got[i], want) {
-				t.Fatalf("machine %d differs", i)
+			for i := range got {
+				want, _ := io.ReadAll(whole.machineReader(i))
+				if !bytes.Equal(got[i], want) {
+					t.Fatalf("machine %d differs (%T)", i, r)
+				}
 			}
 		}
 	})
+}
+
+// readChunked reads every machine's bytes from a chunked stream.
+func readChunked(r io.Reader) ([][]byte, error) {
+	cs, err := openChunked(r)
+	if err != nil {
+		return nil, err
+	}
+	var got [][]byte
+	for i := range cs.head.Machines {
+		mr, err := cs.machine(i)
+		if err != nil {
+			return nil, err
+		}
+		data, err := io.ReadAll(mr)
+		if err != nil {
+			return nil, err
+		}
+		got = append(got, data)
+	}
+	return got, cs.finish()
+}
+
+// partsOf stores b as parts of size bytes and returns the loader's reader
+// of their concatenation, and a function that stops it.
+func partsOf(t testing.TB, b []byte, size int) (*partsReader, func()) {
+	mem := memstore.New()
+	var keys []string
+	for i := 0; i*size < len(b); i++ {
+		k := fmt.Sprintf("g/snap/b/%05d", i)
+		if _, err := mem.Put(context.Background(), k, b[i*size:min(len(b), (i+1)*size)], driver.Cond{Kind: driver.IfAbsent}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	gs := &groupStore{st: store.New(mem), group: "g", retry: RetryOptions{MaxAttempts: 1}}
+	or := gs.openObjects(context.Background(), keys, true)
+	return &partsReader{or: or}, or.close
+}
+
+// TestChunksReadInPlaceAreChecked: a base whose chunks lie whole inside
+// its parts (read in place, not copied) restores the state, and a byte
+// changed inside such a chunk is refused by its checksum.
+func TestChunksReadInPlaceAreChecked(t *testing.T) {
+	a, _ := newSessionReplica(t, 8, 2, "a", "b")
+	a.apply(mkEntry(4, 1, sCmd(1, 1, "a", strings.Repeat("x", 5*snapChunkMax)), sCmd(2, 1, "b", "y")))
+	b := encodeCapturedT(t, a)
+	whole, err := decodeStoredSnapshot(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, closeParts := partsOf(t, b, 3*snapChunkMax)
+	defer closeParts()
+	got, err := readChunked(pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		if want, _ := io.ReadAll(whole.machineReader(i)); !bytes.Equal(got[i], want) {
+			t.Fatalf("machine %d differs", i)
+		}
+	}
+	// A byte in the middle of the second chunk, inside the first part.
+	at := bytes.Index(b, []byte("xxxx")) + snapChunkMax + 8 + snapChunkMax/2
+	bad := bytes.Clone(b)
+	bad[at] = 'z'
+	pr, closeParts = partsOf(t, bad, 3*snapChunkMax)
+	defer closeParts()
+	if _, err := readChunked(pr); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+		t.Fatalf("a changed byte inside a part: %v; want a checksum mismatch", err)
+	}
 }
 
 // TestEarlierSnapshotFormatsReplacedByManifest: a group whose snapshot is

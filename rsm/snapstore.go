@@ -570,6 +570,17 @@ func (p *partsReader) Read(b []byte) (int, error) {
 	return n, nil
 }
 
+// take hands out the next n bytes in place if the current part holds
+// them: they stay valid until Read asks for the next part.
+func (p *partsReader) take(n int) []byte {
+	if n <= 0 || len(p.cur) < n {
+		return nil
+	}
+	b := p.cur[:n:n]
+	p.cur = p.cur[n:]
+	return b
+}
+
 // snapOutcome is what writeSnapshot did.
 type snapOutcome struct {
 	end     uint64    // the end index of the snapshot now stored (0 if unknown)
