@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -796,5 +797,74 @@ func TestObjectReaderReusesBuffers(t *testing.T) {
 				t.Fatalf("%d of %d reads given a buffer, %d distinct buffers", given, len(keys), len(distinct))
 			}
 		})
+	}
+}
+
+// TestSegmentsDecodedAhead: with reads ahead, segments are decoded one
+// ahead of the applies and their entries handed out in order; a corrupt
+// segment stops the load after the entries before it with a
+// *CorruptError naming it, an apply's error stops it at once, and either
+// way no decoding goroutine is left behind.
+func TestSegmentsDecodedAhead(t *testing.T) {
+	mem := memstore.New()
+	gs := &groupStore{st: store.New(mem), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: 4}
+	m := &manifest{Group: "g", Nonce: []byte{1}, End: 10, Base: baseRef{Index: 10, Term: 1, Nonce: "ab", Parts: 1}}
+	w := snapWriter{id: "a", term: 2, nonce: "cd"}
+	for first := uint64(11); first <= 60; first += 5 {
+		var entries []*rsmpb.Entry
+		for i := first; i < first+5; i++ {
+			entries = append(entries, mkEntry(i, 2, sCmd(1, i, "a", strings.Repeat("v", 100))))
+		}
+		var err error
+		if m, err = gs.writeSegments(t.Context(), m, entries, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs := m.segments()
+	if len(segs) != 10 {
+		t.Fatalf("%d segments, want 10", len(segs))
+	}
+	keys := make([]string, len(segs))
+	for i, s := range segs {
+		keys[i] = s.key
+	}
+	snap := &storedSnapshot{Snapshot: &rsmpb.Snapshot{EndIndex: m.End}, man: m}
+	run := func(stopAt uint64) ([]uint64, error) {
+		var got []uint64
+		err := gs.eachSegment(t.Context(), snap, segs, keys, func(entries []*rsmpb.Entry) error {
+			for _, e := range entries {
+				if e.Index == stopAt {
+					return errors.New("apply failed")
+				}
+				got = append(got, e.Index)
+			}
+			return nil
+		})
+		buf := make([]byte, 1<<20)
+		if st := string(buf[:runtime.Stack(buf, true)]); strings.Contains(st, "eachSegment") {
+			t.Fatalf("a decoding goroutine outlived the load:\n%s", st)
+		}
+		return got, err
+	}
+	got, err := run(0)
+	if err != nil || len(got) != 50 || got[0] != 11 || !slices.IsSorted(got) {
+		t.Fatalf("applied %v, %v; want 11..60 in order", got, err)
+	}
+	if got, err = run(33); err == nil || err.Error() != "apply failed" || len(got) != 22 {
+		t.Fatalf("an apply failing at 33: applied %d entries, %v", len(got), err)
+	}
+	data, _, err := mem.Get(t.Context(), segs[5].key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)-3] ^= 0x10
+	deleteT(t, mem, segs[5].key)
+	if _, err := mem.Put(t.Context(), segs[5].key, data, driver.Cond{Kind: driver.IfAbsent}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = run(0)
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Key != segs[5].key || len(got) != 25 {
+		t.Fatalf("a corrupt sixth segment: applied %d entries, %v; want 25 and a *CorruptError naming it", len(got), err)
 	}
 }
