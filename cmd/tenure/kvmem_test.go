@@ -77,7 +77,7 @@ func memLimit(t *testing.T) int64 {
 }
 
 // TestGCDuringLoad: while the node loads a snapshot the collector is off
-// under a memory limit of the memory in use plus 130% of the snapshot;
+// under a memory limit of the memory in use plus kvLoadPercent of the snapshot;
 // the policy and the memory limit found come back when the load ends, or
 // as soon as a collection finds more than 75% of the limit live. (The
 // sizes are terabytes, so that the limits set never bind this test.)
@@ -103,7 +103,7 @@ func TestGCDuringLoad(t *testing.T) {
 	// A load of 1 TiB in a process using 2 TiB.
 	tu.step(tb, gcState{live: tb, inUse: 2 * tb, gcs: 10})
 	off(true)
-	if want := int64(2*tb + 13*tb/10); memLimit(t) < want-100 || memLimit(t) > want {
+	if want := int64(2*tb + tb/100*kvLoadPercent); memLimit(t) < want-100 || memLimit(t) > want {
 		t.Fatalf("memory limit %d during the load; want %d", memLimit(t), want)
 	}
 	// No collection yet, or one that found the state within 75%: on.
@@ -118,7 +118,7 @@ func TestGCDuringLoad(t *testing.T) {
 	}
 
 	// A load whose state outgrows the estimate: a collection finds 3 of
-	// the limit's 3.3 TiB live.
+	// the limit's 3.15 TiB live.
 	tu.step(tb, gcState{live: tb, inUse: 2 * tb, gcs: 20})
 	off(true)
 	tu.step(tb, gcState{live: 3 * tb, inUse: 3 * tb, gcs: 21})
@@ -160,7 +160,7 @@ func TestTuneGCFollowsLoads(t *testing.T) {
 		}
 	}
 	restoring.Store(1 << 50)
-	waitFor("a load", func() bool { return memLimit(t) < prevLimit && memLimit(t) >= 13<<50/10 })
+	waitFor("a load", func() bool { return memLimit(t) < prevLimit && memLimit(t) >= (1<<50)/100*kvLoadPercent })
 	restoring.Store(0)
 	waitFor("after the load", func() bool { return memLimit(t) == prevLimit && gogc(t) <= kvGCMaxPercent })
 	cancel()
