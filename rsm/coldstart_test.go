@@ -1,7 +1,9 @@
 package rsm_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -172,5 +174,73 @@ func TestThreeColdNodesReadEachObjectOnce(t *testing.T) {
 	}
 	for i, n := range nodes {
 		checkReadOnce(t, n.Status().ID, counts[i], size)
+	}
+}
+
+// gatedCounter is a counter whose first restore of a count above 0 (from
+// a snapshot, not a reset to the empty state) waits for a signal.
+type gatedCounter struct {
+	counter
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedCounter) Restore(r io.Reader) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	if len(b) == 8 && !bytes.Equal(b, make([]byte, 8)) {
+		g.once.Do(func() {
+			close(g.entered)
+			<-g.release
+		})
+	}
+	return g.counter.Restore(bytes.NewReader(b))
+}
+
+// TestRestoringReportsTheLoad: while a node loads a snapshot, Restoring
+// gives its stored size without waiting for the load (Status would), and
+// 0 once the state is loaded.
+func TestRestoringReportsTheLoad(t *testing.T) {
+	mem := memstore.New()
+	opts := fastOptions()
+	writeGroup(t, mem, opts)
+	var stored uint64
+	items, err := mem.List(t.Context(), "g1/snap/", "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		stored += uint64(it.Size)
+	}
+	h := startHost(t, store.New(newCountingDriver(mem)), "a")
+	g := &gatedCounter{entered: make(chan struct{}), release: make(chan struct{})}
+	n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": g}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Restoring() != 0 {
+		// Join returned before the load began: nothing to compare yet.
+		t.Log("the load began before Join returned")
+	}
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		close(g.release)
+		t.Fatal("the snapshot was not restored")
+	}
+	got := n.Restoring()
+	close(g.release)
+	if got == 0 || got > stored {
+		t.Fatalf("Restoring during the load = %d; want the snapshot's size, at most the %d bytes under g1/snap/", got, stored)
+	}
+	waitLeader(t, n)
+	if _, err := n.Read(ctxT(t, 10*time.Second), "counter", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := n.Restoring(); r != 0 {
+		t.Fatalf("Restoring after the load = %d, want 0", r)
 	}
 }

@@ -31,6 +31,9 @@ type Node struct {
 	// snapshots and restores happen strictly one at a time.
 	repMu sync.Mutex
 	rep   *replica
+	// restoring is the stored size of the snapshot being loaded under
+	// repMu (0: none), readable without it.
+	restoring atomic.Uint64
 
 	// subMu orders submissions: sequence numbers are assigned and requests
 	// sent in the same critical section.
@@ -141,6 +144,13 @@ func (n *Node) Status() Status {
 	n.repMu.Unlock()
 	return s
 }
+
+// Restoring returns the size in bytes, as stored, of the snapshot this
+// node is loading from the store (the base and log segments it reads),
+// and 0 while it loads none. Unlike Status it never waits for the load: a
+// process can size its memory policy by it while the state grows (tenure
+// kv serve collects less often meanwhile).
+func (n *Node) Restoring() uint64 { return n.restoring.Load() }
 
 func (n *Node) setState(st State, role Role) {
 	n.mu.Lock()
@@ -915,6 +925,12 @@ func (n *Node) loadSnapshot(ctx context.Context, snap *storedSnapshot) error {
 		return nil
 	}
 	if snap.man != nil {
+		size := snap.man.SegBytes
+		if n.rep.applied < snap.man.Base.Index {
+			size += snap.man.Base.Bytes
+		}
+		n.restoring.Store(size)
+		defer n.restoring.Store(0)
 		err := n.gs.loadManifest(ctx, snap, n.rep.applied, func(cs *chunkedStream) error {
 			err := n.rep.restoreFrom(cs.head, cs.machine)
 			if err == nil {

@@ -427,6 +427,15 @@ type chunkedStream struct {
 	err  error
 }
 
+// takeReader is a reader that can hand out its next n bytes where they
+// lie in its memory (nil if they are not all there): a chunk inside a
+// base part is checked and read in place, not copied out first. The bytes
+// stay valid until the reader is read again.
+type takeReader interface {
+	io.Reader
+	take(n int) []byte
+}
+
 // openChunked reads and checks the header of a chunked snapshot stream.
 func openChunked(r io.Reader) (*chunkedStream, error) {
 	var pre [frameHeader + 4]byte
@@ -485,9 +494,15 @@ func (s *chunkedStream) next() error {
 	if _, err := io.ReadFull(s.r, h[4:]); err != nil {
 		return s.fail(fmt.Errorf("snapshot ends inside a chunk of machine %q: %w", name, eofIsShort(err)))
 	}
-	chunk := s.buf[:n]
-	if _, err := io.ReadFull(s.r, chunk); err != nil {
-		return s.fail(fmt.Errorf("snapshot ends inside a chunk of machine %q: %w", name, eofIsShort(err)))
+	var chunk []byte
+	if t, ok := s.r.(takeReader); ok {
+		chunk = t.take(int(n))
+	}
+	if chunk == nil {
+		chunk = s.buf[:n]
+		if _, err := io.ReadFull(s.r, chunk); err != nil {
+			return s.fail(fmt.Errorf("snapshot ends inside a chunk of machine %q: %w", name, eofIsShort(err)))
+		}
 	}
 	s.crc = crc32.Update(s.crc, castagnoli, chunk)
 	if want := binary.BigEndian.Uint32(h[4:]); s.crc != want {

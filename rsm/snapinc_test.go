@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -485,39 +486,101 @@ func FuzzChunkedStream(f *testing.F) {
 				}
 			}
 		}
-		cs, err := openChunked(bytes.NewReader(b))
-		var got [][]byte
-		if err == nil {
-			for i := range cs.head.Machines {
-				r, merr := cs.machine(i)
-				if merr != nil {
-					err = merr
-					break
-				}
-				data, rerr := io.ReadAll(r)
-				if rerr != nil {
-					err = rerr
-					break
-				}
-				got = append(got, data)
+		// As one stream, and as a base cut in parts, whose chunks are
+		// read in place where a part holds them whole.
+		size := 1 + len(b)%97
+		if len(b) > 0 {
+			size += int(b[len(b)-1]) * 16
+		}
+		pr, closeParts := partsOf(t, b, size)
+		defer closeParts()
+		for _, r := range []io.Reader{bytes.NewReader(b), pr} {
+			got, err := readChunked(r)
+			if (err == nil) != (werr == nil) {
+				t.Fatalf("stream (%T): %v; whole object: %v", r, err, werr)
 			}
-			if err == nil {
-				err = cs.finish()
+			if err != nil {
+				continue
 			}
-		}
-		if (err == nil) != (werr == nil) {
-			t.Fatalf("stream: %v; whole object: %v", err, werr)
-		}
-		if err != nil {
-			return
-		}
-		for i := range got {
-			want, _ := io.ReadAll(whole.machineReader(i))
-			if !bytes.Equal(got[i], want) {
-				t.Fatalf("machine %d differs", i)
+			for i := range got {
+				want, _ := io.ReadAll(whole.machineReader(i))
+				if !bytes.Equal(got[i], want) {
+					t.Fatalf("machine %d differs (%T)", i, r)
+				}
 			}
 		}
 	})
+}
+
+// readChunked reads every machine's bytes from a chunked stream.
+func readChunked(r io.Reader) ([][]byte, error) {
+	cs, err := openChunked(r)
+	if err != nil {
+		return nil, err
+	}
+	var got [][]byte
+	for i := range cs.head.Machines {
+		mr, err := cs.machine(i)
+		if err != nil {
+			return nil, err
+		}
+		data, err := io.ReadAll(mr)
+		if err != nil {
+			return nil, err
+		}
+		got = append(got, data)
+	}
+	return got, cs.finish()
+}
+
+// partsOf stores b as parts of size bytes and returns the loader's reader
+// of their concatenation, and a function that stops it.
+func partsOf(t testing.TB, b []byte, size int) (*partsReader, func()) {
+	mem := memstore.New()
+	var keys []string
+	for i := 0; i*size < len(b); i++ {
+		k := fmt.Sprintf("g/snap/b/%05d", i)
+		if _, err := mem.Put(context.Background(), k, b[i*size:min(len(b), (i+1)*size)], driver.Cond{Kind: driver.IfAbsent}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	gs := &groupStore{st: store.New(mem), group: "g", retry: RetryOptions{MaxAttempts: 1}}
+	or := gs.openObjects(context.Background(), keys, true)
+	return &partsReader{or: or}, or.close
+}
+
+// TestChunksReadInPlaceAreChecked: a base whose chunks lie whole inside
+// its parts (read in place, not copied) restores the state, and a byte
+// changed inside such a chunk is refused by its checksum.
+func TestChunksReadInPlaceAreChecked(t *testing.T) {
+	a, _ := newSessionReplica(t, 8, 2, "a", "b")
+	a.apply(mkEntry(4, 1, sCmd(1, 1, "a", strings.Repeat("x", 5*snapChunkMax)), sCmd(2, 1, "b", "y")))
+	b := encodeCapturedT(t, a)
+	whole, err := decodeStoredSnapshot(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, closeParts := partsOf(t, b, 3*snapChunkMax)
+	defer closeParts()
+	got, err := readChunked(pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		if want, _ := io.ReadAll(whole.machineReader(i)); !bytes.Equal(got[i], want) {
+			t.Fatalf("machine %d differs", i)
+		}
+	}
+	// A byte in the middle of the second chunk, inside the first part.
+	at := bytes.Index(b, []byte("xxxx")) + snapChunkMax + 8 + snapChunkMax/2
+	bad := bytes.Clone(b)
+	bad[at] = 'z'
+	pr, closeParts = partsOf(t, bad, 3*snapChunkMax)
+	defer closeParts()
+	if _, err := readChunked(pr); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+		t.Fatalf("a changed byte inside a part: %v; want a checksum mismatch", err)
+	}
 }
 
 // TestEarlierSnapshotFormatsReplacedByManifest: a group whose snapshot is
@@ -628,7 +691,7 @@ func TestReadAheadBoundedInBytes(t *testing.T) {
 	d := &startCountingDriver{Store: mem}
 	// 2,500 bytes: the object being decoded and one more of 1,000.
 	gs := &groupStore{st: store.New(d), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: 8, readAhead: 2500}
-	or := gs.openObjects(t.Context(), keys)
+	or := gs.openObjects(t.Context(), keys, false)
 	defer or.close()
 	for i := range keys {
 		data, err := or.next()
@@ -644,5 +707,164 @@ func TestReadAheadBoundedInBytes(t *testing.T) {
 	}
 	if _, err := or.next(); err != io.EOF {
 		t.Fatalf("after the last object: %v, want io.EOF", err)
+	}
+}
+
+// bufferRecordingDriver reads through driver.Reader and records the
+// memory each read was given.
+type bufferRecordingDriver struct {
+	driver.Store
+	mu   sync.Mutex
+	bufs []*byte // the first byte of each buffer given, nil for none
+}
+
+func (d *bufferRecordingDriver) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
+	var first *byte
+	if cap(buf) > 0 {
+		first = &buf[:1][0]
+	}
+	d.mu.Lock()
+	d.bufs = append(d.bufs, first)
+	d.mu.Unlock()
+	data, _, err := d.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > cap(buf) {
+		return data, nil
+	}
+	return append(buf[:0], data...), nil
+}
+
+// TestObjectReaderReusesBuffers: a base's parts are read into the memory
+// of parts already decoded, a few buffers for any number of parts, and
+// an object handed out is not overwritten before its reader asks for the
+// next; segments are read into memory of their own.
+func TestObjectReaderReusesBuffers(t *testing.T) {
+	mem := memstore.New()
+	var keys []string
+	for i := range 20 {
+		k := fmt.Sprintf("g/snap/%02d", i)
+		if _, err := mem.Put(t.Context(), k, bytes.Repeat([]byte{byte(i)}, 1000), driver.Cond{Kind: driver.IfAbsent}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	for _, tc := range []struct {
+		name  string
+		par   int
+		reuse bool
+	}{
+		{"reuse, read ahead", 8, true},
+		{"reuse, in order", 0, true},
+		{"no reuse", 8, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &bufferRecordingDriver{Store: mem}
+			gs := &groupStore{st: store.New(d), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: tc.par, readAhead: 3500}
+			or := gs.openObjects(t.Context(), keys, tc.reuse)
+			defer or.close()
+			for i := range keys {
+				data, err := or.next()
+				if err != nil || len(data) != 1000 {
+					t.Fatalf("object %d: %d bytes, %v", i, len(data), err)
+				}
+				time.Sleep(time.Millisecond) // reads ahead land meanwhile
+				if !bytes.Equal(data, bytes.Repeat([]byte{byte(i)}, 1000)) {
+					t.Fatalf("object %d was overwritten while its reader held it", i)
+				}
+			}
+			or.close()
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			distinct := map[*byte]bool{}
+			given := 0
+			for _, b := range d.bufs {
+				if b != nil {
+					given++
+					distinct[b] = true
+				}
+			}
+			if !tc.reuse {
+				if given > 0 {
+					t.Fatalf("%d reads were given memory without reuse", given)
+				}
+				return
+			}
+			// Within 3,500 bytes at most 4 objects of 1,000 are held or
+			// being read: the others reuse their memory.
+			if given < len(keys)-4 || len(distinct) > 4 {
+				t.Fatalf("%d of %d reads given a buffer, %d distinct buffers", given, len(keys), len(distinct))
+			}
+		})
+	}
+}
+
+// TestSegmentsDecodedAhead: with reads ahead, segments are decoded one
+// ahead of the applies and their entries handed out in order; a corrupt
+// segment stops the load after the entries before it with a
+// *CorruptError naming it, an apply's error stops it at once, and either
+// way no decoding goroutine is left behind.
+func TestSegmentsDecodedAhead(t *testing.T) {
+	mem := memstore.New()
+	gs := &groupStore{st: store.New(mem), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: 4}
+	m := &manifest{Group: "g", Nonce: []byte{1}, End: 10, Base: baseRef{Index: 10, Term: 1, Nonce: "ab", Parts: 1}}
+	w := snapWriter{id: "a", term: 2, nonce: "cd"}
+	for first := uint64(11); first <= 60; first += 5 {
+		var entries []*rsmpb.Entry
+		for i := first; i < first+5; i++ {
+			entries = append(entries, mkEntry(i, 2, sCmd(1, i, "a", strings.Repeat("v", 100))))
+		}
+		var err error
+		if m, err = gs.writeSegments(t.Context(), m, entries, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs := m.segments()
+	if len(segs) != 10 {
+		t.Fatalf("%d segments, want 10", len(segs))
+	}
+	keys := make([]string, len(segs))
+	for i, s := range segs {
+		keys[i] = s.key
+	}
+	snap := &storedSnapshot{Snapshot: &rsmpb.Snapshot{EndIndex: m.End}, man: m}
+	run := func(stopAt uint64) ([]uint64, error) {
+		var got []uint64
+		err := gs.eachSegment(t.Context(), snap, segs, keys, func(entries []*rsmpb.Entry) error {
+			for _, e := range entries {
+				if e.Index == stopAt {
+					return errors.New("apply failed")
+				}
+				got = append(got, e.Index)
+			}
+			return nil
+		})
+		buf := make([]byte, 1<<20)
+		if st := string(buf[:runtime.Stack(buf, true)]); strings.Contains(st, "eachSegment") {
+			t.Fatalf("a decoding goroutine outlived the load:\n%s", st)
+		}
+		return got, err
+	}
+	got, err := run(0)
+	if err != nil || len(got) != 50 || got[0] != 11 || !slices.IsSorted(got) {
+		t.Fatalf("applied %v, %v; want 11..60 in order", got, err)
+	}
+	if got, err = run(33); err == nil || err.Error() != "apply failed" || len(got) != 22 {
+		t.Fatalf("an apply failing at 33: applied %d entries, %v", len(got), err)
+	}
+	data, _, err := mem.Get(t.Context(), segs[5].key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)-3] ^= 0x10
+	deleteT(t, mem, segs[5].key)
+	if _, err := mem.Put(t.Context(), segs[5].key, data, driver.Cond{Kind: driver.IfAbsent}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = run(0)
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Key != segs[5].key || len(got) != 25 {
+		t.Fatalf("a corrupt sixth segment: applied %d entries, %v; want 25 and a *CorruptError naming it", len(got), err)
 	}
 }

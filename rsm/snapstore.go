@@ -265,7 +265,7 @@ func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, app
 	m := snap.man
 	if applied < m.Base.Index {
 		keys := m.baseKeys()
-		or := g.openObjects(ctx, keys)
+		or := g.openObjects(ctx, keys, true)
 		pr := &partsReader{or: or}
 		var decodeErr error
 		err := func() error {
@@ -300,17 +300,7 @@ func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, app
 			keys = append(keys, s.key)
 		}
 	}
-	or := g.openObjects(ctx, keys)
-	defer or.close()
-	for _, s := range segs {
-		data, err := or.next()
-		if err != nil {
-			return g.objectErr(ctx, snap, s.key, err)
-		}
-		entries, err := decodeSegment(data, g.group, s.first, s.last)
-		if err != nil {
-			return &CorruptError{Key: s.key, Err: err}
-		}
+	return g.eachSegment(ctx, snap, segs, keys, func(entries []*rsmpb.Entry) error {
 		for _, e := range entries {
 			if e.Index <= applied {
 				continue
@@ -320,8 +310,80 @@ func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, app
 			}
 			applied = e.Index
 		}
+		return nil
+	})
+}
+
+// eachSegment hands f the entries of segs (whose keys are keys), in
+// order, and stops at f's first error. With reads ahead (par > 0) the
+// segments are decoded in a goroutine of their own, one ahead of f: a
+// cold start spends about as long decoding the segments as applying
+// their entries. Segments are read into memory of their own, unlike a
+// base's parts: reused, their buffers raised a 100k-key cold start's peak
+// RSS by 20-30 MiB (tenure bench kv), where the time saved is small.
+func (g *groupStore) eachSegment(ctx context.Context, snap *storedSnapshot, segs []segRef, keys []string, f func([]*rsmpb.Entry) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	or := g.openObjects(ctx, keys, false)
+	defer or.close()
+	decode := func(s segRef) ([]*rsmpb.Entry, error) {
+		data, err := or.next()
+		if err != nil {
+			return nil, g.objectErr(ctx, snap, s.key, err)
+		}
+		entries, err := decodeSegment(data, g.group, s.first, s.last)
+		if err != nil {
+			return nil, &CorruptError{Key: s.key, Err: err}
+		}
+		return entries, nil
 	}
-	return nil
+	if g.par <= 0 {
+		for _, s := range segs {
+			entries, err := decode(s)
+			if err == nil {
+				err = f(entries)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	type decoded struct {
+		entries []*rsmpb.Entry
+		err     error
+	}
+	out := make(chan decoded) // one segment decoded ahead, no more: its memory is the state's
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(out)
+		for _, s := range segs {
+			entries, err := decode(s)
+			select {
+			case out <- decoded{entries, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { // before or.close: the decoder uses or
+		cancel()
+		wg.Wait()
+	}()
+	for d := range out {
+		if d.err != nil {
+			return d.err
+		}
+		if err := f(d.entries); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
 }
 
 // objectErr reports an error reading a referenced object: if it is
@@ -368,7 +430,11 @@ const readAheadMax = 3 * basePartMax
 
 // objectReader hands out objects in order, reading up to par of them
 // ahead within readAheadMax bytes (par 0: each when asked, in the
-// caller's goroutine).
+// caller's goroutine). With reuse, an object's memory is read into again
+// once its reader is done with it (it asked for the next one): a base's
+// parts are copied out as they are decoded, and fresh buffers would be
+// cleared by the allocator and collected, a gigabyte of each for a
+// gigabyte of state.
 type objectReader struct {
 	g      *groupStore
 	ctx    context.Context
@@ -385,7 +451,9 @@ type objectReader struct {
 	largest  int           // the largest object read so far
 	released chan struct{} // signalled when held bytes are released
 	budget   int           // readAheadMax; tests set less
-	last     int           // the bytes of the object handed out last
+	last     []byte        // the object handed out last
+	reuse    bool
+	free     [][]byte // with reuse, a buffer whose object was released
 }
 
 type fetched struct {
@@ -393,9 +461,9 @@ type fetched struct {
 	err  error
 }
 
-func (g *groupStore) openObjects(ctx context.Context, keys []string) *objectReader {
+func (g *groupStore) openObjects(ctx context.Context, keys []string, reuse bool) *objectReader {
 	ctx, cancel := context.WithCancel(ctx)
-	o := &objectReader{g: g, ctx: ctx, cancel: cancel, keys: keys, released: make(chan struct{}, 1), budget: readAheadMax}
+	o := &objectReader{g: g, ctx: ctx, cancel: cancel, keys: keys, released: make(chan struct{}, 1), budget: readAheadMax, reuse: reuse}
 	if g.readAhead > 0 {
 		o.budget = g.readAhead
 	}
@@ -422,7 +490,7 @@ func (g *groupStore) openObjects(ctx context.Context, keys []string) *objectRead
 			o.wg.Add(1)
 			go func() {
 				defer o.wg.Done()
-				data, err := g.getObject(ctx, keys[i])
+				data, err := g.readObject(ctx, keys[i], o.buffer())
 				o.mu.Lock()
 				o.reading--
 				o.held += len(data)
@@ -462,8 +530,13 @@ func (o *objectReader) waitRoom(ctx context.Context) bool {
 // asked for the next one, so it is done with it.
 func (o *objectReader) release() {
 	o.mu.Lock()
-	o.held -= o.last
-	o.last = 0
+	o.held -= len(o.last)
+	if o.reuse && cap(o.last) > 0 && len(o.free) == 0 {
+		// One spare: the reads in flight hold the others, within the
+		// budget, and a read takes the spare as it starts.
+		o.free = append(o.free, o.last[:0])
+	}
+	o.last = nil
 	o.mu.Unlock()
 	select {
 	case o.released <- struct{}{}:
@@ -471,11 +544,27 @@ func (o *objectReader) release() {
 	}
 }
 
-func (g *groupStore) getObject(ctx context.Context, key string) ([]byte, error) {
+// buffer returns memory to read an object into: a released object's with
+// reuse, else nil (a new slice).
+func (o *objectReader) buffer() []byte {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := len(o.free)
+	if n == 0 {
+		return nil
+	}
+	b := o.free[n-1]
+	o.free = o.free[:n-1]
+	return b
+}
+
+// readObject reads an immutable snapshot object, into buf's memory if it
+// fits: without its version, which the loader does not need.
+func (g *groupStore) readObject(ctx context.Context, key string, buf []byte) ([]byte, error) {
 	var data []byte
 	err := g.do(ctx, func(ctx context.Context) error {
 		var e error
-		data, _, e = g.st.Get(ctx, key)
+		data, e = g.st.Read(ctx, key, buf)
 		return e
 	})
 	return data, err
@@ -491,13 +580,18 @@ func (o *objectReader) next() ([]byte, error) {
 	i := o.i
 	o.i++
 	if o.res == nil {
-		return o.g.getObject(o.ctx, o.keys[i])
+		data, err := o.g.readObject(o.ctx, o.keys[i], o.buffer())
+		o.mu.Lock()
+		o.held += len(data)
+		o.last = data
+		o.mu.Unlock()
+		return data, err
 	}
 	select {
 	case r := <-o.res[i]:
 		<-o.slots
 		o.mu.Lock()
-		o.last = len(r.data)
+		o.last = r.data
 		o.mu.Unlock()
 		return r.data, r.err
 	case <-o.ctx.Done():
@@ -509,6 +603,9 @@ func (o *objectReader) next() ([]byte, error) {
 func (o *objectReader) close() {
 	o.cancel()
 	o.wg.Wait()
+	o.mu.Lock()
+	o.free, o.last = nil, nil // the memory goes with the reader
+	o.mu.Unlock()
 }
 
 // partsReader is the concatenation of a base's parts.
@@ -538,6 +635,17 @@ func (p *partsReader) Read(b []byte) (int, error) {
 	n := copy(b, p.cur)
 	p.cur = p.cur[n:]
 	return n, nil
+}
+
+// take hands out the next n bytes in place if the current part holds
+// them: they stay valid until Read asks for the next part.
+func (p *partsReader) take(n int) []byte {
+	if n <= 0 || len(p.cur) < n {
+		return nil
+	}
+	b := p.cur[:n:n]
+	p.cur = p.cur[n:]
+	return b
 }
 
 // snapOutcome is what writeSnapshot did.

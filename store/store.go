@@ -125,6 +125,36 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 	return data, version, nil
 }
 
+// Read returns the value of key without its version, or an error matching
+// ErrNotFound when it is absent; for a reader that has no use for the
+// version (an immutable object), where computing it costs (filestore
+// hashes the bytes). The value is read into buf's memory when it fits in
+// cap(buf) (the driver may overwrite the rest of buf), else into a new
+// slice. Drivers without driver.Reader are read with Get. It counts as a
+// "get" for the observers.
+func (s *Store) Read(ctx context.Context, key string, buf []byte) ([]byte, error) {
+	if err := s.enter("get", key); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	start := time.Now()
+	var data []byte
+	var err error
+	if r, ok := s.drv.(driver.Reader); ok {
+		data, err = r.ReadInto(ctx, key, buf)
+	} else {
+		data, _, err = s.drv.Get(ctx, key)
+	}
+	if err != nil {
+		err = s.wrap("get", key, err)
+	}
+	s.observe("get", driver.Unconditional, key, start, err)
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
 // GetLimited is Get for a record of at most max bytes (max at least 1):
 // a larger value is refused with an error matching ErrTooLarge, which names
 // the key and the limit, and the driver reads no more of it than the limit

@@ -202,3 +202,62 @@ func TestReadOnlyRefusesWritesBeforeTheDriver(t *testing.T) {
 		t.Errorf("%d writes reached the driver", n)
 	}
 }
+
+// readerStore is a memstore that reads through driver.Reader, into the
+// caller's buffer, and counts those reads.
+type readerStore struct {
+	*memstore.Store
+	reads atomic.Int32
+}
+
+func (r *readerStore) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
+	r.reads.Add(1)
+	data, _, err := r.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf[:0], data...), nil
+}
+
+// TestRead: Read goes through driver.Reader where the driver has it, with
+// the caller's buffer, and through Get where it does not; a missing key is
+// ErrNotFound, wrapped with the key, and observed as a get.
+func TestRead(t *testing.T) {
+	ctx := t.Context()
+	rs := &readerStore{Store: memstore.New()}
+	for _, tc := range []struct {
+		name   string
+		drv    driver.Store
+		reader bool
+	}{
+		{"driver.Reader", rs, true},
+		{"Get", memstore.New(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls []store.Call
+			s := store.New(tc.drv, store.WithObserver(func(c store.Call) { calls = append(calls, c) }))
+			if _, err := s.Put(ctx, "k", []byte("value"), store.IfAbsent()); err != nil {
+				t.Fatal(err)
+			}
+			before := rs.reads.Load()
+			buf := make([]byte, 0, 64)
+			data, err := s.Read(ctx, "k", buf)
+			if err != nil || string(data) != "value" {
+				t.Fatalf("Read = %q, %v", data, err)
+			}
+			if inBuf := &data[0] == &buf[:1][0]; inBuf != tc.reader {
+				t.Errorf("read into the caller's buffer: %v, want %v", inBuf, tc.reader)
+			}
+			if got := rs.reads.Load() - before; (got == 1) != tc.reader {
+				t.Errorf("%d reads through driver.Reader", got)
+			}
+			_, err = s.Read(ctx, "missing", nil)
+			if !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "missing") {
+				t.Fatalf("Read of a missing key: %v", err)
+			}
+			if n := len(calls); n < 2 || calls[n-1].Op != "get" || calls[n-2].Op != "get" || calls[n-2].Err != nil {
+				t.Errorf("observed %+v", calls)
+			}
+		})
+	}
+}

@@ -1021,7 +1021,8 @@ func kvDataBytes(n, valueSize int) int64 {
 
 // readObjects reads every object under prefix, par at a time, and returns
 // the bytes read and how long it took: the store's read bandwidth as a
-// snapshot's loader sees it.
+// snapshot's loader sees it (without versions, each reader into its own
+// reused buffer, as the loader reads a base).
 func readObjects(ctx context.Context, st *store.Store, prefix string, par int) (int64, time.Duration, error) {
 	items, err := st.ListAll(ctx, prefix, 1000)
 	if err != nil {
@@ -1034,12 +1035,14 @@ func readObjects(ctx context.Context, st *store.Store, prefix string, par int) (
 	var wg sync.WaitGroup
 	for range par {
 		wg.Go(func() {
+			var buf []byte
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(items) {
 					return
 				}
-				data, _, err := st.Get(ctx, items[i].Key)
+				data, err := st.Read(ctx, items[i].Key, buf)
+				buf = data
 				if errors.Is(err, store.ErrNotFound) {
 					continue // collected since the list
 				}

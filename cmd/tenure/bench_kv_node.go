@@ -286,7 +286,10 @@ type countingDriver struct {
 	t     *kvTracker
 }
 
-var _ driver.Limits = (*countingDriver)(nil)
+var (
+	_ driver.Limits = (*countingDriver)(nil)
+	_ driver.Reader = (*countingDriver)(nil)
+)
 
 func (d *countingDriver) Get(ctx context.Context, key string) ([]byte, string, error) {
 	data, v, err := d.inner.Get(ctx, key)
@@ -294,6 +297,22 @@ func (d *countingDriver) Get(ctx context.Context, key string) ([]byte, string, e
 		d.t.got(len(data))
 	}
 	return data, v, err
+}
+
+// ReadInto passes a read without a version on as such (driver.Reader),
+// so that the node measured reads as it would without the wrappers.
+func (d *countingDriver) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
+	var data []byte
+	var err error
+	if r, ok := d.inner.(driver.Reader); ok {
+		data, err = r.ReadInto(ctx, key, buf)
+	} else {
+		data, _, err = d.inner.Get(ctx, key)
+	}
+	if err == nil {
+		d.t.got(len(data))
+	}
+	return data, err
 }
 
 func (d *countingDriver) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {

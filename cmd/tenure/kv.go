@@ -160,6 +160,8 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	}
 	gcGiven := false
 	fs.Visit(func(f *flag.Flag) { gcGiven = gcGiven || f.Name == "gc-percent" })
+	// The node, once joined: the collector's policy reads its loads.
+	var joined atomic.Pointer[rsm.Node]
 	if v, ok := kvGC(gcGiven, *gcPercent, os.LookupEnv); ok && v != 0 {
 		debug.SetGCPercent(v)
 	} else if ok {
@@ -167,7 +169,12 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			tuneGC(gctx, kvGCEvery)
+			tuneGC(gctx, kvGCEvery, func() uint64 {
+				if n := joined.Load(); n != nil {
+					return n.Restoring()
+				}
+				return 0
+			})
 		}()
 		defer func() { stop(); <-done }()
 	}
@@ -304,6 +311,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		stopHTTP()
 		return fail(err)
 	}
+	joined.Store(node)
 	h, err := kv.NewHandler(kv.NewClient(node), kv.HandlerOptions{MaxValueSize: *maxValue, Status: node.Status})
 	if err != nil {
 		stopHTTP()

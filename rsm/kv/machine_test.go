@@ -451,3 +451,56 @@ func TestRestoreValuesAcrossReadBuffers(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreManyKeys: a state of several thousand keys (the tree is
+// built while the next keys are read) restores to the same snapshot, and
+// a snapshot that fails far into its keys (a flipped byte, a key out of
+// order, a read error) leaves the state as it was and no goroutine behind
+// (TestMain).
+func TestRestoreManyKeys(t *testing.T) {
+	a := newDirect()
+	c := kv.NewClient(a)
+	const n = 5000
+	for i := range n {
+		if _, err := c.Put(t.Context(), fmt.Sprintf("key/%06d", i), []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := snapshot(t, a.m)
+	b := newDirect()
+	if err := b.m.Restore(bytes.NewReader(snap)); err != nil {
+		t.Fatal(err)
+	}
+	if b.m.Len() != n || !bytes.Equal(snapshot(t, b.m), snap) {
+		t.Fatalf("restored %d keys, snapshots equal: %v", b.m.Len(), bytes.Equal(snapshot(t, b.m), snap))
+	}
+	at := bytes.Index(snap, []byte("key/004000"))
+	flipped := bytes.Clone(snap)
+	flipped[at+9] ^= 0x01 // key/004001, a valid key: only the checksum tells
+	unordered := bytes.Clone(snap)
+	unordered[at+6] = '0' // key/004000 becomes key/000000, after key/003999
+	boom := errors.New("disk gone")
+	for _, tc := range []struct {
+		name string
+		r    io.Reader
+		want error
+	}{
+		{"flipped byte", bytes.NewReader(flipped), kv.ErrCorruptSnapshot},
+		{"key out of order", bytes.NewReader(unordered), kv.ErrCorruptSnapshot},
+		{"read error", io.MultiReader(bytes.NewReader(snap[:at]), iotest.ErrReader(boom)), boom},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newDirect()
+			if _, err := kv.NewClient(m).Put(t.Context(), "keep", []byte("me")); err != nil {
+				t.Fatal(err)
+			}
+			before := snapshot(t, m.m)
+			if err := m.m.Restore(tc.r); !errors.Is(err, tc.want) {
+				t.Fatalf("Restore: %v; want %v", err, tc.want)
+			}
+			if !bytes.Equal(snapshot(t, m.m), before) {
+				t.Fatal("a failed restore changed the state")
+			}
+		})
+	}
+}

@@ -104,6 +104,18 @@ type Store interface {
 	Close() error
 }
 
+// Reader is an optional interface: a driver that can read a value without
+// its version (filestore computes a version by hashing the bytes), into
+// memory the caller reuses, implements it. store.Store.Read falls back to
+// Get for the others.
+type Reader interface {
+	// ReadInto returns the value of key, in buf's memory (buf[:len]) when
+	// it fits in cap(buf), else in a new slice; buf's bytes beyond it may
+	// be overwritten. It returns an error of kind NotFound when the key is
+	// absent, as Get does.
+	ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error)
+}
+
 // Limits is an optional interface: a driver that cannot store every key the
 // portable layer accepts says so here, so that callers get a clear error
 // before any request is made.
@@ -195,10 +207,17 @@ func TooLargeError(size, max int64) error {
 // store announced: a value announced larger than max is refused before any
 // byte is read, and a smaller one sizes the buffer.
 func ReadLimited(r io.Reader, size, max int64) ([]byte, error) {
+	return ReadLimitedInto(r, size, max, nil)
+}
+
+// ReadLimitedInto is ReadLimited into dst's memory when the value fits in
+// its capacity with bytes.MinRead to spare (the room the read needs to see
+// the end), else into a new slice.
+func ReadLimitedInto(r io.Reader, size, max int64, dst []byte) ([]byte, error) {
 	if size > max {
 		return nil, TooLargeError(size, max)
 	}
-	var buf bytes.Buffer
+	buf := bytes.NewBuffer(dst[:0])
 	if size > 0 {
 		// ReadFrom wants MinRead bytes free to see the end: without them
 		// it would double the buffer (and copy the value) after the last

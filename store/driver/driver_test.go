@@ -77,3 +77,35 @@ func TestReadLimited(t *testing.T) {
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// TestReadLimitedInto: a value that fits in the buffer's capacity (with
+// bytes.MinRead to spare) is read into its memory, a larger one into a
+// new slice; either way the bytes are the value's and no more.
+func TestReadLimitedInto(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789"), 10000)
+	for _, tc := range []struct {
+		name    string
+		size    int64 // announced (-1: none)
+		cap     int
+		inPlace bool
+	}{
+		{"fits, announced", int64(len(body)), len(body) + bytes.MinRead, true},
+		{"fits, unannounced", -1, 2 * len(body), true},
+		{"too small", int64(len(body)), len(body) / 2, false},
+		{"no buffer", int64(len(body)), 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := bytes.Repeat([]byte{0xff}, tc.cap)
+			data, err := driver.ReadLimitedInto(bytes.NewReader(body), tc.size, 1<<40, dst)
+			if err != nil || !bytes.Equal(data, body) {
+				t.Fatalf("got %d bytes, %v; want the value's %d", len(data), err, len(body))
+			}
+			if inPlace := tc.cap > 0 && &data[0] == &dst[:1][0]; inPlace != tc.inPlace {
+				t.Fatalf("read in the buffer's memory: %v, want %v", inPlace, tc.inPlace)
+			}
+		})
+	}
+	if _, err := driver.ReadLimitedInto(bytes.NewReader(body), int64(len(body)), 100, make([]byte, 0, 1<<20)); driver.Classify(nil, err) != driver.TooLarge {
+		t.Fatalf("a value above the limit read into a buffer: %v", err)
+	}
+}

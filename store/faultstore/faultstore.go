@@ -107,6 +107,7 @@ type Store struct {
 var (
 	_ driver.Store  = (*Store)(nil)
 	_ driver.Limits = (*Store)(nil)
+	_ driver.Reader = (*Store)(nil)
 )
 
 // New returns a Store that passes every call to inner until it is told to
@@ -409,6 +410,25 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 		return nil, "", err
 	}
 	return data, version, nil
+}
+
+// ReadInto is Get without the version (driver.Reader), passed on to the
+// inner store's ReadInto, or its Get if it has none; it meets the faults
+// of a Get.
+func (s *Store) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
+	var data []byte
+	err := s.do(ctx, OpGet, key, func(ctx context.Context, _ bool) (err error) {
+		if r, ok := s.inner.(driver.Reader); ok {
+			data, err = r.ReadInto(ctx, key, buf)
+		} else {
+			data, _, err = s.inner.Get(ctx, key)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 // Put counts and passes the call to the inner store, unless a fault says

@@ -62,7 +62,9 @@
 //
 // Versions are a hash of the value (like S3's ETag): writing the same bytes
 // twice gives the same version. tenure's records always carry a nonce, so
-// this does not cause ABA for them.
+// this does not cause ABA for them. A reader that has no use for the
+// version (store.Store.Read, driver.Reader) skips the hash, and reads into
+// a buffer it reuses.
 //
 // Keys map to paths: each '/'-separated segment of the key is escaped to
 // [a-z0-9_-] and %XX, so that any key round-trips, including keys with

@@ -126,6 +126,7 @@ type stripe struct {
 var (
 	_ driver.Store  = (*Store)(nil)
 	_ driver.Limits = (*Store)(nil)
+	_ driver.Reader = (*Store)(nil)
 )
 
 // New opens the store in dir, creating the directory if it is missing. It
@@ -336,29 +337,45 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 // more than max+1 bytes of it (a file may grow between the stat and the
 // read only if something other than a driver wrote it in place).
 func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
-	if err := s.begin(ctx); err != nil {
+	data, err := s.read(ctx, key, max, nil)
+	if err != nil {
 		return nil, "", err
+	}
+	return data, Version(data), nil
+}
+
+// ReadInto is Get without the version, which costs a hash of the value's
+// bytes, and into buf's memory when the value fits (driver.Reader).
+func (s *Store) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
+	return s.read(ctx, key, math.MaxInt64, buf)
+}
+
+// read reads key's file, of at most max bytes, into buf's memory if it
+// fits.
+func (s *Store) read(ctx context.Context, key string, max int64, buf []byte) ([]byte, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
 	}
 	f, err := os.Open(s.path(key))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, "", driver.Errorf(driver.NotFound, "filestore: no such key")
+		return nil, driver.Errorf(driver.NotFound, "filestore: no such key")
 	}
 	if err != nil {
-		return nil, "", ioErr("read", err)
+		return nil, ioErr("read", err)
 	}
 	defer f.Close()
 	size := int64(-1)
 	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
 		size = fi.Size()
 	}
-	data, err := driver.ReadLimited(f, size, max)
+	data, err := driver.ReadLimitedInto(f, size, max, buf)
 	if err != nil {
 		if driver.Classify(nil, err) == driver.TooLarge {
-			return nil, "", err
+			return nil, err
 		}
-		return nil, "", ioErr("read", err)
+		return nil, ioErr("read", err)
 	}
-	return data, Version(data), nil
+	return data, nil
 }
 
 // Put creates by linkat(2) of an unnamed file (or link(2) of a temp file)
