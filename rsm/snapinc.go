@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -374,6 +375,66 @@ func segmentSize(entries []*rsmpb.Entry) int {
 // decodeSegment decodes a segment that must hold the entries first..last
 // of group, each checked as a log entry read at its index is.
 func decodeSegment(b []byte, group string, first, last uint64) ([]*rsmpb.Entry, error) {
+	return decodeSegmentPar(b, group, first, last, 1)
+}
+
+// decodeSegmentPar is decodeSegment with the entries decoded by up to
+// workers goroutines, each a run of consecutive entries: a cold start
+// decodes as many bytes of segments as it applies, and decoding is most
+// of a segment's cost. An error is the first entry's in index order.
+func decodeSegmentPar(b []byte, group string, first, last uint64, workers int) ([]*rsmpb.Entry, error) {
+	frames, err := splitSegment(b, first, last)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*rsmpb.Entry, len(frames))
+	errs := make([]error, len(frames))
+	decodeRun := func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			i := first + uint64(k)
+			e, err := decodeEntry(frames[k], i)
+			if err == nil && e.Group != "" && e.Group != group {
+				err = fmt.Errorf("belongs to group %q", e.Group)
+			}
+			if err != nil {
+				errs[k] = fmt.Errorf("segment entry %d: %w", i, err)
+				return
+			}
+			out[k] = e
+		}
+	}
+	workers = max(1, min(workers, len(frames)))
+	if workers == 1 {
+		decodeRun(0, len(frames))
+	} else {
+		// Runs of equal bytes, not of equal counts: entries differ in size.
+		var wg sync.WaitGroup
+		per := (len(b) + workers - 1) / workers
+		lo, size := 0, 0
+		for k, f := range frames {
+			size += len(f)
+			if size >= per || k == len(frames)-1 {
+				wg.Add(1)
+				go func(lo, hi int) {
+					defer wg.Done()
+					decodeRun(lo, hi)
+				}(lo, k+1)
+				lo, size = k+1, 0
+			}
+		}
+		wg.Wait()
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// splitSegment checks a segment's framing and cuts it into its entries,
+// still encoded.
+func splitSegment(b []byte, first, last uint64) ([][]byte, error) {
 	if len(b) < len(frameMagic)+1 || string(b[:len(frameMagic)]) != frameMagic || b[len(frameMagic)] != kindSegment {
 		return nil, errors.New("not a log segment")
 	}
@@ -381,7 +442,7 @@ func decodeSegment(b []byte, group string, first, last uint64) ([]*rsmpb.Entry, 
 		return nil, fmt.Errorf("segment range %d..%d", first, last)
 	}
 	rest := b[len(frameMagic)+1:]
-	var out []*rsmpb.Entry
+	var out [][]byte
 	for i := first; ; i++ {
 		if len(rest) == 0 {
 			if i != last+1 {
@@ -400,14 +461,7 @@ func decodeSegment(b []byte, group string, first, last uint64) ([]*rsmpb.Entry, 
 		if uint64(n) > uint64(len(rest)) {
 			return nil, fmt.Errorf("segment ends inside entry %d", i)
 		}
-		e, err := decodeEntry(rest[:n], i)
-		if err != nil {
-			return nil, fmt.Errorf("segment entry %d: %w", i, err)
-		}
-		if e.Group != "" && e.Group != group {
-			return nil, fmt.Errorf("segment entry %d belongs to group %q", i, e.Group)
-		}
-		out = append(out, e)
+		out = append(out, rest[:n])
 		rest = rest[n:]
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
@@ -127,6 +129,50 @@ func TestSegmentRoundTrip(t *testing.T) {
 	} {
 		if _, err := decodeSegment(c.b, c.group, c.first, c.last); err == nil {
 			t.Errorf("%s: decoded", name)
+		}
+	}
+}
+
+// TestSegmentDecodedByWorkers: decoding a segment's entries in several
+// goroutines gives the entries one goroutine gives, in order, and a
+// damaged segment the error of its first damaged entry, whatever the
+// number of workers.
+func TestSegmentDecodedByWorkers(t *testing.T) {
+	es := testEntries("g", 11, 40)
+	b, err := encodeSegment(es)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The offsets of entries 17 and 33's last byte: each entry is framed
+	// with its own CRC-32C, so flipping a byte damages that entry only.
+	frames, err := splitSegment(b, 11, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := func(i uint64) int {
+		f := frames[i-11] // a part of b: its offset is what their capacities differ by
+		return cap(b) - cap(f) + len(f) - 1
+	}
+	damaged := bytes.Clone(b)
+	damaged[end(33)] ^= 1
+	damaged[end(17)] ^= 1
+	onlyLate := bytes.Clone(b)
+	onlyLate[end(33)] ^= 1
+	for workers := 1; workers <= 5; workers++ {
+		got, err := decodeSegmentPar(b, "g", 11, 40, workers)
+		if err != nil || len(got) != len(es) {
+			t.Fatalf("%d workers: %d entries, %v", workers, len(got), err)
+		}
+		for k, e := range got {
+			if !proto.Equal(e, es[k]) {
+				t.Fatalf("%d workers: entry %d is %v, want %v", workers, k, e, es[k])
+			}
+		}
+		if _, err := decodeSegmentPar(damaged, "g", 11, 40, workers); err == nil || !strings.Contains(err.Error(), "segment entry 17:") {
+			t.Fatalf("%d workers, entries 17 and 33 damaged: %v, want entry 17's error", workers, err)
+		}
+		if _, err := decodeSegmentPar(onlyLate, "g", 11, 40, workers); err == nil || !strings.Contains(err.Error(), "segment entry 33:") {
+			t.Fatalf("%d workers, entry 33 damaged: %v, want its error", workers, err)
 		}
 	}
 }
@@ -440,6 +486,10 @@ func FuzzDecodeSegment(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte, first, last uint64) {
 		es, err := decodeSegment(b, "g", first, last)
+		par, perr := decodeSegmentPar(b, "g", first, last, 3)
+		if (err == nil) != (perr == nil) || err != nil && err.Error() != perr.Error() || len(es) != len(par) {
+			t.Fatalf("one goroutine: %d entries, %v; three: %d, %v", len(es), err, len(par), perr)
+		}
 		if err != nil {
 			return
 		}
@@ -800,7 +850,7 @@ func TestObjectReaderReusesBuffers(t *testing.T) {
 	}
 }
 
-// TestSegmentsDecodedAhead: with reads ahead, segments are decoded one
+// TestSegmentsDecodedAhead: with reads ahead, segments are decoded
 // ahead of the applies and their entries handed out in order; a corrupt
 // segment stops the load after the entries before it with a
 // *CorruptError naming it, an apply's error stops it at once, and either
@@ -824,24 +874,30 @@ func TestSegmentsDecodedAhead(t *testing.T) {
 	if len(segs) != 10 {
 		t.Fatalf("%d segments, want 10", len(segs))
 	}
-	keys := make([]string, len(segs))
-	for i, s := range segs {
-		keys[i] = s.key
-	}
 	snap := &storedSnapshot{Snapshot: &rsmpb.Snapshot{EndIndex: m.End}, man: m}
 	run := func(stopAt uint64) ([]uint64, error) {
 		var got []uint64
-		err := gs.eachSegment(t.Context(), snap, segs, keys, func(entries []*rsmpb.Entry) error {
-			for _, e := range entries {
-				if e.Index == stopAt {
-					return errors.New("apply failed")
+		err := func() error {
+			feed := gs.startSegments(t.Context(), snap, segs)
+			defer feed.close()
+			for {
+				entries, err := feed.next()
+				if err == io.EOF {
+					return nil
 				}
-				got = append(got, e.Index)
+				if err != nil {
+					return err
+				}
+				for _, e := range entries {
+					if e.Index == stopAt {
+						return errors.New("apply failed")
+					}
+					got = append(got, e.Index)
+				}
 			}
-			return nil
-		})
+		}()
 		buf := make([]byte, 1<<20)
-		if st := string(buf[:runtime.Stack(buf, true)]); strings.Contains(st, "eachSegment") {
+		if st := string(buf[:runtime.Stack(buf, true)]); strings.Contains(st, "startSegments") || strings.Contains(st, "decodeSegmentPar") {
 			t.Fatalf("a decoding goroutine outlived the load:\n%s", st)
 		}
 		return got, err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
@@ -293,14 +294,24 @@ func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, app
 		applied = m.Base.Index
 	}
 	var segs []segRef
-	var keys []string
 	for _, s := range m.segments() {
 		if s.last > applied {
 			segs = append(segs, s)
-			keys = append(keys, s.key)
 		}
 	}
-	return g.eachSegment(ctx, snap, segs, keys, func(entries []*rsmpb.Entry) error {
+	// After the base, not beside it: decoded ahead while a base is
+	// restored, segments raised a 100k-key cold start's peak RSS past
+	// twice the data, for no time saved on two cores (tenure bench kv).
+	feed := g.startSegments(ctx, snap, segs)
+	defer feed.close()
+	for {
+		entries, err := feed.next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 		for _, e := range entries {
 			if e.Index <= applied {
 				continue
@@ -310,59 +321,66 @@ func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, app
 			}
 			applied = e.Index
 		}
-		return nil
-	})
+	}
 }
 
-// eachSegment hands f the entries of segs (whose keys are keys), in
-// order, and stops at f's first error. With reads ahead (par > 0) the
-// segments are decoded in a goroutine of their own, one ahead of f: a
-// cold start spends about as long decoding the segments as applying
-// their entries. Segments are read into memory of their own, unlike a
-// base's parts: reused, their buffers raised a 100k-key cold start's peak
-// RSS by 20-30 MiB (tenure bench kv), where the time saved is small.
-func (g *groupStore) eachSegment(ctx context.Context, snap *storedSnapshot, segs []segRef, keys []string, f func([]*rsmpb.Entry) error) error {
+// segmentsAhead bounds the segments a cold start decodes ahead of the
+// entries it applies, each up to segmentMax bytes.
+const segmentsAhead = 2
+
+// reuseSegmentsFrom is the segments' bytes from which a load reads them
+// into reused memory (decoded entries do not alias it). Into fresh memory,
+// a gigabyte of segments is a gigabyte cleared by the allocator and
+// collected, a tenth of a 1M-key cold start (tenure bench kv); reused, the
+// buffers kept (readAheadMax) raised a 100k-key cold start's peak RSS by
+// 10 MiB, past 1.9 times the data.
+const reuseSegmentsFrom = 16 * readAheadMax
+
+// segFeed hands out the decoded entries of a manifest's segments in
+// order; with reads ahead (par > 0) they are read and decoded in a
+// goroutine of their own, up to segmentsAhead ahead of next, each by up
+// to decodeWorkers goroutines: a cold start decodes as many bytes as it
+// applies, and decoding is the larger part.
+type segFeed struct {
+	g      *groupStore
+	ctx    context.Context
+	cancel context.CancelFunc
+	snap   *storedSnapshot
+	segs   []segRef
+	or     *objectReader
+	i      int             // par 0: the next segment
+	out    chan segDecoded // par > 0
+	wg     sync.WaitGroup
+}
+
+type segDecoded struct {
+	entries []*rsmpb.Entry
+	err     error
+}
+
+// decodeWorkers is how many goroutines decode one segment's entries.
+func decodeWorkers() int { return min(4, runtime.GOMAXPROCS(0)) }
+
+func (g *groupStore) startSegments(ctx context.Context, snap *storedSnapshot, segs []segRef) *segFeed {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	or := g.openObjects(ctx, keys, false)
-	defer or.close()
-	decode := func(s segRef) ([]*rsmpb.Entry, error) {
-		data, err := or.next()
-		if err != nil {
-			return nil, g.objectErr(ctx, snap, s.key, err)
-		}
-		entries, err := decodeSegment(data, g.group, s.first, s.last)
-		if err != nil {
-			return nil, &CorruptError{Key: s.key, Err: err}
-		}
-		return entries, nil
+	keys := make([]string, len(segs))
+	for i, s := range segs {
+		keys[i] = s.key
 	}
+	reuse := snap.man != nil && snap.man.SegBytes >= reuseSegmentsFrom
+	f := &segFeed{g: g, ctx: ctx, cancel: cancel, snap: snap, segs: segs, or: g.openObjects(ctx, keys, reuse)}
 	if g.par <= 0 {
-		for _, s := range segs {
-			entries, err := decode(s)
-			if err == nil {
-				err = f(entries)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+		return f
 	}
-	type decoded struct {
-		entries []*rsmpb.Entry
-		err     error
-	}
-	out := make(chan decoded) // one segment decoded ahead, no more: its memory is the state's
-	var wg sync.WaitGroup
-	wg.Add(1)
+	f.out = make(chan segDecoded, segmentsAhead-1)
+	f.wg.Add(1)
 	go func() {
-		defer wg.Done()
-		defer close(out)
+		defer f.wg.Done()
+		defer close(f.out)
 		for _, s := range segs {
-			entries, err := decode(s)
+			entries, err := f.decode(s, decodeWorkers())
 			select {
-			case out <- decoded{entries, err}:
+			case f.out <- segDecoded{entries, err}:
 			case <-ctx.Done():
 				return
 			}
@@ -371,19 +389,50 @@ func (g *groupStore) eachSegment(ctx context.Context, snap *storedSnapshot, segs
 			}
 		}
 	}()
-	defer func() { // before or.close: the decoder uses or
-		cancel()
-		wg.Wait()
-	}()
-	for d := range out {
-		if d.err != nil {
-			return d.err
-		}
-		if err := f(d.entries); err != nil {
-			return err
-		}
+	return f
+}
+
+// decode reads and decodes the next segment, s.
+func (f *segFeed) decode(s segRef, workers int) ([]*rsmpb.Entry, error) {
+	data, err := f.or.next()
+	if err != nil {
+		return nil, f.g.objectErr(f.ctx, f.snap, s.key, err)
 	}
-	return ctx.Err()
+	entries, err := decodeSegmentPar(data, f.g.group, s.first, s.last, workers)
+	if err != nil {
+		return nil, &CorruptError{Key: s.key, Err: err}
+	}
+	return entries, nil
+}
+
+// next returns the next segment's entries; io.EOF after the last.
+func (f *segFeed) next() ([]*rsmpb.Entry, error) {
+	if f.out == nil {
+		if f.i >= len(f.segs) {
+			return nil, io.EOF
+		}
+		f.i++
+		return f.decode(f.segs[f.i-1], 1)
+	}
+	select {
+	case d, ok := <-f.out:
+		if !ok {
+			if err := f.ctx.Err(); err != nil {
+				return nil, err
+			}
+			return nil, io.EOF
+		}
+		return d.entries, d.err
+	case <-f.ctx.Done():
+		return nil, f.ctx.Err()
+	}
+}
+
+// close stops the reads and decoding ahead and waits for them.
+func (f *segFeed) close() {
+	f.cancel()
+	f.wg.Wait() // before or.close: the decoder uses or
+	f.or.close()
 }
 
 // objectErr reports an error reading a referenced object: if it is

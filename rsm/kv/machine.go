@@ -133,11 +133,11 @@ func (m *Machine) put(key string, value []byte) uint64 {
 	if value == nil {
 		value = []byte{}
 	}
-	create := m.rev
-	if e, ok := m.tree.Get(entry{key: key}); ok {
-		create = e.create
+	// One search for a new key, a second for one that existed (its
+	// create revision stays).
+	if old, ok := m.tree.ReplaceOrInsert(entry{key: key, value: value, create: m.rev, mod: m.rev}); ok {
+		m.tree.ReplaceOrInsert(entry{key: key, value: value, create: old.create, mod: m.rev})
 	}
-	m.tree.ReplaceOrInsert(entry{key: key, value: value, create: create, mod: m.rev})
 	return m.rev
 }
 
