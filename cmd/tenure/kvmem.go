@@ -35,7 +35,7 @@ const (
 	kvGCMaxPercent = 100     // Go's default, for the smallest heaps
 	kvGCEvery      = 10 * time.Millisecond
 
-	kvLoadPercent = 115 // of the snapshot's size, above the memory in use
+	kvLoadPercent = 100 // of the snapshot's size, above the memory in use
 	kvLoadLive    = 75  // percent of the limit live after a collection: back to the policy
 )
 

@@ -118,7 +118,7 @@ func TestGCDuringLoad(t *testing.T) {
 	}
 
 	// A load whose state outgrows the estimate: a collection finds 3 of
-	// the limit's 3.15 TiB live.
+	// the limit's 3 TiB live.
 	tu.step(tb, gcState{live: tb, inUse: 2 * tb, gcs: 20})
 	off(true)
 	tu.step(tb, gcState{live: 3 * tb, inUse: 3 * tb, gcs: 21})
