@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -411,9 +412,24 @@ func TestBaseInPartsStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.head.Nonce, c.head.Group = []byte{1}, "g"
-	b, err := gs.writeBase(t.Context(), c, snapWriter{id: "a", term: 1})
+	b, err := gs.writeBase(t.Context(), c, snapWriter{id: "a", term: 1}, 0)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// With the previous base's size as a hint, smaller or larger than a
+	// part: the same parts.
+	for _, prev := range []uint64{1, 60, b.Bytes} {
+		b2, err := gs.writeBase(t.Context(), c, snapWriter{id: "a", term: 1}, prev)
+		if err != nil || b2.Parts != b.Parts || b2.Bytes != b.Bytes {
+			t.Fatalf("previous base of %d bytes: %+v, %v; without: %+v", prev, b2, err, b)
+		}
+		for i := range b.Parts {
+			want, _, err1 := mem.Get(t.Context(), basePartKey("g", b, i))
+			got, _, err2 := mem.Get(t.Context(), basePartKey("g", b2, i))
+			if err1 != nil || err2 != nil || !bytes.Equal(got, want) {
+				t.Fatalf("previous base of %d bytes: part %d differs (%v, %v)", prev, i, err1, err2)
+			}
+		}
 	}
 	if b.Parts < int(b.Bytes/100) || b.Bytes < uint64(len(big)) {
 		t.Fatalf("%d parts of at most 100 bytes for %d bytes", b.Parts, b.Bytes)
@@ -930,5 +946,54 @@ func TestSegmentsDecodedAhead(t *testing.T) {
 	var ce *CorruptError
 	if !errors.As(err, &ce) || ce.Key != segs[5].key || len(got) != 25 {
 		t.Fatalf("a corrupt sixth segment: applied %d entries, %v; want 25 and a *CorruptError naming it", len(got), err)
+	}
+}
+
+// TestPartWriterCuts: whatever the sizes written and the buffer it starts
+// with, a partWriter hands out the bytes in order, in parts of max bytes
+// but the last, and its buffer never grows past a part.
+func TestPartWriterCuts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for round := range 200 {
+		max := 1 + rng.IntN(300)
+		data := make([]byte, rng.IntN(2000))
+		for i := range data {
+			data[i] = byte(rng.IntN(256))
+		}
+		var parts [][]byte
+		pw := &partWriter{put: func(i int, b []byte) error {
+			if i != len(parts) {
+				t.Fatalf("round %d: part %d handed out after %d parts", round, i, len(parts))
+			}
+			parts = append(parts, bytes.Clone(b))
+			return nil
+		}, max: max}
+		if round%2 == 1 {
+			pw.buf = make([]byte, 0, 1+rng.IntN(max))
+		}
+		for rest := data; len(rest) > 0; {
+			k := min(len(rest), 1+rng.IntN(700))
+			if n, err := pw.Write(rest[:k]); n != k || err != nil {
+				t.Fatalf("round %d: wrote %d of %d: %v", round, n, k, err)
+			}
+			rest = rest[k:]
+			if cap(pw.buf) > max {
+				t.Fatalf("round %d: buffer of %d bytes for parts of %d", round, cap(pw.buf), max)
+			}
+		}
+		if err := pw.close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Join(parts, nil); !bytes.Equal(got, data) {
+			t.Fatalf("round %d: parts join to %d bytes, want the %d written", round, len(got), len(data))
+		}
+		for i, p := range parts {
+			if len(p) > max || i < len(parts)-1 && len(p) != max {
+				t.Fatalf("round %d: part %d of %d bytes (max %d, %d parts)", round, i, len(p), max, len(parts))
+			}
+		}
+		if pw.total != uint64(len(data)) || pw.parts != len(parts) {
+			t.Fatalf("round %d: counted %d bytes in %d parts", round, pw.total, pw.parts)
+		}
 	}
 }

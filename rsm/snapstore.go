@@ -29,8 +29,10 @@ type snapWriter struct {
 
 // writeBase writes c as a base in parts of at most partMax bytes, each
 // created under a name no other write uses, streaming: no more than one
-// part is held besides the state.
-func (g *groupStore) writeBase(ctx context.Context, c *captured, w snapWriter) (baseRef, error) {
+// part is held besides the state. prev is the previous base's size, if
+// known: the part's buffer starts that large (up to a part), not grown
+// to it.
+func (g *groupStore) writeBase(ctx context.Context, c *captured, w snapWriter, prev uint64) (baseRef, error) {
 	b := baseRef{Index: c.head.EndIndex, Term: w.term, Nonce: hex.EncodeToString(g.nonce())}
 	max := g.partMax
 	if max <= 0 {
@@ -39,6 +41,9 @@ func (g *groupStore) writeBase(ctx context.Context, c *captured, w snapWriter) (
 	pw := &partWriter{put: func(i int, data []byte) error {
 		return g.createObject(ctx, basePartKey(g.group, b, i), data)
 	}, max: max}
+	if prev > 0 {
+		pw.buf = make([]byte, 0, min(uint64(max), prev))
+	}
 	if err := encodeCaptured(pw, c); err != nil {
 		return b, err
 	}
@@ -61,7 +66,8 @@ func (g *groupStore) createObject(ctx context.Context, key string, data []byte) 
 
 // partWriter cuts what is written to it into parts of max bytes and
 // hands each to put as it fills. Its buffer grows as needed (a small
-// state does not pay for a full part) and is reused.
+// state does not pay for a full part), at least doubling each time, and
+// is reused.
 type partWriter struct {
 	put   func(i int, data []byte) error
 	max   int
@@ -75,6 +81,15 @@ func (p *partWriter) Write(b []byte) (int, error) {
 	n := len(b)
 	for len(b) > 0 && p.err == nil {
 		k := min(len(b), p.max-len(p.buf))
+		if n := len(p.buf) + k; n > cap(p.buf) {
+			// Doubling, not append's quarter for large slices: the
+			// buffers outgrown while a part fills are the base write's
+			// garbage, five times a full part with append, and a node's
+			// peak memory (tenure bench kv).
+			nb := make([]byte, len(p.buf), min(p.max, max(n, 2*cap(p.buf))))
+			copy(nb, p.buf)
+			p.buf = nb
+		}
 		p.buf = append(p.buf, b[:k]...)
 		b = b[k:]
 		if len(p.buf) == p.max {
@@ -774,7 +789,11 @@ func (g *groupStore) writeSnapshot(ctx context.Context, j *snapJob, w snapWriter
 					h.StartIndex = prevEnd + 1
 				}
 				h.Writer, h.WriterTerm, h.Nonce, h.Group = w.id, w.term, g.nonce(), g.group
-				b, err := g.writeBase(ctx, j.base, w)
+				var prev uint64
+				if held != nil {
+					prev = held.Base.Bytes
+				}
+				b, err := g.writeBase(ctx, j.base, w, prev)
 				if err != nil {
 					return snapOutcome{}, err
 				}

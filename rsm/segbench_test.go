@@ -1,0 +1,72 @@
+package rsm
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+)
+
+// BenchmarkDecodeSegment decodes a full segment (segmentMax bytes) of
+// entries as a kv leader writes them under eight writers: seven session
+// commands of a 1 KiB value each.
+func BenchmarkDecodeSegment(b *testing.B) {
+	value := bytes.Repeat([]byte("v"), 1024)
+	var es []*rsmpb.Entry
+	size := 0
+	for i := uint64(1); size < segmentMax-16<<10; i++ {
+		e := &rsmpb.Entry{Index: i, Term: 3, Writer: "node-a", Nonce: []byte("0123456789ab"), Commit: i - 1, Group: "kv"}
+		for k := uint64(0); k < 7; k++ {
+			e.Commands = append(e.Commands, &rsmpb.Command{Session: k + 1, Seq: i, Machine: "kv", Data: value})
+		}
+		es = append(es, e)
+		size += 4 + frameHeader + proto.Size(e)
+	}
+	seg, err := encodeSegment(es)
+	if err != nil {
+		b.Fatal(err)
+	}
+	last := uint64(len(es))
+	for _, workers := range []int{1, decodeWorkers()} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			b.SetBytes(int64(len(seg)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := decodeSegmentPar(seg, "kv", 1, last, workers); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkWriteBaseParts writes 64 MiB to a partWriter of full-sized
+// parts in the chunks a base is encoded in, its buffer grown from nothing
+// or started at the size of a previous base of a part or more
+// (writeBase): its allocations are the buffers (B/op).
+func BenchmarkWriteBaseParts(b *testing.B) {
+	chunk := bytes.Repeat([]byte("c"), snapChunkMax)
+	for _, prev := range []int{0, basePartMax} {
+		b.Run(fmt.Sprintf("prev=%d", prev), func(b *testing.B) {
+			b.SetBytes(64 << 20)
+			b.ReportAllocs()
+			for b.Loop() {
+				pw := &partWriter{put: func(int, []byte) error { return nil }, max: basePartMax}
+				if prev > 0 {
+					pw.buf = make([]byte, 0, min(basePartMax, prev))
+				}
+				for range (64 << 20) / snapChunkMax {
+					if _, err := pw.Write(chunk); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := pw.close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
