@@ -81,12 +81,11 @@ func (p *partWriter) Write(b []byte) (int, error) {
 	n := len(b)
 	for len(b) > 0 && p.err == nil {
 		k := min(len(b), p.max-len(p.buf))
-		if n := len(p.buf) + k; n > cap(p.buf) {
+		if need := len(p.buf) + k; need > cap(p.buf) {
 			// Doubling, not append's quarter for large slices: the
-			// buffers outgrown while a part fills are the base write's
-			// garbage, five times a full part with append, and a node's
-			// peak memory (tenure bench kv).
-			nb := make([]byte, len(p.buf), min(p.max, max(n, 2*cap(p.buf))))
+			// buffers outgrown while a part fills are garbage, five
+			// full parts' worth with append (BenchmarkWriteBaseParts).
+			nb := make([]byte, len(p.buf), min(p.max, max(need, 2*cap(p.buf))))
 			copy(nb, p.buf)
 			p.buf = nb
 		}
