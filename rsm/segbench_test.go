@@ -54,10 +54,7 @@ func BenchmarkWriteBaseParts(b *testing.B) {
 			b.SetBytes(64 << 20)
 			b.ReportAllocs()
 			for b.Loop() {
-				pw := &partWriter{put: func(int, []byte) error { return nil }, max: basePartMax}
-				if prev > 0 {
-					pw.buf = make([]byte, 0, min(basePartMax, prev))
-				}
+				pw := newPartWriter(func(int, []byte) error { return nil }, basePartMax, uint64(prev))
 				for range (64 << 20) / snapChunkMax {
 					if _, err := pw.Write(chunk); err != nil {
 						b.Fatal(err)

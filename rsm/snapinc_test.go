@@ -961,16 +961,17 @@ func TestPartWriterCuts(t *testing.T) {
 			data[i] = byte(rng.IntN(256))
 		}
 		var parts [][]byte
-		pw := &partWriter{put: func(i int, b []byte) error {
+		var prev uint64 // odd rounds: a previous base smaller or larger than a part
+		if round%2 == 1 {
+			prev = uint64(1 + rng.IntN(2*max))
+		}
+		pw := newPartWriter(func(i int, b []byte) error {
 			if i != len(parts) {
 				t.Fatalf("round %d: part %d handed out after %d parts", round, i, len(parts))
 			}
 			parts = append(parts, bytes.Clone(b))
 			return nil
-		}, max: max}
-		if round%2 == 1 {
-			pw.buf = make([]byte, 0, 1+rng.IntN(max))
-		}
+		}, max, prev)
 		for rest := data; len(rest) > 0; {
 			k := min(len(rest), 1+rng.IntN(700))
 			if n, err := pw.Write(rest[:k]); n != k || err != nil {

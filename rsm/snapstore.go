@@ -38,12 +38,9 @@ func (g *groupStore) writeBase(ctx context.Context, c *captured, w snapWriter, p
 	if max <= 0 {
 		max = basePartMax
 	}
-	pw := &partWriter{put: func(i int, data []byte) error {
+	pw := newPartWriter(func(i int, data []byte) error {
 		return g.createObject(ctx, basePartKey(g.group, b, i), data)
-	}, max: max}
-	if prev > 0 {
-		pw.buf = make([]byte, 0, min(uint64(max), prev))
-	}
+	}, max, prev)
 	if err := encodeCaptured(pw, c); err != nil {
 		return b, err
 	}
@@ -75,6 +72,16 @@ type partWriter struct {
 	parts int
 	total uint64
 	err   error
+}
+
+// newPartWriter returns a partWriter whose buffer starts at prev bytes
+// (the previous base's size, 0 if none), up to a part.
+func newPartWriter(put func(i int, data []byte) error, max int, prev uint64) *partWriter {
+	p := &partWriter{put: put, max: max}
+	if prev > 0 {
+		p.buf = make([]byte, 0, min(uint64(max), prev))
+	}
+	return p
 }
 
 func (p *partWriter) Write(b []byte) (int, error) {
