@@ -3,6 +3,7 @@ package rsm_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -51,10 +52,15 @@ func (c *countingDriver) Close() error { return nil } // the shared store outliv
 // writeGroup leaves group g1 in mem with a snapshot and log entries after
 // it, written by node "a", and returns the snapshot's size.
 func writeGroup(t *testing.T, mem *memstore.Store, opts rsm.Options) int {
+	return writeGroupOf(t, mem, opts, &counter{})
+}
+
+// writeGroupOf is writeGroup with the machine m as "counter".
+func writeGroupOf(t *testing.T, mem *memstore.Store, opts rsm.Options, m rsm.StateMachine) int {
 	t.Helper()
 	st := store.New(newCountingDriver(mem))
 	h := startHost(t, st, "a")
-	n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": &counter{}}, opts)
+	n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": m}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,10 +183,39 @@ func TestThreeColdNodesReadEachObjectOnce(t *testing.T) {
 	}
 }
 
-// gatedCounter is a counter whose first restore of a count above 0 (from
-// a snapshot, not a reset to the empty state) waits for a signal.
-type gatedCounter struct {
+// paddedCounter is a counter whose snapshot is its count then pad bytes:
+// a base large enough that the snapshots after it add log segments.
+type paddedCounter struct {
 	counter
+	pad int
+}
+
+func (p *paddedCounter) Snapshot(w io.Writer) error {
+	if err := p.counter.Snapshot(w); err != nil {
+		return err
+	}
+	_, err := w.Write(make([]byte, p.pad))
+	return err
+}
+
+func (p *paddedCounter) Restore(r io.Reader) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	if len(b) == 0 {
+		return p.counter.Restore(bytes.NewReader(make([]byte, 8)))
+	}
+	if len(b) != 8+p.pad {
+		return fmt.Errorf("padded counter: a snapshot of %d bytes, want %d", len(b), 8+p.pad)
+	}
+	return p.counter.Restore(bytes.NewReader(b[:8]))
+}
+
+// gatedCounter is a padded counter whose first restore of a count above 0
+// (from a snapshot, not a reset to the empty state) waits for a signal.
+type gatedCounter struct {
+	paddedCounter
 	once    sync.Once
 	entered chan struct{}
 	release chan struct{}
@@ -191,37 +226,49 @@ func (g *gatedCounter) Restore(r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	if len(b) == 8 && !bytes.Equal(b, make([]byte, 8)) {
+	if len(b) >= 8 && !bytes.Equal(b[:8], make([]byte, 8)) {
 		g.once.Do(func() {
 			close(g.entered)
 			<-g.release
 		})
 	}
-	return g.counter.Restore(bytes.NewReader(b))
+	return g.paddedCounter.Restore(bytes.NewReader(b))
 }
 
 // TestRestoringReportsTheLoad: while a node loads a snapshot, Restoring
-// gives its stored size without waiting for the load (Status would), and
-// 0 once the state is loaded.
+// gives the stored sizes of its base and segments without waiting for the
+// load (Status would), and nothing once the state is loaded.
 func TestRestoringReportsTheLoad(t *testing.T) {
 	mem := memstore.New()
 	opts := fastOptions()
-	writeGroup(t, mem, opts)
-	var stored uint64
+	// A base of 64 KiB: 3.5 snapshot thresholds of counter commands are
+	// far less than baseFactor times it, so the later snapshots add
+	// segments.
+	const pad = 64 << 10
+	writeGroupOf(t, mem, opts, &paddedCounter{pad: pad})
+	var bases, segs uint64 // the bytes under g1/snap/ of each kind
 	items, err := mem.List(t.Context(), "g1/snap/", "", 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, it := range items {
-		stored += uint64(it.Size)
+		switch {
+		case strings.HasPrefix(it.Key, "g1/snap/b"):
+			bases += uint64(it.Size)
+		case strings.HasPrefix(it.Key, "g1/snap/s"):
+			segs += uint64(it.Size)
+		}
+	}
+	if bases == 0 || segs == 0 {
+		t.Fatalf("the group stored %d bytes of bases and %d of segments; want both", bases, segs)
 	}
 	h := startHost(t, store.New(newCountingDriver(mem)), "a")
-	g := &gatedCounter{entered: make(chan struct{}), release: make(chan struct{})}
+	g := &gatedCounter{paddedCounter: paddedCounter{pad: pad}, entered: make(chan struct{}), release: make(chan struct{})}
 	n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": g}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Restoring() != 0 {
+	if n.Restoring() != (rsm.Restore{}) {
 		// Join returned before the load began: nothing to compare yet.
 		t.Log("the load began before Join returned")
 	}
@@ -233,14 +280,14 @@ func TestRestoringReportsTheLoad(t *testing.T) {
 	}
 	got := n.Restoring()
 	close(g.release)
-	if got == 0 || got > stored {
-		t.Fatalf("Restoring during the load = %d; want the snapshot's size, at most the %d bytes under g1/snap/", got, stored)
+	if got.Base == 0 || got.Base > bases || got.Segments == 0 || got.Segments > segs || got.Size() != got.Base+got.Segments {
+		t.Fatalf("Restoring during the load = %+v (size %d); want the base's and the segments' sizes, within the %d and %d bytes stored of each", got, got.Size(), bases, segs)
 	}
 	waitLeader(t, n)
 	if _, err := n.Read(ctxT(t, 10*time.Second), "counter", nil); err != nil {
 		t.Fatal(err)
 	}
-	if r := n.Restoring(); r != 0 {
-		t.Fatalf("Restoring after the load = %d, want 0", r)
+	if r := n.Restoring(); r != (rsm.Restore{}) {
+		t.Fatalf("Restoring after the load = %+v, want none", r)
 	}
 }

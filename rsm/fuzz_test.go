@@ -113,6 +113,12 @@ func FuzzDecodeEntry(f *testing.F) {
 func checkDecodeEntry(t *testing.T, b []byte, index uint64) {
 	t.Helper()
 	e, err := decodeEntry(b, index)
+	// A Borrower's segment's entries decode with their commands' data
+	// lent (decodeEntryBorrowed): the same entry, or the same error.
+	lent, lerr := decodeEntryBorrowed(bytes.Clone(b), index, interner{})
+	if (err == nil) != (lerr == nil) || err != nil && err.Error() != lerr.Error() || err == nil && !proto.Equal(e, lent) {
+		t.Fatalf("decodeEntry: %v, %v; decodeEntryBorrowed: %v, %v", e, err, lent, lerr)
+	}
 	if err != nil {
 		if e != nil {
 			t.Fatalf("decodeEntry returned an entry with error %v", err)

@@ -31,9 +31,9 @@ type Node struct {
 	// snapshots and restores happen strictly one at a time.
 	repMu sync.Mutex
 	rep   *replica
-	// restoring is the stored size of the snapshot being loaded under
-	// repMu (0: none), readable without it.
-	restoring atomic.Uint64
+	// restoring is the snapshot being loaded under repMu (nil: none),
+	// readable without it.
+	restoring atomic.Pointer[Restore]
 
 	// subMu orders submissions: sequence numbers are assigned and requests
 	// sent in the same critical section.
@@ -105,7 +105,7 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 	n := &Node{
 		host: h, group: group, opts: opts, rep: rep, m: h.m, ctx: ctx, cancel: cancel,
 		log:     h.log.With("group", group, "node", h.cfg.ID),
-		gs:      &groupStore{st: h.st, group: group, retry: opts.Retry, timeout: opts.StoreTimeout, now: time.Now, par: 8},
+		gs:      &groupStore{st: h.st, group: group, retry: opts.Retry, timeout: opts.StoreTimeout, now: time.Now, par: 8, borrow: borrowsAll(machines)},
 		joined:  make(chan struct{}),
 		heard:   make(chan struct{}, 1),
 		refused: make(chan struct{}),
@@ -145,12 +145,32 @@ func (n *Node) Status() Status {
 	return s
 }
 
-// Restoring returns the size in bytes, as stored, of the snapshot this
-// node is loading from the store (the base and log segments it reads),
-// and 0 while it loads none. Unlike Status it never waits for the load: a
-// process can size its memory policy by it while the state grows (tenure
-// kv serve collects less often meanwhile).
-func (n *Node) Restoring() uint64 { return n.restoring.Load() }
+// Restore is a snapshot load in progress (Node.Restoring): the stored
+// sizes of what it reads.
+type Restore struct {
+	// Base is the base's bytes, the whole state at an index, restored
+	// first; 0 when the replica is already past that index.
+	Base uint64
+	// Segments is the bytes of the log segments whose entries are then
+	// applied, in order. An entry may overwrite or delete state, so the
+	// state after the load may be anything from empty to about
+	// Base+Segments in size.
+	Segments uint64
+}
+
+// Size is the bytes the load reads.
+func (r Restore) Size() uint64 { return r.Base + r.Segments }
+
+// Restoring returns the snapshot this node is loading from the store, and
+// the zero Restore while it loads none. Unlike Status it never waits for
+// the load: a process can size its memory policy by it while the state
+// grows (tenure kv serve collects less often meanwhile).
+func (n *Node) Restoring() Restore {
+	if r := n.restoring.Load(); r != nil {
+		return *r
+	}
+	return Restore{}
+}
 
 func (n *Node) setState(st State, role Role) {
 	n.mu.Lock()
@@ -925,12 +945,12 @@ func (n *Node) loadSnapshot(ctx context.Context, snap *storedSnapshot) error {
 		return nil
 	}
 	if snap.man != nil {
-		size := snap.man.SegBytes
+		r := &Restore{Segments: snap.man.SegBytes}
 		if n.rep.applied < snap.man.Base.Index {
-			size += snap.man.Base.Bytes
+			r.Base = snap.man.Base.Bytes
 		}
-		n.restoring.Store(size)
-		defer n.restoring.Store(0)
+		n.restoring.Store(r)
+		defer n.restoring.Store(nil)
 		err := n.gs.loadManifest(ctx, snap, n.rep.applied, func(cs *chunkedStream) error {
 			err := n.rep.restoreFrom(cs.head, cs.machine)
 			if err == nil {

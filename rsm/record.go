@@ -102,41 +102,49 @@ func decodeEntry(b []byte, index uint64) (*rsmpb.Entry, error) {
 	if err := proto.Unmarshal(p, e); err != nil {
 		return nil, fmt.Errorf("entry does not decode: %w", err)
 	}
+	if err := checkEntry(e, index); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// checkEntry checks an entry decoded from a log object read at index.
+func checkEntry(e *rsmpb.Entry, index uint64) error {
 	switch {
 	case e.Index != index:
-		return nil, fmt.Errorf("entry says index %d, stored at %d", e.Index, index)
+		return fmt.Errorf("entry says index %d, stored at %d", e.Index, index)
 	case e.Term == 0:
-		return nil, errors.New("entry has term 0")
+		return errors.New("entry has term 0")
 	case len(e.Nonce) == 0:
-		return nil, errors.New("entry has no nonce")
+		return errors.New("entry has no nonce")
 	case e.Noop && len(e.Commands) > 0:
-		return nil, errors.New("no-op entry carries commands")
+		return errors.New("no-op entry carries commands")
 	case e.Commit >= e.Index:
-		return nil, fmt.Errorf("entry at %d says index %d was committed before it", e.Index, e.Commit)
+		return fmt.Errorf("entry at %d says index %d was committed before it", e.Index, e.Commit)
 	}
 	for i, c := range e.Commands {
 		switch {
 		case c.Register:
 			if c.Client == "" || c.Session != 0 || c.Seq != 0 {
-				return nil, fmt.Errorf("command %d registers a session without a label, or with a session or sequence number", i)
+				return fmt.Errorf("command %d registers a session without a label, or with a session or sequence number", i)
 			}
 		case c.Session != 0:
 			if c.Seq == 0 || c.Client != "" {
-				return nil, fmt.Errorf("command %d of session %d has no sequence number, or a client", i, c.Session)
+				return fmt.Errorf("command %d of session %d has no sequence number, or a client", i, c.Session)
 			}
 		case c.Client == "" || c.Seq == 0:
-			return nil, fmt.Errorf("command %d has no session, client or sequence number", i)
+			return fmt.Errorf("command %d has no session, client or sequence number", i)
 		}
 	}
 	if e.Settings != nil {
 		if !e.Noop {
-			return nil, errors.New("settings on an entry that is not a seal")
+			return errors.New("settings on an entry that is not a seal")
 		}
 		if err := validSettings(e.Settings); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return e, nil
+	return nil
 }
 
 func encodeSnapshot(s *rsmpb.Snapshot) ([]byte, error) {

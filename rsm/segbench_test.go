@@ -30,16 +30,18 @@ func BenchmarkDecodeSegment(b *testing.B) {
 		b.Fatal(err)
 	}
 	last := uint64(len(es))
-	for _, workers := range []int{1, decodeWorkers()} {
-		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			b.SetBytes(int64(len(seg)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := decodeSegmentPar(seg, "kv", 1, last, workers); err != nil {
-					b.Fatal(err)
+	for _, borrow := range []bool{false, true} {
+		for _, workers := range []int{1, decodeWorkers()} {
+			b.Run(fmt.Sprintf("borrow=%v/workers=%d", borrow, workers), func(b *testing.B) {
+				b.SetBytes(int64(len(seg)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := decodeSegmentPar(seg, "kv", 1, last, workers, borrow); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 

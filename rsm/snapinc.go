@@ -375,14 +375,16 @@ func segmentSize(entries []*rsmpb.Entry) int {
 // decodeSegment decodes a segment that must hold the entries first..last
 // of group, each checked as a log entry read at its index is.
 func decodeSegment(b []byte, group string, first, last uint64) ([]*rsmpb.Entry, error) {
-	return decodeSegmentPar(b, group, first, last, 1)
+	return decodeSegmentPar(b, group, first, last, 1, false)
 }
 
 // decodeSegmentPar is decodeSegment with the entries decoded by up to
 // workers goroutines, each a run of consecutive entries: a cold start
 // decodes as many bytes of segments as it applies, and decoding is most
-// of a segment's cost. An error is the first entry's in index order.
-func decodeSegmentPar(b []byte, group string, first, last uint64, workers int) ([]*rsmpb.Entry, error) {
+// of a segment's cost. An error is the first entry's in index order. With
+// borrow, the commands' data are parts of b (decodeEntryBorrowed), for
+// machines that are all Borrowers.
+func decodeSegmentPar(b []byte, group string, first, last uint64, workers int, borrow bool) ([]*rsmpb.Entry, error) {
 	frames, err := splitSegment(b, first, last)
 	if err != nil {
 		return nil, err
@@ -390,9 +392,19 @@ func decodeSegmentPar(b []byte, group string, first, last uint64, workers int) (
 	out := make([]*rsmpb.Entry, len(frames))
 	errs := make([]error, len(frames))
 	decodeRun := func(lo, hi int) {
+		var in interner
+		if borrow {
+			in = interner{}
+		}
 		for k := lo; k < hi; k++ {
 			i := first + uint64(k)
-			e, err := decodeEntry(frames[k], i)
+			var e *rsmpb.Entry
+			var err error
+			if borrow {
+				e, err = decodeEntryBorrowed(frames[k], i, in)
+			} else {
+				e, err = decodeEntry(frames[k], i)
+			}
 			if err == nil && e.Group != "" && e.Group != group {
 				err = fmt.Errorf("belongs to group %q", e.Group)
 			}

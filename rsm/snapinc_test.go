@@ -9,10 +9,12 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 
@@ -159,21 +161,23 @@ func TestSegmentDecodedByWorkers(t *testing.T) {
 	damaged[end(17)] ^= 1
 	onlyLate := bytes.Clone(b)
 	onlyLate[end(33)] ^= 1
-	for workers := 1; workers <= 5; workers++ {
-		got, err := decodeSegmentPar(b, "g", 11, 40, workers)
-		if err != nil || len(got) != len(es) {
-			t.Fatalf("%d workers: %d entries, %v", workers, len(got), err)
-		}
-		for k, e := range got {
-			if !proto.Equal(e, es[k]) {
-				t.Fatalf("%d workers: entry %d is %v, want %v", workers, k, e, es[k])
+	for _, borrow := range []bool{false, true} {
+		for workers := 1; workers <= 5; workers++ {
+			got, err := decodeSegmentPar(b, "g", 11, 40, workers, borrow)
+			if err != nil || len(got) != len(es) {
+				t.Fatalf("%d workers, borrow %v: %d entries, %v", workers, borrow, len(got), err)
 			}
-		}
-		if _, err := decodeSegmentPar(damaged, "g", 11, 40, workers); err == nil || !strings.Contains(err.Error(), "segment entry 17:") {
-			t.Fatalf("%d workers, entries 17 and 33 damaged: %v, want entry 17's error", workers, err)
-		}
-		if _, err := decodeSegmentPar(onlyLate, "g", 11, 40, workers); err == nil || !strings.Contains(err.Error(), "segment entry 33:") {
-			t.Fatalf("%d workers, entry 33 damaged: %v, want its error", workers, err)
+			for k, e := range got {
+				if !proto.Equal(e, es[k]) {
+					t.Fatalf("%d workers, borrow %v: entry %d is %v, want %v", workers, borrow, k, e, es[k])
+				}
+			}
+			if _, err := decodeSegmentPar(damaged, "g", 11, 40, workers, borrow); err == nil || !strings.Contains(err.Error(), "segment entry 17:") {
+				t.Fatalf("%d workers, borrow %v, entries 17 and 33 damaged: %v, want entry 17's error", workers, borrow, err)
+			}
+			if _, err := decodeSegmentPar(onlyLate, "g", 11, 40, workers, borrow); err == nil || !strings.Contains(err.Error(), "segment entry 33:") {
+				t.Fatalf("%d workers, borrow %v, entry 33 damaged: %v, want its error", workers, borrow, err)
+			}
 		}
 	}
 }
@@ -502,9 +506,19 @@ func FuzzDecodeSegment(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte, first, last uint64) {
 		es, err := decodeSegment(b, "g", first, last)
-		par, perr := decodeSegmentPar(b, "g", first, last, 3)
+		par, perr := decodeSegmentPar(b, "g", first, last, 3, false)
 		if (err == nil) != (perr == nil) || err != nil && err.Error() != perr.Error() || len(es) != len(par) {
 			t.Fatalf("one goroutine: %d entries, %v; three: %d, %v", len(es), err, len(par), perr)
+		}
+		// Lent commands (a Borrower's): the same entries, the same error.
+		lent, lerr := decodeSegmentPar(bytes.Clone(b), "g", first, last, 3, true)
+		if (err == nil) != (lerr == nil) || err != nil && err.Error() != lerr.Error() || len(es) != len(lent) {
+			t.Fatalf("copied: %d entries, %v; lent: %d, %v", len(es), err, len(lent), lerr)
+		}
+		for i := range lent {
+			if !proto.Equal(es[i], lent[i]) {
+				t.Fatalf("entry %d copied %v, lent %v", i, es[i], lent[i])
+			}
 		}
 		if err != nil {
 			return
@@ -612,7 +626,7 @@ func partsOf(t testing.TB, b []byte, size int) (*partsReader, func()) {
 		keys = append(keys, k)
 	}
 	gs := &groupStore{st: store.New(mem), group: "g", retry: RetryOptions{MaxAttempts: 1}}
-	or := gs.openObjects(context.Background(), keys, true)
+	or := gs.openObjects(context.Background(), keys, true, false)
 	return &partsReader{or: or}, or.close
 }
 
@@ -757,7 +771,7 @@ func TestReadAheadBoundedInBytes(t *testing.T) {
 	d := &startCountingDriver{Store: mem}
 	// 2,500 bytes: the object being decoded and one more of 1,000.
 	gs := &groupStore{st: store.New(d), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: 8, readAhead: 2500}
-	or := gs.openObjects(t.Context(), keys, false)
+	or := gs.openObjects(t.Context(), keys, false, false)
 	defer or.close()
 	for i := range keys {
 		data, err := or.next()
@@ -828,7 +842,7 @@ func TestObjectReaderReusesBuffers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &bufferRecordingDriver{Store: mem}
 			gs := &groupStore{st: store.New(d), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: tc.par, readAhead: 3500}
-			or := gs.openObjects(t.Context(), keys, tc.reuse)
+			or := gs.openObjects(t.Context(), keys, tc.reuse, false)
 			defer or.close()
 			for i := range keys {
 				data, err := or.next()
@@ -866,14 +880,87 @@ func TestObjectReaderReusesBuffers(t *testing.T) {
 	}
 }
 
+// readsInto is a driver that reads into the memory it is given, as
+// filestore does.
+type readsInto struct{ driver.Store }
+
+func (r readsInto) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
+	data, _, err := r.Get(ctx, key)
+	if err != nil || cap(buf) < len(data) {
+		return data, err
+	}
+	return append(buf[:0], data...), nil
+}
+
+// TestLentSegmentsStayUntilApplied: for Borrowers (g.borrow) a segment's
+// commands are parts of the memory it was read into, and that memory is
+// read into again (reuse) only once its entries are applied: however far
+// the reads could go ahead, every command is intact when applied.
+func TestLentSegmentsStayUntilApplied(t *testing.T) {
+	gs := &groupStore{st: store.New(readsInto{memstore.New()}), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: 4, borrow: true}
+	m := &manifest{Group: "g", Nonce: []byte{1}, End: 10, Base: baseRef{Index: 10, Term: 1, Nonce: "ab", Parts: 1}}
+	w := snapWriter{id: "a", term: 2, nonce: "cd"}
+	value := func(i uint64) string { return strings.Repeat(strconv.FormatUint(i, 10)+"/", 100) }
+	for first := uint64(11); first <= 110; first += 5 {
+		var entries []*rsmpb.Entry
+		for i := first; i < first+5; i++ {
+			entries = append(entries, mkEntry(i, 2, sCmd(1, i, "a", value(i))))
+		}
+		var err error
+		if m, err = gs.writeSegments(t.Context(), m, entries, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs := m.segments()
+	snap := &storedSnapshot{Snapshot: &rsmpb.Snapshot{EndIndex: m.End}, man: m}
+	for _, budget := range []int{0, 1 << 20} { // one segment lent (the default), or all of them read ahead
+		gs.readAhead = budget
+		feed := gs.startSegments(t.Context(), snap, segs)
+		mems := map[*byte]bool{}
+		applied := 0
+		for {
+			entries, err := feed.next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			mems[unsafe.SliceData(entries[0].Commands[0].Data)] = true
+			time.Sleep(2 * time.Millisecond) // room for reads ahead to overwrite what they should not
+			for _, e := range entries {
+				if got := string(e.Commands[0].Data); got != value(e.Index) {
+					t.Fatalf("budget %d: entry %d applied with %.20q..., want %.20q...", budget, e.Index, got, value(e.Index))
+				}
+				applied++
+			}
+		}
+		feed.close()
+		if applied != 100 {
+			t.Fatalf("budget %d: %d entries applied, want 100", budget, applied)
+		}
+		// Lent from reused memory: far fewer buffers than segments.
+		if len(mems) > len(segs)/2 {
+			t.Fatalf("budget %d: %d segments lent from %d buffers: not reused", budget, len(segs), len(mems))
+		}
+	}
+}
+
 // TestSegmentsDecodedAhead: with reads ahead, segments are decoded
-// ahead of the applies and their entries handed out in order; a corrupt
+// ahead of the applies (for Borrowers, as far as lendAhead lets them) and
+// their entries handed out in order; a corrupt
 // segment stops the load after the entries before it with a
 // *CorruptError naming it, an apply's error stops it at once, and either
 // way no decoding goroutine is left behind.
 func TestSegmentsDecodedAhead(t *testing.T) {
+	for _, borrow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("borrow=%v", borrow), func(t *testing.T) { testSegmentsDecodedAhead(t, borrow) })
+	}
+}
+
+func testSegmentsDecodedAhead(t *testing.T, borrow bool) {
 	mem := memstore.New()
-	gs := &groupStore{st: store.New(mem), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: 4}
+	gs := &groupStore{st: store.New(readsInto{mem}), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: 4, borrow: borrow}
 	m := &manifest{Group: "g", Nonce: []byte{1}, End: 10, Base: baseRef{Index: 10, Term: 1, Nonce: "ab", Parts: 1}}
 	w := snapWriter{id: "a", term: 2, nonce: "cd"}
 	for first := uint64(11); first <= 60; first += 5 {
@@ -995,6 +1082,30 @@ func TestPartWriterCuts(t *testing.T) {
 		}
 		if pw.total != uint64(len(data)) || pw.parts != len(parts) {
 			t.Fatalf("round %d: counted %d bytes in %d parts", round, pw.total, pw.parts)
+		}
+	}
+}
+
+// lender is a tape that is a Borrower.
+type lender struct{ tape }
+
+func (lender) BorrowsCommands() {}
+
+// TestBorrowsAll: a group lends its segments' commands only if every
+// machine it hosts is a Borrower.
+func TestBorrowsAll(t *testing.T) {
+	for _, c := range []struct {
+		machines map[string]StateMachine
+		want     bool
+	}{
+		{map[string]StateMachine{"a": &lender{}}, true},
+		{map[string]StateMachine{"a": &lender{}, "b": &lender{}}, true},
+		{map[string]StateMachine{"a": &lender{}, "b": &tape{}}, false},
+		{map[string]StateMachine{"a": &tape{}}, false},
+		{map[string]StateMachine{}, false},
+	} {
+		if got := borrowsAll(c.machines); got != c.want {
+			t.Errorf("borrowsAll(%d machines) = %v, want %v", len(c.machines), got, c.want)
 		}
 	}
 }

@@ -287,7 +287,7 @@ func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, app
 	m := snap.man
 	if applied < m.Base.Index {
 		keys := m.baseKeys()
-		or := g.openObjects(ctx, keys, true)
+		or := g.openObjects(ctx, keys, true, false)
 		pr := &partsReader{or: or}
 		var decodeErr error
 		err := func() error {
@@ -354,14 +354,25 @@ const segmentsAhead = 2
 // a gigabyte of segments is a gigabyte cleared by the allocator and
 // collected, a tenth of a 1M-key cold start (tenure bench kv); reused, the
 // buffers kept (readAheadMax) raised a 100k-key cold start's peak RSS by
-// 10 MiB, past 1.9 times the data.
+// 10 MiB, past 1.9 times the data. Machines that are all Borrowers are
+// lent their commands in the segments' memory, which is always reused.
 const reuseSegmentsFrom = 16 * readAheadMax
+
+// lendAhead bounds the bytes of segments a load holds when it lends their
+// commands: one segment. Decoding lent commands copies nothing (3 times
+// faster: BenchmarkDecodeSegment), so a segment read and decoded only once
+// the previous one is applied cost a 1M-key cold start no time, and each
+// segment held ahead is 8 MiB more at a 100k-key cold start's peak
+// (tenure bench kv, docs/BENCHMARKS.md).
+const lendAhead = segmentMax
 
 // segFeed hands out the decoded entries of a manifest's segments in
 // order; with reads ahead (par > 0) they are read and decoded in a
 // goroutine of their own, up to segmentsAhead ahead of next, each by up
 // to decodeWorkers goroutines: a cold start decodes as many bytes as it
-// applies, and decoding is the larger part.
+// applies, and decoding is the larger part. With g.borrow the entries'
+// commands are parts of their segment's memory, which is read into again
+// only once the entries are applied (the caller asked for the next ones).
 type segFeed struct {
 	g      *groupStore
 	ctx    context.Context
@@ -372,10 +383,12 @@ type segFeed struct {
 	i      int             // par 0: the next segment
 	out    chan segDecoded // par > 0
 	wg     sync.WaitGroup
+	lent   []byte // with g.borrow: the segment whose entries next handed out last
 }
 
 type segDecoded struct {
 	entries []*rsmpb.Entry
+	data    []byte // the segment, with g.borrow
 	err     error
 }
 
@@ -388,8 +401,11 @@ func (g *groupStore) startSegments(ctx context.Context, snap *storedSnapshot, se
 	for i, s := range segs {
 		keys[i] = s.key
 	}
+	// Lent, a segment is given back once its entries are applied, not
+	// when the decoder reads the next; and the next is read once it is
+	// (lendAhead).
 	reuse := snap.man != nil && snap.man.SegBytes >= reuseSegmentsFrom
-	f := &segFeed{g: g, ctx: ctx, cancel: cancel, snap: snap, segs: segs, or: g.openObjects(ctx, keys, reuse)}
+	f := &segFeed{g: g, ctx: ctx, cancel: cancel, snap: snap, segs: segs, or: g.openObjects(ctx, keys, reuse, g.borrow)}
 	if g.par <= 0 {
 		return f
 	}
@@ -399,9 +415,9 @@ func (g *groupStore) startSegments(ctx context.Context, snap *storedSnapshot, se
 		defer f.wg.Done()
 		defer close(f.out)
 		for _, s := range segs {
-			entries, err := f.decode(s, decodeWorkers())
+			entries, data, err := f.decode(s, decodeWorkers())
 			select {
-			case f.out <- segDecoded{entries, err}:
+			case f.out <- segDecoded{entries, data, err}:
 			case <-ctx.Done():
 				return
 			}
@@ -413,27 +429,38 @@ func (g *groupStore) startSegments(ctx context.Context, snap *storedSnapshot, se
 	return f
 }
 
-// decode reads and decodes the next segment, s.
-func (f *segFeed) decode(s segRef, workers int) ([]*rsmpb.Entry, error) {
+// decode reads and decodes the next segment, s; with g.borrow it returns
+// the segment's memory too, to be given back once the entries are applied.
+func (f *segFeed) decode(s segRef, workers int) ([]*rsmpb.Entry, []byte, error) {
 	data, err := f.or.next()
 	if err != nil {
-		return nil, f.g.objectErr(f.ctx, f.snap, s.key, err)
+		return nil, nil, f.g.objectErr(f.ctx, f.snap, s.key, err)
 	}
-	entries, err := decodeSegmentPar(data, f.g.group, s.first, s.last, workers)
+	entries, err := decodeSegmentPar(data, f.g.group, s.first, s.last, workers, f.g.borrow)
+	if !f.g.borrow {
+		data = nil
+	}
 	if err != nil {
-		return nil, &CorruptError{Key: s.key, Err: err}
+		return nil, data, &CorruptError{Key: s.key, Err: err}
 	}
-	return entries, nil
+	return entries, data, nil
 }
 
-// next returns the next segment's entries; io.EOF after the last.
+// next returns the next segment's entries; io.EOF after the last. The
+// caller is done with the entries it had before.
 func (f *segFeed) next() ([]*rsmpb.Entry, error) {
+	if f.lent != nil {
+		f.or.give(f.lent)
+		f.lent = nil
+	}
 	if f.out == nil {
 		if f.i >= len(f.segs) {
 			return nil, io.EOF
 		}
 		f.i++
-		return f.decode(f.segs[f.i-1], 1)
+		entries, data, err := f.decode(f.segs[f.i-1], 1)
+		f.lent = data
+		return entries, err
 	}
 	select {
 	case d, ok := <-f.out:
@@ -443,6 +470,7 @@ func (f *segFeed) next() ([]*rsmpb.Entry, error) {
 			}
 			return nil, io.EOF
 		}
+		f.lent = d.data
 		return d.entries, d.err
 	case <-f.ctx.Done():
 		return nil, f.ctx.Err()
@@ -504,7 +532,8 @@ const readAheadMax = 3 * basePartMax
 // once its reader is done with it (it asked for the next one): a base's
 // parts are copied out as they are decoded, and fresh buffers would be
 // cleared by the allocator and collected, a gigabyte of each for a
-// gigabyte of state.
+// gigabyte of state. Lending, its reader gives each object back (give)
+// once nothing uses its memory, within lendAhead bytes.
 type objectReader struct {
 	g      *groupStore
 	ctx    context.Context
@@ -523,6 +552,7 @@ type objectReader struct {
 	budget   int           // readAheadMax; tests set less
 	last     []byte        // the object handed out last
 	reuse    bool
+	lending  bool     // each object is given back (give), not released at next
 	free     [][]byte // with reuse, a buffer whose object was released
 }
 
@@ -531,11 +561,15 @@ type fetched struct {
 	err  error
 }
 
-func (g *groupStore) openObjects(ctx context.Context, keys []string, reuse bool) *objectReader {
+func (g *groupStore) openObjects(ctx context.Context, keys []string, reuse, lend bool) *objectReader {
 	ctx, cancel := context.WithCancel(ctx)
-	o := &objectReader{g: g, ctx: ctx, cancel: cancel, keys: keys, released: make(chan struct{}, 1), budget: readAheadMax, reuse: reuse}
-	if g.readAhead > 0 {
+	o := &objectReader{g: g, ctx: ctx, cancel: cancel, keys: keys, released: make(chan struct{}, 1), budget: readAheadMax,
+		reuse: reuse || lend, lending: lend}
+	switch {
+	case g.readAhead > 0:
 		o.budget = g.readAhead
+	case lend:
+		o.budget = lendAhead
 	}
 	if g.par <= 0 || len(keys) == 0 {
 		return o
@@ -597,17 +631,41 @@ func (o *objectReader) waitRoom(ctx context.Context) bool {
 }
 
 // release gives back the bytes of the object handed out last: its reader
-// asked for the next one, so it is done with it.
+// asked for the next one, so it is done with it. Lending, objects are
+// given back by give instead.
 func (o *objectReader) release() {
-	o.mu.Lock()
-	o.held -= len(o.last)
-	if o.reuse && cap(o.last) > 0 && len(o.free) == 0 {
-		// One spare: the reads in flight hold the others, within the
-		// budget, and a read takes the spare as it starts.
-		o.free = append(o.free, o.last[:0])
+	if o.lending {
+		return
 	}
+	o.mu.Lock()
+	o.putBack(o.last)
 	o.last = nil
 	o.mu.Unlock()
+	o.signal()
+}
+
+// give gives back an object handed out while lending: nothing uses its
+// memory any more.
+func (o *objectReader) give(b []byte) {
+	o.mu.Lock()
+	o.putBack(b)
+	o.mu.Unlock()
+	o.signal()
+}
+
+// putBack releases b's bytes from the budget and, with reuse, keeps its
+// memory as the spare; under o.mu.
+func (o *objectReader) putBack(b []byte) {
+	o.held -= len(b)
+	if o.reuse && cap(b) > 0 && len(o.free) == 0 {
+		// One spare: the reads in flight hold the others, within the
+		// budget, and a read takes the spare as it starts.
+		o.free = append(o.free, b[:0])
+	}
+}
+
+// signal wakes a read waiting for room.
+func (o *objectReader) signal() {
 	select {
 	case o.released <- struct{}{}:
 	default:

@@ -27,7 +27,8 @@ type groupStore struct {
 	par     int           // objects read or deleted at once; 0: one at a time, in the caller's goroutine
 	nonces  func() []byte // the snapshot writes' nonces; nil: newNonce (the simulator's are seeded)
 
-	readAhead int // bytes of objects read ahead (objectReader); 0: readAheadMax
+	readAhead int  // bytes of objects read ahead (objectReader); 0: readAheadMax
+	borrow    bool // the machines are all Borrowers: segments' commands are lent (segFeed)
 
 	mu          sync.Mutex
 	snapVersion string    // the snapshot version last read or written

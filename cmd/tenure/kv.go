@@ -169,11 +169,11 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			tuneGC(gctx, kvGCEvery, func() uint64 {
+			tuneGC(gctx, kvGCEvery, func() rsm.Restore {
 				if n := joined.Load(); n != nil {
 					return n.Restoring()
 				}
-				return 0
+				return rsm.Restore{}
 			})
 		}()
 		defer func() { stop(); <-done }()

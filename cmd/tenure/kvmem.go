@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
+
+	"github.com/tenure-io/tenure/rsm"
 )
 
 // kv serve's default collector policy. A node's heap is mostly its state,
@@ -19,24 +21,27 @@ import (
 //
 // While the node loads a snapshot from the store, that policy would
 // collect the heap every 10% of the state's growth, some 40 times for a
-// gigabyte, each collection marking the tree loaded so far. A load makes
-// little garbage (the state it builds is live, and the objects it reads
-// are read into the same buffers), so the collector is off meanwhile,
-// under a memory limit of the memory in use when the load began plus
-// kvLoadPercent of the snapshot's stored size: the heap is collected only
-// if it would pass that. The limit keeps the process within twice the
-// state's size whatever the load's garbage; the policy comes back when the
-// load ends, or at once if a collection under the limit finds more than
-// kvLoadLive of it live (a state larger in memory than on the store: small
-// keys and values).
+// gigabyte, each collection marking the tree loaded so far. So the
+// collector is off meanwhile, under a memory limit: the memory in use
+// besides the live heap, plus the live heap, plus kvLoadGrowth percent of
+// it (at least kvLoadFloor bytes), the heap collected only if it would
+// pass that. The live heap the limit starts from is the one found, plus
+// the base's size: a base restores the whole state and makes little
+// garbage. After each collection the limit follows the live heap found,
+// never below where it started.
+// The segments applied after the base may grow the state (a fill) or
+// only make garbage (overwrites, each segment's buffers and decoded
+// entries); a limit sized by their bytes, as it was, let a cold start
+// after sustained overwrites peak at 2.3 to 3 times the data
+// (docs/BENCHMARKS.md). The policy comes back when the load ends.
 const (
 	kvGCGrowth     = 10      // percent of the live heap
 	kvGCFloor      = 4 << 20 // bytes of headroom at least
 	kvGCMaxPercent = 100     // Go's default, for the smallest heaps
 	kvGCEvery      = 10 * time.Millisecond
 
-	kvLoadPercent = 100 // of the snapshot's size, above the memory in use
-	kvLoadLive    = 75  // percent of the limit live after a collection: back to the policy
+	kvLoadGrowth = 20       // percent of the live heap, during a load
+	kvLoadFloor  = 16 << 20 // bytes of headroom at least, during a load
 )
 
 // kvGCPercentFor is the GOGC that lets a live heap of live bytes grow by
@@ -50,11 +55,11 @@ func kvGCPercentFor(live uint64) int {
 	return int(min(kvGCMaxPercent, max(kvGCGrowth, p)))
 }
 
-// kvLoadLimit is the memory limit while a snapshot of size bytes loads
-// into a process that uses inUse bytes.
-func kvLoadLimit(inUse, size uint64) int64 {
-	l := inUse + size/100*kvLoadPercent
-	if l < inUse || l > math.MaxInt64 {
+// kvLoadLimit is the memory limit during a load for a live heap of live
+// bytes in a process that uses over bytes besides it.
+func kvLoadLimit(over, live uint64) int64 {
+	l := over + live + max(kvLoadFloor, live/100*kvLoadGrowth)
+	if l < live || l > math.MaxInt64 {
 		return math.MaxInt64
 	}
 	return int64(l)
@@ -91,37 +96,51 @@ func readGCState() gcState {
 
 // gcTuner is tuneGC's state.
 type gcTuner struct {
-	percent   int   // the GOGC set
-	loading   bool  // the collector is off for a load
-	gaveUp    bool  // this load passed kvLoadLive: the policy until it ends
-	limit     int64 // the load's memory limit
-	prevLimit int64 // the memory limit before the load
-	loadGCs   uint64
+	percent   int    // the GOGC set
+	loading   bool   // the collector is off for a load
+	over      uint64 // during a load: the memory in use besides the live heap when it began
+	floor     int64  // the load's first limit: it never sets a lower one
+	limit     int64  // the load's memory limit
+	prevLimit int64  // the memory limit before the load
+	loadGCs   uint64 // the collections counted when the limit was last set
 }
 
-// step applies the policy for a node loading a snapshot of restoring
-// bytes (0: none).
-func (t *gcTuner) step(restoring uint64, s gcState) {
+// step applies the policy for a node loading the snapshot r (none: the
+// zero Restore).
+func (t *gcTuner) step(r rsm.Restore, s gcState) {
 	switch {
-	case restoring > 0 && !t.loading && !t.gaveUp:
+	case r.Size() > 0 && !t.loading:
 		t.prevLimit = debug.SetMemoryLimit(-1)
-		t.limit = min(t.prevLimit, kvLoadLimit(s.inUse, restoring))
-		debug.SetMemoryLimit(t.limit)
+		t.over = s.inUse - min(s.inUse, s.live)
+		t.floor = 0
+		t.setLimit(s.live+r.Base, s.gcs)
+		t.floor = t.limit
 		debug.SetGCPercent(-1)
-		t.percent, t.loading, t.loadGCs = -1, true, s.gcs
+		t.percent, t.loading = -1, true
 		return
-	case t.loading && restoring > 0 && (s.gcs == t.loadGCs || s.live <= uint64(t.limit)/100*kvLoadLive):
+	case t.loading && r.Size() > 0:
+		if s.gcs != t.loadGCs {
+			t.setLimit(s.live, s.gcs)
+		}
 		return
 	case t.loading:
 		debug.SetMemoryLimit(t.prevLimit)
-		t.loading, t.gaveUp = false, restoring > 0
-	case restoring == 0:
-		t.gaveUp = false
+		t.loading = false
 	}
 	if p := kvGCPercentFor(s.live); p != t.percent {
 		debug.SetGCPercent(p)
 		t.percent = p
 	}
+}
+
+// setLimit sets the load's memory limit for a live heap of live bytes,
+// after gcs collections; never below the load's first limit (collections
+// while the base loads find only part of it), nor above the limit before
+// the load.
+func (t *gcTuner) setLimit(live, gcs uint64) {
+	t.limit = min(t.prevLimit, max(t.floor, kvLoadLimit(t.over, live)))
+	t.loadGCs = gcs
+	debug.SetMemoryLimit(t.limit)
 }
 
 // stop puts back the memory limit a load changed.
@@ -133,13 +152,13 @@ func (t *gcTuner) stop() {
 }
 
 // tuneGC sets GOGC from the live heap every period, and the load's policy
-// while restoring (nil: never) gives a size, until ctx ends; then it
+// while restoring (nil: never) gives a load, until ctx ends; then it
 // restores the GOGC and memory limit it found. A stale setting is
 // harmless: GOGC is a proportion of the heap found live by the last
 // collection.
-func tuneGC(ctx context.Context, period time.Duration, restoring func() uint64) {
+func tuneGC(ctx context.Context, period time.Duration, restoring func() rsm.Restore) {
 	if restoring == nil {
-		restoring = func() uint64 { return 0 }
+		restoring = func() rsm.Restore { return rsm.Restore{} }
 	}
 	t := &gcTuner{percent: kvGCPercentFor(readGCState().live)}
 	prev := debug.SetGCPercent(t.percent)

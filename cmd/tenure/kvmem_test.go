@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/rsm"
 )
 
 func TestKVGCPercentFor(t *testing.T) {
@@ -77,10 +79,12 @@ func memLimit(t *testing.T) int64 {
 }
 
 // TestGCDuringLoad: while the node loads a snapshot the collector is off
-// under a memory limit of the memory in use plus kvLoadPercent of the snapshot;
-// the policy and the memory limit found come back when the load ends, or
-// as soon as a collection finds more than 75% of the limit live. (The
-// sizes are terabytes, so that the limits set never bind this test.)
+// under a memory limit of the memory in use besides the live heap, plus
+// the live heap expected (the one found, plus the base), plus
+// kvLoadGrowth percent of it; after each collection the limit follows the
+// live heap found, never below the first; the policy and the memory limit
+// found come back when the load ends. (The sizes are terabytes, so that
+// the limits set never bind this test.)
 func TestGCDuringLoad(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(333))
 	const prevLimit = 1 << 60
@@ -93,45 +97,56 @@ func TestGCDuringLoad(t *testing.T) {
 			t.Fatalf("collector off: %v (GOGC %d), want %v", got, tu.percent, want)
 		}
 	}
+	limit := func(what string, want int64) {
+		t.Helper()
+		if got := memLimit(t); got != want || tu.limit != want {
+			t.Fatalf("%s: memory limit %d (tuner %d), want %d", what, got, tu.limit, want)
+		}
+	}
+	grown := func(live int64) int64 { return live + live/100*kvLoadGrowth }
 
-	tu.step(0, gcState{live: 1 << 30, inUse: 2 << 30, gcs: 10})
+	tu.step(rsm.Restore{}, gcState{live: 1 << 30, inUse: 2 << 30, gcs: 10})
 	off(false)
 	if tu.percent != kvGCPercentFor(1<<30) || memLimit(t) != prevLimit {
 		t.Fatalf("no load: GOGC %d, limit %d; want %d, %d", tu.percent, memLimit(t), kvGCPercentFor(1<<30), prevLimit)
 	}
 
-	// A load of 1 TiB in a process using 2 TiB.
-	tu.step(tb, gcState{live: tb, inUse: 2 * tb, gcs: 10})
+	// A load of a 2 TiB base and 3 TiB of segments, in a process whose
+	// 1 TiB live heap is half the memory it uses.
+	tu.step(rsm.Restore{Base: 2 * tb, Segments: 3 * tb}, gcState{live: tb, inUse: 2 * tb, gcs: 10})
 	off(true)
-	if want := int64(2*tb + tb/100*kvLoadPercent); memLimit(t) < want-100 || memLimit(t) > want {
-		t.Fatalf("memory limit %d during the load; want %d", memLimit(t), want)
-	}
-	// No collection yet, or one that found the state within 75%: on.
-	tu.step(tb, gcState{live: tb, inUse: 3 * tb, gcs: 10})
-	tu.step(tb, gcState{live: 2 * tb, inUse: 3 * tb, gcs: 11})
+	first := tb + grown(3*tb)
+	limit("as the load begins", first)
+	// No collection: the limit stays.
+	tu.step(rsm.Restore{Base: 2 * tb, Segments: 3 * tb}, gcState{live: tb, inUse: 4 * tb, gcs: 10})
+	limit("before a collection", first)
+	// A collection while the base loads finds part of it: not lower.
+	tu.step(rsm.Restore{Base: 2 * tb, Segments: 3 * tb}, gcState{live: 2 * tb, inUse: 4 * tb, gcs: 11})
 	off(true)
+	limit("after a collection during the base", first)
+	// The segments grow the state: the limit follows.
+	tu.step(rsm.Restore{Base: 2 * tb, Segments: 3 * tb}, gcState{live: 5 * tb, inUse: 6 * tb, gcs: 12})
+	off(true)
+	limit("after the state grew", tb+grown(5*tb))
+	// Overwrites: the state shrinks back; the limit with it, to the first.
+	tu.step(rsm.Restore{Base: 2 * tb, Segments: 3 * tb}, gcState{live: 4 * tb, inUse: 6 * tb, gcs: 13})
+	limit("after the state shrank", tb+grown(4*tb))
+	tu.step(rsm.Restore{Base: 2 * tb, Segments: 3 * tb}, gcState{live: tb, inUse: 6 * tb, gcs: 14})
+	limit("after the state shrank below the base", first)
 	// The load ends.
-	tu.step(0, gcState{live: 3 * tb, inUse: 3 * tb, gcs: 11})
+	tu.step(rsm.Restore{}, gcState{live: 3 * tb, inUse: 3 * tb, gcs: 15})
 	off(false)
 	if tu.percent != kvGCPercentFor(3*tb) || memLimit(t) != prevLimit {
 		t.Fatalf("after the load: GOGC %d, limit %d; want %d, %d", tu.percent, memLimit(t), kvGCPercentFor(3*tb), prevLimit)
 	}
 
-	// A load whose state outgrows the estimate: a collection finds 3 of
-	// the limit's 3 TiB live.
-	tu.step(tb, gcState{live: tb, inUse: 2 * tb, gcs: 20})
+	// A load without a base (the replica is past it), in a small process:
+	// the floor of headroom, and never above the limit found.
+	tu.step(rsm.Restore{Segments: 1 << 20}, gcState{live: 1 << 20, inUse: 3 << 20, gcs: 20})
 	off(true)
-	tu.step(tb, gcState{live: 3 * tb, inUse: 3 * tb, gcs: 21})
-	off(false)
-	if memLimit(t) != prevLimit {
-		t.Fatalf("memory limit %d after giving up, want %d", memLimit(t), prevLimit)
-	}
-	// And it stays with the policy until that load ends.
-	tu.step(tb, gcState{live: 3 * tb, inUse: 3 * tb, gcs: 22})
-	off(false)
-	tu.step(0, gcState{live: 3 * tb, inUse: 3 * tb, gcs: 22})
-	tu.step(tb, gcState{live: 3 * tb, inUse: 3 * tb, gcs: 22})
-	off(true)
+	limit("segments only", (2<<20)+(1<<20)+kvLoadFloor)
+	tu.step(rsm.Restore{Segments: 1 << 20}, gcState{live: prevLimit, inUse: prevLimit, gcs: 21})
+	limit("past the limit found", prevLimit)
 	tu.stop()
 	if memLimit(t) != prevLimit {
 		t.Fatalf("memory limit %d after stop, want %d", memLimit(t), prevLimit)
@@ -139,17 +154,22 @@ func TestGCDuringLoad(t *testing.T) {
 }
 
 // TestTuneGCFollowsLoads: tuneGC turns the collector off while restoring
-// gives a size, and back on after, with the memory limit it found.
+// gives a load, and back on after, with the memory limit it found.
 func TestTuneGCFollowsLoads(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(333))
 	const prevLimit = 1 << 60
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(prevLimit))
-	var restoring atomic.Uint64
+	var restoring atomic.Pointer[rsm.Restore]
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tuneGC(ctx, time.Millisecond, restoring.Load)
+		tuneGC(ctx, time.Millisecond, func() rsm.Restore {
+			if r := restoring.Load(); r != nil {
+				return *r
+			}
+			return rsm.Restore{}
+		})
 	}()
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
@@ -159,9 +179,9 @@ func TestTuneGCFollowsLoads(t *testing.T) {
 			}
 		}
 	}
-	restoring.Store(1 << 50)
-	waitFor("a load", func() bool { return memLimit(t) < prevLimit && memLimit(t) >= (1<<50)/100*kvLoadPercent })
-	restoring.Store(0)
+	restoring.Store(&rsm.Restore{Base: 1 << 50, Segments: 1 << 50})
+	waitFor("a load", func() bool { return memLimit(t) < prevLimit && memLimit(t) >= 1<<50 && gogc(t) < 0 })
+	restoring.Store(nil)
 	waitFor("after the load", func() bool { return memLimit(t) == prevLimit && gogc(t) <= kvGCMaxPercent })
 	cancel()
 	<-done

@@ -91,6 +91,11 @@ func (m *Machine) Len() int {
 	return m.tree.Len()
 }
 
+// BorrowsCommands makes the Machine an rsm.Borrower: Apply copies what it
+// keeps of a command (a value; a key becomes a string) and returns new
+// memory, so a cold start lends it commands where their log segment lies.
+func (m *Machine) BorrowsCommands() {}
+
 // Apply applies a command encoded by Client. It never fails: a command
 // that does not decode or names an invalid key leaves the state unchanged
 // and returns an error result, which Client turns back into ErrMalformed
