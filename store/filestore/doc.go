@@ -41,6 +41,13 @@
 // one, never a torn or partial one, and an acknowledged write survives it.
 // Reads take no lock: they open one complete file or none.
 //
+// A create writes the unnamed file its directory's previous create left
+// open (a spare), and opens the next while it writes, syncs and links: the
+// opening, where a file system is slow to find a free inode (ext4 without
+// a journal passes over each inode freed in the last minutes), overlaps the
+// create's syncs instead of adding to them. A Store holds at most four
+// spares, one per directory, and closes them with Close.
+//
 // A create checks that the name is absent before taking the lock, and
 // again under it only if it had to wait for the lock: the link refuses an
 // existing name in any case, the check spares a loser the write. A Store
@@ -98,7 +105,7 @@
 // Directories are never removed, even when their last key is deleted: an
 // empty directory costs an inode, while removing it could race with another
 // process creating a key in it. An unnamed file of a create that did not
-// finish vanishes with its process (after a machine crash, the file
+// finish, and a spare, vanish with their process (after a machine crash, the file
 // system's recovery frees it: the journal's orphan list, or fsck without a
 // journal). Temp files in <dir>/.tmp left by a crashed writer (a
 // compare-and-swap, or a create without O_TMPFILE) are removed by the next

@@ -109,6 +109,7 @@ type Store struct {
 	// viaProc is whether unnamed files are linked through /proc, once
 	// linking the descriptor itself was refused.
 	viaProc atomic.Bool
+	spares  spares
 }
 
 // stripe is one of the locks that serialise the writes of a key. Keys share
@@ -528,9 +529,22 @@ func (s *Store) commit(ctx context.Context, dir, path string, data []byte, creat
 // syncs it, and links it in as path. Compared with a named temp file it
 // saves the temp name's creation and removal (two changes of a directory),
 // and a crash leaves nothing to clean up: the file dies with its
-// descriptor.
+// descriptor. The file is the directory's spare when one is open (spares),
+// and the next spare opens while this one is written.
 func (s *Store) createUnnamed(ctx context.Context, dir, path string, data []byte) error {
-	fd, err := openTmpfile(dir)
+	open := openTmpfile
+	if fd, ok := s.spares.take(dir); ok {
+		s.spares.refill(dir, open)
+		err := s.linkUnnamed(ctx, fd, dir, path, data)
+		var de *driver.Error
+		if err == nil || ctx.Err() != nil || errors.Is(err, errNoDir) || errors.Is(err, errTmpfileRefused) ||
+			errors.As(err, &de) && de.Kind == driver.PreconditionFailed {
+			return err
+		}
+		// The spare failed where a file opened now may not: say the
+		// store's directory was moved to another file system since.
+	}
+	fd, err := open(dir)
 	switch {
 	case err == nil:
 	case tmpfileRefused(err):
@@ -540,6 +554,13 @@ func (s *Store) createUnnamed(ctx context.Context, dir, path string, data []byte
 	default:
 		return ioErr("create unnamed file", err)
 	}
+	s.spares.refill(dir, open)
+	return s.linkUnnamed(ctx, fd, dir, path, data)
+}
+
+// linkUnnamed writes data to the unnamed file fd, syncs it, links it in as
+// path and closes it.
+func (s *Store) linkUnnamed(ctx context.Context, fd int, dir, path string, data []byte) error {
 	defer closeFD(fd)
 	if err := writeFD(fd, data); err != nil {
 		return ioErr("write unnamed file", err)
@@ -550,7 +571,7 @@ func (s *Store) createUnnamed(ctx context.Context, dir, path string, data []byte
 	if beforeLink != nil {
 		beforeLink(path)
 	}
-	err = linkTmpfile(fd, path, &s.viaProc)
+	err := linkTmpfile(fd, path, &s.viaProc)
 	switch {
 	case err == nil:
 		return nil
@@ -1029,6 +1050,7 @@ func (s *Store) Close() error {
 	}
 	s.known.closeAll()
 	s.dirSyncs.closeAll()
+	s.spares.closeAll()
 	var errs []error
 	for i := range s.stripes {
 		st := &s.stripes[i]
