@@ -102,7 +102,8 @@ type Options struct {
 	// LogCacheSize is the number of recent entries the leader keeps to
 	// synchronize followers without reading the store, within at most
 	// 8 MiB of them or 4 × MaxMessageSize, whichever is more. Default
-	// 1000.
+	// 1000. A leader without followers keeps only the entries its stored
+	// snapshot does not cover yet.
 	LogCacheSize int
 	// MaxPendingBatches bounds a follower's queue of batches waiting to be
 	// applied. Default 1000.

@@ -157,6 +157,59 @@ func TestFollowerTooFarBehindCatchesUp(t *testing.T) {
 	}
 }
 
+// A leader that has run alone caches only what its stored snapshot does
+// not cover: a follower that joins later is synchronized from the store
+// (the snapshot, then the log entries after it) and from the cache, and
+// applies every command.
+func TestFollowerJoinsLoneLeader(t *testing.T) {
+	st := store.New(memstore.New())
+	opts := fastOptions()
+	opts.SnapshotThreshold = 5
+	ha := startHost(t, st, "a")
+	leader, err := ha.Join(t.Context(), "g", map[string]rsm.StateMachine{"counter": &counter{}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, leader)
+	for i := 0; i < 40; i++ {
+		if _, err := leader.Command(ctxT(t, 10*time.Second), "counter", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for leader.Status().SnapshotIndex < 30 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot past index 30: %+v", leader.Status())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	hb := startHost(t, st, "b")
+	c := &counter{}
+	n, err := hb.Join(t.Context(), "g", map[string]rsm.StateMachine{"counter": c}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ { // and some after it joined, sent from the cache
+		if _, err := leader.Command(ctxT(t, 10*time.Second), "counter", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := leader.Status().ApplyIndex
+	for n.Status().ApplyIndex < want || n.Status().Role != "FOLLOWER" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new follower did not catch up: %+v (leader at %d)", n.Status(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	got, err := c.Query(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := rsmtest.DecodeCount(got); v != 45 {
+		t.Fatalf("the new follower's machine counts %d, want 45", v)
+	}
+}
+
 // Oversized requests are refused with ErrTooLarge by the node, and with
 // TOO_LARGE by a leader that receives one over the wire; messages beyond
 // the transport's limit are refused by gRPC. None reaches the log.

@@ -396,8 +396,12 @@ func (w *window) confirm(wt waiter) {
 	}
 }
 
-// cacheEntry keeps e for the followers, then drops the oldest entries
-// beyond LogCacheSize or cacheMax bytes (the newest always stays).
+// cacheEntry keeps e for the followers and the next snapshot segment,
+// then drops the oldest entries beyond LogCacheSize or cacheMax bytes (the
+// newest always stays). Without followers it keeps only the entries the
+// stored snapshot does not cover yet: a follower that registers later
+// reads older ones from the store, as one further behind than the cache
+// does, and a lone leader holds no memory for nobody.
 func (w *window) cacheEntry(e *rsmpb.Entry) {
 	if old := w.cache[e.Index]; old != nil {
 		w.cacheBytes -= proto.Size(old)
@@ -407,7 +411,8 @@ func (w *window) cacheEntry(e *rsmpb.Entry) {
 	if w.cacheLow == 0 || e.Index < w.cacheLow {
 		w.cacheLow = e.Index
 	}
-	for len(w.cache) > w.cacheSize || (len(w.cache) > 1 && w.cacheBytes > w.cacheMax) {
+	for len(w.cache) > w.cacheSize || (len(w.cache) > 1 && w.cacheBytes > w.cacheMax) ||
+		(len(w.cache) > 1 && len(w.followers) == 0 && w.cacheLow <= w.snapEnd) {
 		if old := w.cache[w.cacheLow]; old != nil {
 			w.cacheBytes -= proto.Size(old)
 			delete(w.cache, w.cacheLow)

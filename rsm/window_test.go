@@ -574,6 +574,66 @@ func TestWindowCacheBytes(t *testing.T) {
 	}
 }
 
+// TestWindowCacheWithoutFollowers: a leader without followers caches only
+// what the stored snapshot does not cover (its next segment is cut from
+// the cache); with a follower it keeps LogCacheSize entries, and a
+// follower that registers after the trim is sent what the cache still
+// holds, read from the store what the snapshot does not cover, and told
+// to catch up from the store for the rest.
+func TestWindowCacheWithoutFollowers(t *testing.T) {
+	w := testWindow(1, 1)
+	w.snapEvery, w.cacheSize = 10, 100
+	for i := uint64(1); i <= 30; i++ {
+		w.cacheEntry(&rsmpb.Entry{Index: i, Term: 1})
+	}
+	if len(w.cache) != 30 {
+		t.Fatalf("%d entries cached before any snapshot; want all 30", len(w.cache))
+	}
+	w.snapshotWritten(20, "v1", snapStats{base: 1000})
+	w.cacheEntry(&rsmpb.Entry{Index: 31, Term: 1})
+	if len(w.cache) != 11 || w.cacheLow != 21 || w.cache[20] != nil || w.cache[21] == nil {
+		t.Fatalf("after a snapshot to 20: %d cached from %d; want 21..31", len(w.cache), w.cacheLow)
+	}
+	w.confirmed = 31
+	w.holdSegment()
+	if j := w.snapshotToWrite(); j == nil || j.from != 21 || j.end != 30 || len(j.entries) != 10 {
+		t.Fatalf("segment job %+v; want 21..30 from the cache", j)
+	}
+	sum := 0
+	for _, e := range w.cache {
+		sum += proto.Size(e)
+	}
+	if sum != w.cacheBytes {
+		t.Fatalf("cacheBytes %d, entries hold %d", w.cacheBytes, sum)
+	}
+
+	w.register(followerInfo{ID: "f", ApplyIndex: 31})
+	w.snapshotWritten(31, "v2", snapStats{base: 1000, segs: 100})
+	for i := uint64(32); i <= 40; i++ {
+		w.cacheEntry(&rsmpb.Entry{Index: i, Term: 1})
+	}
+	if len(w.cache) != 20 || w.cacheLow != 21 {
+		t.Fatalf("with a follower: %d cached from %d; want 21..40 kept", len(w.cache), w.cacheLow)
+	}
+
+	// Alone again, the next entry trims to the stored snapshot; a
+	// follower that comes back behind it catches up from the store.
+	w.unregister("f")
+	w.confirmed = 41
+	w.cacheEntry(&rsmpb.Entry{Index: 41, Term: 1})
+	if len(w.cache) != 10 || w.cacheLow != 32 {
+		t.Fatalf("alone again: %d cached from %d; want 32..41", len(w.cache), w.cacheLow)
+	}
+	w.register(followerInfo{ID: "g", ApplyIndex: 25})
+	if j := w.syncPlan(w.followers["g"], time.Unix(1000, 0), time.Second, 100, 1<<20); j == nil || !j.tooFar || len(j.entries) != 0 {
+		t.Fatalf("plan for a follower behind the snapshot and the cache: %+v; want catch up from the store", j)
+	}
+	w.register(followerInfo{ID: "h", ApplyIndex: 31})
+	if j := w.syncPlan(w.followers["h"], time.Unix(1000, 0), time.Second, 100, 1<<20); j == nil || j.tooFar || len(j.entries) != 10 || j.entries[0].Index != 32 {
+		t.Fatalf("plan for a follower at the snapshot: %+v; want 32..41 from the cache", j)
+	}
+}
+
 // TestWindowLingersForAnsweredClients: with one write in flight, a batch
 // waits for the clients the leader is answering (their commands come
 // back a round trip after the answer) instead of leaving them to the
