@@ -21,6 +21,45 @@ type Borrower interface {
 	BorrowsCommands()
 }
 
+// A Preparer is a Borrower that does part of applying a command ahead of
+// Apply, off the goroutine that applies: a cold start calls Prepare for
+// the commands of a snapshot's log segments on the goroutines that decode
+// them, concurrently and in no particular order, and then ApplyPrepared,
+// in the log's order, where it would call Apply. What is slow and needs no
+// state belongs in Prepare (decoding a command, copying what Apply would
+// keep of it); kv's Machine copies a put's value there, and the page
+// faults of a cold start's fresh memory go with it. Prepare is lent its
+// command as Apply is, reads no state of the machine and changes none;
+// ApplyPrepared must return what Apply would for the command. A prepared
+// command may never be applied (a retry found in the log twice, a load
+// abandoned): what Prepare returns is only memory.
+type Preparer interface {
+	Borrower
+	// Prepare returns what ApplyPrepared is then given with cmd.
+	Prepare(cmd []byte) any
+	// ApplyPrepared applies cmd as Apply does, with what Prepare
+	// returned for it.
+	ApplyPrepared(cmd []byte, prepared any) []byte
+}
+
+// preparers returns the Preparers among machines when all of them are
+// Borrowers (a cold start lends their commands), else nil.
+func preparers(machines map[string]StateMachine) map[string]Preparer {
+	if !borrowsAll(machines) {
+		return nil
+	}
+	var out map[string]Preparer
+	for name, m := range machines {
+		if p, ok := m.(Preparer); ok {
+			if out == nil {
+				out = map[string]Preparer{}
+			}
+			out[name] = p
+		}
+	}
+	return out
+}
+
 // borrowsAll reports whether every machine is a Borrower.
 func borrowsAll(machines map[string]StateMachine) bool {
 	for _, m := range machines {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,5 +290,54 @@ func TestRestoringReportsTheLoad(t *testing.T) {
 	}
 	if r := n.Restoring(); r != (rsm.Restore{}) {
 		t.Fatalf("Restoring after the load = %+v, want none", r)
+	}
+}
+
+// preparingCounter is a paddedCounter that prepares its commands.
+type preparingCounter struct {
+	paddedCounter
+	prepares, applied atomic.Int64
+}
+
+func (*preparingCounter) BorrowsCommands() {}
+
+func (p *preparingCounter) Prepare(cmd []byte) any {
+	p.prepares.Add(1)
+	return len(cmd)
+}
+
+func (p *preparingCounter) ApplyPrepared(cmd []byte, prepared any) []byte {
+	p.applied.Add(1)
+	if prepared != len(cmd) {
+		panic(fmt.Sprintf("ApplyPrepared given %v for a command of %d bytes", prepared, len(cmd)))
+	}
+	return p.Apply(cmd)
+}
+
+// TestColdStartPrepares: a node that starts cold from a base and segments
+// prepares the segments' commands (here whatever their size), applies
+// them prepared, and reaches the state the group had.
+func TestColdStartPrepares(t *testing.T) {
+	t.Cleanup(rsm.SetPrepareFrom(0))
+	mem := memstore.New()
+	opts := fastOptions()
+	const pad = 64 << 10 // a base large enough that later snapshots add segments
+	writeGroupOf(t, mem, opts, &paddedCounter{pad: pad})
+	h := startHost(t, store.New(mem), "b")
+	m := &preparingCounter{paddedCounter: paddedCounter{pad: pad}}
+	n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": m}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, n)
+	got, err := n.Read(ctxT(t, 10*time.Second), "counter", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(3*opts.SnapshotThreshold + opts.SnapshotThreshold/2); decodeCount(t, got) != want {
+		t.Fatalf("the cold node counts %d, want %d", decodeCount(t, got), want)
+	}
+	if m.applied.Load() == 0 || m.prepares.Load() < m.applied.Load() {
+		t.Fatalf("%d commands prepared, %d applied prepared; want some applied, each prepared", m.prepares.Load(), m.applied.Load())
 	}
 }

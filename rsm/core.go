@@ -103,6 +103,12 @@ type result struct {
 // apply applies e, which the caller has checked is at index applied+1. It returns whether e
 // was valid and, if so, one result per command.
 func (r *replica) apply(e *rsmpb.Entry) (valid bool, results []result) {
+	return r.applyPrepared(e, nil)
+}
+
+// applyPrepared is apply with what Preparers returned for e's commands
+// (nil, or one per command: nil for a command not prepared).
+func (r *replica) applyPrepared(e *rsmpb.Entry, prepared []any) (valid bool, results []result) {
 	r.applied = e.Index
 	if e.Term < r.maxTerm {
 		return false, nil
@@ -113,7 +119,11 @@ func (r *replica) apply(e *rsmpb.Entry) (valid bool, results []result) {
 	}
 	results = make([]result, len(e.Commands))
 	for i, c := range e.Commands {
-		results[i] = r.applyCommand(c, e.Index)
+		var p any
+		if prepared != nil {
+			p = prepared[i]
+		}
+		results[i] = r.applyCommand(c, e.Index, p)
 	}
 	return true, results
 }
@@ -158,18 +168,18 @@ func (r *replica) machine(name string) (StateMachine, bool) {
 	return m, ok
 }
 
-func (r *replica) applyCommand(c *rsmpb.Command, index uint64) result {
+func (r *replica) applyCommand(c *rsmpb.Command, index uint64, prepared any) result {
 	switch {
 	case c.Register:
 		return r.register(c.Client, index)
 	case c.Session != 0:
-		return r.applySession(c, index)
+		return r.applySession(c, index, prepared)
 	case r.settings != nil:
 		// The previous version's identity in a group that has moved on:
 		// its table is gone, so the command cannot be vouched for.
 		return result{status: rsmpb.Status_SESSION_EXPIRED}
 	}
-	return r.applyLegacy(c, index)
+	return r.applyLegacy(c, index, prepared)
 }
 
 // register opens a session, numbered by registrations in log order. A
@@ -192,7 +202,7 @@ func (r *replica) register(label string, index uint64) result {
 // + 1. A session that is not in the table (evicted, or never opened) is
 // refused: its earlier commands may have been applied, so this one cannot
 // be told apart from a retry of one of them.
-func (r *replica) applySession(c *rsmpb.Command, index uint64) result {
+func (r *replica) applySession(c *rsmpb.Command, index uint64, prepared any) result {
 	rec := r.sessions[c.Session]
 	if rec == nil && c.Seq == 1 && r.mutation == mutateUnknownSessionIsNew {
 		rec = &rsmpb.SessionRecord{Session: c.Session, Label: fmt.Sprintf("session %d", c.Session), LastUsed: index}
@@ -213,16 +223,21 @@ func (r *replica) applySession(c *rsmpb.Command, index uint64) result {
 	case c.Seq > rec.Seq+1:
 		return result{status: rsmpb.Status_REQUEST_OUT_OF_SEQUENCE}
 	}
-	res := r.run(c)
+	res := r.run(c, prepared)
 	rec.Seq, rec.LastUsed = c.Seq, index
 	rec.Result, rec.HasResult = res.data, res.status == rsmpb.Status_OK
 	return res
 }
 
-func (r *replica) run(c *rsmpb.Command) result {
+// run applies c to its machine; prepared, if not nil, is what the
+// machine's Prepare returned for it.
+func (r *replica) run(c *rsmpb.Command, prepared any) result {
 	m, ok := r.machine(c.Machine)
 	if !ok {
 		return result{status: rsmpb.Status_UNKNOWN_MACHINE, data: []byte(c.Machine)}
+	}
+	if p, ok := m.(Preparer); ok && prepared != nil {
+		return result{status: rsmpb.Status_OK, data: p.ApplyPrepared(c.Data, prepared)}
 	}
 	return result{status: rsmpb.Status_OK, data: m.Apply(c.Data)}
 }
@@ -231,7 +246,7 @@ func (r *replica) run(c *rsmpb.Command) result {
 // replays to the state it acknowledged: an unknown client starting at 1 is
 // taken for a new one (which is why that version could apply a command
 // twice after evicting its client).
-func (r *replica) applyLegacy(c *rsmpb.Command, index uint64) result {
+func (r *replica) applyLegacy(c *rsmpb.Command, index uint64, prepared any) result {
 	rec := r.clients[c.Client]
 	switch {
 	case rec == nil && c.Seq != 1:
@@ -252,7 +267,7 @@ func (r *replica) applyLegacy(c *rsmpb.Command, index uint64) result {
 		r.clients[c.Client] = rec
 		r.evictClients()
 	}
-	res := r.run(c)
+	res := r.run(c, prepared)
 	rec.Seq, rec.LastUsed = c.Seq, index
 	rec.Result, rec.HasResult = res.data, res.status == rsmpb.Status_OK
 	return res

@@ -105,7 +105,7 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 	n := &Node{
 		host: h, group: group, opts: opts, rep: rep, m: h.m, ctx: ctx, cancel: cancel,
 		log:     h.log.With("group", group, "node", h.cfg.ID),
-		gs:      &groupStore{st: h.st, group: group, retry: opts.Retry, timeout: opts.StoreTimeout, now: time.Now, par: 8, borrow: borrowsAll(machines)},
+		gs:      &groupStore{st: h.st, group: group, retry: opts.Retry, timeout: opts.StoreTimeout, now: time.Now, par: 8, borrow: borrowsAll(machines), prep: preparers(machines)},
 		joined:  make(chan struct{}),
 		heard:   make(chan struct{}, 1),
 		refused: make(chan struct{}),
@@ -959,8 +959,8 @@ func (n *Node) loadSnapshot(ctx context.Context, snap *storedSnapshot) error {
 				}
 			}
 			return err
-		}, func(e *rsmpb.Entry) error {
-			n.rep.apply(e)
+		}, func(e *rsmpb.Entry, prepared []any) error {
+			n.rep.applyPrepared(e, prepared)
 			return nil
 		})
 		n.m.applyIndex.WithLabelValues(n.group).Set(float64(n.rep.applied))

@@ -406,7 +406,7 @@ func (n *simNode) loadSnapshot(p *simProc, snap *storedSnapshot) error {
 		n.specMax = cs.head.MaxTerm
 		n.record(simRec{index: cs.head.EndIndex, count: n.mach.count})
 		return nil
-	}, func(e *rsmpb.Entry) error {
+	}, func(e *rsmpb.Entry, _ []any) error {
 		n.apply(e)
 		return nil
 	})

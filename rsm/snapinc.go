@@ -385,6 +385,13 @@ func decodeSegment(b []byte, group string, first, last uint64) ([]*rsmpb.Entry, 
 // borrow, the commands' data are parts of b (decodeEntryBorrowed), for
 // machines that are all Borrowers.
 func decodeSegmentPar(b []byte, group string, first, last uint64, workers int, borrow bool) ([]*rsmpb.Entry, error) {
+	return decodeSegmentEach(b, group, first, last, workers, borrow, nil)
+}
+
+// decodeSegmentEach is decodeSegmentPar calling each, if not nil, with
+// every entry decoded (the k-th of the segment) on the goroutine that
+// decoded it.
+func decodeSegmentEach(b []byte, group string, first, last uint64, workers int, borrow bool, each func(k int, e *rsmpb.Entry)) ([]*rsmpb.Entry, error) {
 	frames, err := splitSegment(b, first, last)
 	if err != nil {
 		return nil, err
@@ -413,6 +420,9 @@ func decodeSegmentPar(b []byte, group string, first, last uint64, workers int, b
 				return
 			}
 			out[k] = e
+			if each != nil {
+				each(k, e)
+			}
 		}
 	}
 	workers = max(1, min(workers, len(frames)))

@@ -304,7 +304,7 @@ func TestLoadFromBaseAndSegments(t *testing.T) {
 	err := r.gs.loadManifest(t.Context(), snap, m.Base.Index, func(*chunkedStream) error {
 		t.Fatal("the base was read by a replica already at it")
 		return nil
-	}, func(e *rsmpb.Entry) error { applies = append(applies, e.Index); return nil })
+	}, func(e *rsmpb.Entry, _ []any) error { applies = append(applies, e.Index); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +385,7 @@ func TestReaderRacingCollectionStartsOver(t *testing.T) {
 	// The reader's manifest is gone from under it.
 	err = b.gs.loadManifest(t.Context(), snap, 0, func(cs *chunkedStream) error {
 		return b.rep.restoreFrom(cs.head, cs.machine)
-	}, func(*rsmpb.Entry) error { return nil })
+	}, func(*rsmpb.Entry, []any) error { return nil })
 	if !errors.Is(err, errSnapshotMoved) {
 		t.Fatalf("reading a collected manifest: %v, want errSnapshotMoved", err)
 	}
@@ -626,7 +626,7 @@ func partsOf(t testing.TB, b []byte, size int) (*partsReader, func()) {
 		keys = append(keys, k)
 	}
 	gs := &groupStore{st: store.New(mem), group: "g", retry: RetryOptions{MaxAttempts: 1}}
-	or := gs.openObjects(context.Background(), keys, true, false)
+	or := gs.openObjects(context.Background(), keys, true, 0)
 	return &partsReader{or: or}, or.close
 }
 
@@ -771,7 +771,7 @@ func TestReadAheadBoundedInBytes(t *testing.T) {
 	d := &startCountingDriver{Store: mem}
 	// 2,500 bytes: the object being decoded and one more of 1,000.
 	gs := &groupStore{st: store.New(d), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: 8, readAhead: 2500}
-	or := gs.openObjects(t.Context(), keys, false, false)
+	or := gs.openObjects(t.Context(), keys, false, 0)
 	defer or.close()
 	for i := range keys {
 		data, err := or.next()
@@ -842,7 +842,7 @@ func TestObjectReaderReusesBuffers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &bufferRecordingDriver{Store: mem}
 			gs := &groupStore{st: store.New(d), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: tc.par, readAhead: 3500}
-			or := gs.openObjects(t.Context(), keys, tc.reuse, false)
+			or := gs.openObjects(t.Context(), keys, tc.reuse, 0)
 			defer or.close()
 			for i := range keys {
 				data, err := or.next()
@@ -912,14 +912,24 @@ func TestLentSegmentsStayUntilApplied(t *testing.T) {
 		}
 	}
 	segs := m.segments()
-	snap := &storedSnapshot{Snapshot: &rsmpb.Snapshot{EndIndex: m.End}, man: m}
-	for _, budget := range []int{0, 1 << 20} { // one segment lent (the default), or all of them read ahead
+	small := &storedSnapshot{Snapshot: &rsmpb.Snapshot{EndIndex: m.End}, man: m}
+	large := *m
+	large.SegBytes = lendTwoFrom // as if the segments were that many bytes: two lent
+	for _, c := range []struct {
+		budget int
+		snap   *storedSnapshot
+	}{
+		{0, small}, // one segment lent (the default)
+		{0, &storedSnapshot{Snapshot: small.Snapshot, man: &large}},
+		{1 << 20, small}, // all of them read ahead
+	} {
+		budget, snap := c.budget, c.snap
 		gs.readAhead = budget
 		feed := gs.startSegments(t.Context(), snap, segs)
 		mems := map[*byte]bool{}
 		applied := 0
 		for {
-			entries, err := feed.next()
+			entries, _, err := feed.next()
 			if err == io.EOF {
 				break
 			}
@@ -943,6 +953,15 @@ func TestLentSegmentsStayUntilApplied(t *testing.T) {
 		if len(mems) > len(segs)/2 {
 			t.Fatalf("budget %d: %d segments lent from %d buffers: not reused", budget, len(segs), len(mems))
 		}
+	}
+}
+
+func TestLendAhead(t *testing.T) {
+	if got := lendAhead(lendTwoFrom - 1); got != segmentMax {
+		t.Errorf("below lendTwoFrom: %d bytes lent ahead, want one segment", got)
+	}
+	if got := lendAhead(lendTwoFrom); got != 2*segmentMax {
+		t.Errorf("at lendTwoFrom: %d bytes lent ahead, want two segments", got)
 	}
 }
 
@@ -984,7 +1003,7 @@ func testSegmentsDecodedAhead(t *testing.T, borrow bool) {
 			feed := gs.startSegments(t.Context(), snap, segs)
 			defer feed.close()
 			for {
-				entries, err := feed.next()
+				entries, _, err := feed.next()
 				if err == io.EOF {
 					return nil
 				}

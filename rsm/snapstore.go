@@ -278,16 +278,17 @@ func (g *groupStore) listSnapObjects(ctx context.Context) ([]string, error) {
 // snap (a manifest) describes: its base, streamed part by part into
 // restore (which must call finish on the stream), unless applied has
 // reached the base already; then the entries of its segments after
-// applied, handed to apply in index order. Objects are read once each, up
+// applied, handed to apply in index order with what the Preparers
+// returned for their commands (nil if none). Objects are read once each, up
 // to par at a time. An object missing while the manifest is unchanged is
 // refused (a *CorruptError naming it, rule 12); missing because the
 // manifest has moved on since it was read, errSnapshotMoved.
 func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, applied uint64,
-	restore func(cs *chunkedStream) error, apply func(*rsmpb.Entry) error) error {
+	restore func(cs *chunkedStream) error, apply func(e *rsmpb.Entry, prepared []any) error) error {
 	m := snap.man
 	if applied < m.Base.Index {
 		keys := m.baseKeys()
-		or := g.openObjects(ctx, keys, true, false)
+		or := g.openObjects(ctx, keys, true, 0)
 		pr := &partsReader{or: or}
 		var decodeErr error
 		err := func() error {
@@ -326,18 +327,22 @@ func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, app
 	feed := g.startSegments(ctx, snap, segs)
 	defer feed.close()
 	for {
-		entries, err := feed.next()
+		entries, prepared, err := feed.next()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		for _, e := range entries {
+		for k, e := range entries {
 			if e.Index <= applied {
 				continue
 			}
-			if err := apply(e); err != nil {
+			var p []any
+			if prepared != nil {
+				p = prepared[k]
+			}
+			if err := apply(e, p); err != nil {
 				return err
 			}
 			applied = e.Index
@@ -359,12 +364,29 @@ const segmentsAhead = 2
 const reuseSegmentsFrom = 16 * readAheadMax
 
 // lendAhead bounds the bytes of segments a load holds when it lends their
-// commands: one segment. Decoding lent commands copies nothing (3 times
-// faster: BenchmarkDecodeSegment), so a segment read and decoded only once
-// the previous one is applied cost a 1M-key cold start no time, and each
-// segment held ahead is 8 MiB more at a 100k-key cold start's peak
-// (tenure bench kv, docs/BENCHMARKS.md).
-const lendAhead = segmentMax
+// commands: one segment, or two once the segments to load reach
+// lendTwoFrom. From there the load also prepares the commands of
+// Preparers (prepareFrom). Held alone, a segment is read, decoded and
+// prepared only once the previous one is applied, and the applying
+// goroutine and the decoding ones take turns; a second lets them overlap:
+// a 1M-key cold start 17% faster. A 100k-key cold start's peak, near
+// twice the data, would grow by the segment and the values prepared
+// ahead of their apply, about 15 MiB (tenure bench kv, docs/BENCHMARKS.md).
+func lendAhead(segBytes uint64) int {
+	if segBytes >= lendTwoFrom {
+		return 2 * segmentMax
+	}
+	return segmentMax
+}
+
+// lendTwoFrom is the segments' bytes from which a load holds two: a
+// segment more is then at most 1/64 of what it loads.
+const lendTwoFrom = 64 * segmentMax
+
+// prepareFrom is the segments' bytes from which a load prepares commands
+// (Preparer): where it holds a segment ahead of the one applied, the one
+// place preparing saves time. Tests lower it.
+var prepareFrom uint64 = lendTwoFrom
 
 // segFeed hands out the decoded entries of a manifest's segments in
 // order; with reads ahead (par > 0) they are read and decoded in a
@@ -383,13 +405,15 @@ type segFeed struct {
 	i      int             // par 0: the next segment
 	out    chan segDecoded // par > 0
 	wg     sync.WaitGroup
-	lent   []byte // with g.borrow: the segment whose entries next handed out last
+	lent   []byte              // with g.borrow: the segment whose entries next handed out last
+	prep   map[string]Preparer // the machines whose commands are prepared (g.prep, for a large load)
 }
 
 type segDecoded struct {
-	entries []*rsmpb.Entry
-	data    []byte // the segment, with g.borrow
-	err     error
+	entries  []*rsmpb.Entry
+	prepared [][]any // with g.prep: per entry, what Prepare returned for each command
+	data     []byte  // the segment, with g.borrow
+	err      error
 }
 
 // decodeWorkers is how many goroutines decode one segment's entries.
@@ -402,10 +426,21 @@ func (g *groupStore) startSegments(ctx context.Context, snap *storedSnapshot, se
 		keys[i] = s.key
 	}
 	// Lent, a segment is given back once its entries are applied, not
-	// when the decoder reads the next; and the next is read once it is
-	// (lendAhead).
-	reuse := snap.man != nil && snap.man.SegBytes >= reuseSegmentsFrom
-	f := &segFeed{g: g, ctx: ctx, cancel: cancel, snap: snap, segs: segs, or: g.openObjects(ctx, keys, reuse, g.borrow)}
+	// when the decoder reads the next; and the next is read once there
+	// is room for it (lendAhead).
+	var segBytes uint64
+	if snap.man != nil {
+		segBytes = snap.man.SegBytes
+	}
+	reuse := segBytes >= reuseSegmentsFrom
+	lend := 0
+	if g.borrow {
+		lend = lendAhead(segBytes)
+	}
+	f := &segFeed{g: g, ctx: ctx, cancel: cancel, snap: snap, segs: segs, or: g.openObjects(ctx, keys, reuse, lend)}
+	if segBytes >= prepareFrom {
+		f.prep = g.prep
+	}
 	if g.par <= 0 {
 		return f
 	}
@@ -415,13 +450,13 @@ func (g *groupStore) startSegments(ctx context.Context, snap *storedSnapshot, se
 		defer f.wg.Done()
 		defer close(f.out)
 		for _, s := range segs {
-			entries, data, err := f.decode(s, decodeWorkers())
+			d := f.decode(s, decodeWorkers())
 			select {
-			case f.out <- segDecoded{entries, data, err}:
+			case f.out <- d:
 			case <-ctx.Done():
 				return
 			}
-			if err != nil {
+			if d.err != nil {
 				return
 			}
 		}
@@ -429,51 +464,78 @@ func (g *groupStore) startSegments(ctx context.Context, snap *storedSnapshot, se
 	return f
 }
 
-// decode reads and decodes the next segment, s; with g.borrow it returns
-// the segment's memory too, to be given back once the entries are applied.
-func (f *segFeed) decode(s segRef, workers int) ([]*rsmpb.Entry, []byte, error) {
+// decode reads and decodes the next segment, s, and prepares its commands
+// for the machines that are Preparers, on the goroutines that decode; with
+// g.borrow it returns the segment's memory too, to be given back once the
+// entries are applied.
+func (f *segFeed) decode(s segRef, workers int) segDecoded {
 	data, err := f.or.next()
 	if err != nil {
-		return nil, nil, f.g.objectErr(f.ctx, f.snap, s.key, err)
+		return segDecoded{err: f.g.objectErr(f.ctx, f.snap, s.key, err)}
 	}
-	entries, err := decodeSegmentPar(data, f.g.group, s.first, s.last, workers, f.g.borrow)
+	var prepared [][]any
+	var each func(k int, e *rsmpb.Entry)
+	if f.prep != nil {
+		prepared = make([][]any, s.last-s.first+1)
+		each = func(k int, e *rsmpb.Entry) { prepared[k] = prepare(f.prep, e) }
+	}
+	entries, err := decodeSegmentEach(data, f.g.group, s.first, s.last, workers, f.g.borrow, each)
 	if !f.g.borrow {
 		data = nil
 	}
 	if err != nil {
-		return nil, data, &CorruptError{Key: s.key, Err: err}
+		return segDecoded{data: data, err: &CorruptError{Key: s.key, Err: err}}
 	}
-	return entries, data, nil
+	return segDecoded{entries: entries, prepared: prepared, data: data}
 }
 
-// next returns the next segment's entries; io.EOF after the last. The
-// caller is done with the entries it had before.
-func (f *segFeed) next() ([]*rsmpb.Entry, error) {
+// prepare returns what the Preparers in prep return for e's commands (nil
+// for the others), or nil if none of them is for a Preparer.
+func prepare(prep map[string]Preparer, e *rsmpb.Entry) []any {
+	var out []any
+	for i, c := range e.Commands {
+		if c.Register {
+			continue
+		}
+		if p := prep[c.Machine]; p != nil {
+			if out == nil {
+				out = make([]any, len(e.Commands))
+			}
+			out[i] = p.Prepare(c.Data)
+		}
+	}
+	return out
+}
+
+// next returns the next segment's entries, with what was prepared for
+// them (nil, or one per entry); io.EOF after the last. The caller is done
+// with the entries it had before.
+func (f *segFeed) next() ([]*rsmpb.Entry, [][]any, error) {
 	if f.lent != nil {
 		f.or.give(f.lent)
 		f.lent = nil
 	}
 	if f.out == nil {
 		if f.i >= len(f.segs) {
-			return nil, io.EOF
+			return nil, nil, io.EOF
 		}
 		f.i++
-		entries, data, err := f.decode(f.segs[f.i-1], 1)
-		f.lent = data
-		return entries, err
+		d := f.decode(f.segs[f.i-1], 1)
+		f.lent = d.data
+		return d.entries, d.prepared, d.err
 	}
 	select {
 	case d, ok := <-f.out:
 		if !ok {
 			if err := f.ctx.Err(); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			return nil, io.EOF
+			return nil, nil, io.EOF
 		}
 		f.lent = d.data
-		return d.entries, d.err
+		return d.entries, d.prepared, d.err
 	case <-f.ctx.Done():
-		return nil, f.ctx.Err()
+		return nil, nil, f.ctx.Err()
 	}
 }
 
@@ -561,15 +623,15 @@ type fetched struct {
 	err  error
 }
 
-func (g *groupStore) openObjects(ctx context.Context, keys []string, reuse, lend bool) *objectReader {
+func (g *groupStore) openObjects(ctx context.Context, keys []string, reuse bool, lend int) *objectReader {
 	ctx, cancel := context.WithCancel(ctx)
 	o := &objectReader{g: g, ctx: ctx, cancel: cancel, keys: keys, released: make(chan struct{}, 1), budget: readAheadMax,
-		reuse: reuse || lend, lending: lend}
+		reuse: reuse || lend > 0, lending: lend > 0}
 	switch {
 	case g.readAhead > 0:
 		o.budget = g.readAhead
-	case lend:
-		o.budget = lendAhead
+	case lend > 0:
+		o.budget = lend
 	}
 	if g.par <= 0 || len(keys) == 0 {
 		return o

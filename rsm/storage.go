@@ -27,8 +27,9 @@ type groupStore struct {
 	par     int           // objects read or deleted at once; 0: one at a time, in the caller's goroutine
 	nonces  func() []byte // the snapshot writes' nonces; nil: newNonce (the simulator's are seeded)
 
-	readAhead int  // bytes of objects read ahead (objectReader); 0: readAheadMax
-	borrow    bool // the machines are all Borrowers: segments' commands are lent (segFeed)
+	readAhead int                 // bytes of objects read ahead (objectReader); 0: readAheadMax
+	borrow    bool                // the machines are all Borrowers: segments' commands are lent (segFeed)
+	prep      map[string]Preparer // with borrow: the machines a cold start prepares commands for
 
 	mu          sync.Mutex
 	snapVersion string    // the snapshot version last read or written

@@ -67,6 +67,14 @@
 // nodes (about 110 bytes a key) and the keys and values replaced or
 // deleted since its capture; dropping it frees them.
 //
+// # Cold start
+//
+// Machine is an rsm.Borrower (Apply keeps nothing of its command) and an
+// rsm.Preparer: a cold start lends it the commands of a snapshot's log
+// segments where they were read, and the goroutines that decode them call
+// Prepare, which decodes a command and copies the value a put or a swap
+// stores; ApplyPrepared then only updates the tree, in log order.
+//
 // # Errors
 //
 // Client returns ErrNotFound for a missing key, ErrInvalidKey and

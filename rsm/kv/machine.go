@@ -71,6 +71,7 @@ type Machine struct {
 var (
 	_ rsm.StateMachine = (*Machine)(nil)
 	_ rsm.Capturer     = (*Machine)(nil)
+	_ rsm.Preparer     = (*Machine)(nil)
 )
 
 // New returns an empty machine at revision 0.
@@ -108,11 +109,60 @@ func (m *Machine) Apply(cmd []byte) []byte {
 	if err != nil {
 		return errorReply(err)
 	}
+	return m.apply(c, false)
+}
+
+// prepared is a command Prepare decoded and checked, its value copied.
+type prepared struct {
+	c   command
+	err error
+}
+
+// Prepare makes the Machine an rsm.Preparer: it decodes and checks cmd and
+// copies the value a put or a swap would store, which a cold start then
+// does on the goroutines that decode the log instead of the one that
+// applies it.
+func (m *Machine) Prepare(cmd []byte) any {
+	c, err := decodeCommand(cmd)
+	if err == nil {
+		err = validKey(c.key)
+	}
+	if err != nil {
+		return &prepared{err: err}
+	}
+	if c.op != tagDelete {
+		c.value = ownValue(c.value)
+	}
+	return &prepared{c: c}
+}
+
+// ApplyPrepared applies cmd as Apply does, with what Prepare returned for
+// it.
+func (m *Machine) ApplyPrepared(cmd []byte, p any) []byte {
+	pc, ok := p.(*prepared)
+	if !ok {
+		return m.Apply(cmd)
+	}
+	if pc.err != nil {
+		return errorReply(pc.err)
+	}
+	return m.apply(pc.c, true)
+}
+
+// apply applies c, decoded and checked; owned says its value is a copy
+// the machine may keep.
+func (m *Machine) apply(c command, owned bool) []byte {
+	value := func() []byte {
+		if owned {
+			return c.value
+		}
+		return ownValue(c.value)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch c.op {
 	case tagPut:
-		return reply{tag: tagPutResult, rev: m.put(c.key, c.value)}.encode()
+		return reply{tag: tagPutResult, rev: m.put(c.key, value())}.encode()
 	case tagDelete:
 		if _, ok := m.tree.Delete(entry{key: c.key}); !ok {
 			return reply{tag: tagDeleteResult, ok: false, rev: m.rev}.encode()
@@ -127,17 +177,23 @@ func (m *Machine) Apply(cmd []byte) []byte {
 		if cur != c.expect {
 			return reply{tag: tagCASResult, ok: false, rev: cur}.encode()
 		}
-		return reply{tag: tagCASResult, ok: true, rev: m.put(c.key, c.value)}.encode()
+		return reply{tag: tagCASResult, ok: true, rev: m.put(c.key, value())}.encode()
 	}
 }
 
-// put sets key to a copy of value at the next revision and returns it.
+// ownValue is the copy of a command's value the machine keeps (never
+// nil: an empty value is stored as one).
+func ownValue(v []byte) []byte {
+	if v = bytes.Clone(v); v == nil {
+		v = []byte{}
+	}
+	return v
+}
+
+// put sets key to value, the machine's own, at the next revision and
+// returns it.
 func (m *Machine) put(key string, value []byte) uint64 {
 	m.rev++
-	value = bytes.Clone(value)
-	if value == nil {
-		value = []byte{}
-	}
 	// One search for a new key, a second for one that existed (its
 	// create revision stays).
 	if old, ok := m.tree.ReplaceOrInsert(entry{key: key, value: value, create: m.rev, mod: m.rev}); ok {
