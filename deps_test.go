@@ -25,6 +25,24 @@ func TestBinaryDoesNotLinkArrow(t *testing.T) {
 	}
 }
 
+// gcsstore speaks the JSON API through google.golang.org/api/storage/v1: the
+// Cloud Storage client library links gRPC's xDS, Envoy's protobufs, CEL and
+// the OpenTelemetry SDK and exporters, and initialises them at start (tenure
+// 82.8 MB with it, 57.1 MB without; docs/BENCHMARKS.md, Binary weight).
+func TestBinaryDoesNotLinkTheCloudStorageLibrary(t *testing.T) {
+	heavy := []string{
+		"cloud.google.com/go/storage", "google.golang.org/grpc/xds", "github.com/envoyproxy/",
+		"cel.dev/", "go.opentelemetry.io/otel/sdk", "cloud.google.com/go/monitoring",
+	}
+	for _, p := range deps(t, "./cmd/tenure") {
+		for _, h := range heavy {
+			if strings.HasPrefix(p, h) {
+				t.Errorf("cmd/tenure links %s; see docs/BENCHMARKS.md, Binary weight", p)
+			}
+		}
+	}
+}
+
 // A program that imports election, lease or the file and memory drivers
 // builds none of the cloud SDKs, gRPC or the test-only modules.
 func TestCorePackagesStayLight(t *testing.T) {

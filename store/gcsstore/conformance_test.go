@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
-	"cloud.google.com/go/storage"
 	"google.golang.org/api/option"
+	"google.golang.org/api/storage/v1"
 
 	"github.com/tenure-io/tenure/internal/testutil"
 	"github.com/tenure-io/tenure/store"
@@ -59,12 +59,11 @@ func openLosingAnswers(t *testing.T, srv testutil.GCSServer) (*store.Store, func
 	tr := faultstore.NewTransport(http.DefaultTransport.(*http.Transport).Clone())
 	hc := &http.Client{Transport: tr}
 	t.Cleanup(hc.CloseIdleConnections)
-	client, err := storage.NewClient(ctx(t), append(gcsstore.ClientOptions(srv.Endpoint), option.WithHTTPClient(hc))...)
+	service, err := storage.NewService(ctx(t), append(gcsstore.ClientOptions(srv.Endpoint), option.WithHTTPClient(hc))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = client.Close() })
-	d, err := gcsstore.New(client, srv.Bucket, newPrefix(), gcsstore.Options{Endpoint: srv.Endpoint})
+	d, err := gcsstore.New(service, srv.Bucket, newPrefix(), gcsstore.Options{Endpoint: srv.Endpoint})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package gcsstore is the tenure store driver for Google Cloud Storage,
-// registered as the URL scheme "gs". It uses the official client library,
-// cloud.google.com/go/storage. Import it for its side effect, or import
-// github.com/tenure-io/tenure/store/all:
+// registered as the URL scheme "gs". It uses Google's generated client for
+// the Cloud Storage JSON API, google.golang.org/api/storage/v1. Import it
+// for its side effect, or import github.com/tenure-io/tenure/store/all:
 //
 //	import _ "github.com/tenure-io/tenure/store/gcsstore"
 //
@@ -21,16 +21,17 @@
 // Unknown or repeated parameters are an error. Credentials never go in the
 // URL: they come from Application Default Credentials
 // (GOOGLE_APPLICATION_CREDENTIALS, `gcloud auth application-default login`,
-// the metadata server on Google Cloud). With STORAGE_EMULATOR_HOST set, the
-// client library sends every request to that host without credentials;
-// ?endpoint= takes precedence over it. Open makes one objects.list request
-// and returns an error matching store.ErrPermanent that names the problem if
-// the bucket does not exist, the credentials are refused or missing, or the
-// URL is malformed.
+// the metadata server on Google Cloud). With STORAGE_EMULATOR_HOST set (a
+// host:port, or a URL such as http://127.0.0.1:4443), every request goes to
+// that host without credentials, as with Google's own Cloud Storage
+// clients; ?endpoint= takes precedence over it. Open makes one objects.list
+// request and returns an error matching store.ErrPermanent that names the
+// problem if the bucket does not exist, the credentials are refused or
+// missing, or the URL (or STORAGE_EMULATOR_HOST) is malformed.
 //
-// New takes a *storage.Client of your own, for custom HTTP clients,
-// credentials or retry settings; ClientOptions gives the options Open
-// builds its client with.
+// New takes a *storage.Service (google.golang.org/api/storage/v1) of your
+// own, for custom HTTP clients or credentials; ClientOptions gives the
+// options Open builds its service with.
 //
 // # Permissions
 //
@@ -52,16 +53,18 @@
 // store.ErrPreconditionFailed without a request (and generation 0, which
 // the API reads as "does not exist", is never sent as a version).
 //
-// The client library retries requests it deems idempotent, and it counts a
-// write with a generation precondition as idempotent. The driver turns that
-// off for every conditional write: a retry whose first attempt landed would
-// fail with 412 against its own write, reporting as lost a write that won.
-// Such a write instead fails once, with the first error, which
+// Conditional writes are sent once: a retry whose first attempt landed
+// would fail with 412 against its own write, reporting as lost a write that
+// won. Such a write instead fails with the first error, which
 // store.IsAmbiguous reports as ambiguous; store.PutResolved settles it by
-// reading back. Get, List and unconditional Delete keep the client's
-// retries; clients that Open builds make at most three attempts, with
-// pauses of 100 ms to 1 s (the library's own default retries until the
-// context ends). Reads use the JSON API, as every request does.
+// reading back. The service retries nothing itself (the driver never asks
+// it to). The driver repeats the requests that are safe to repeat (Get,
+// List, an unconditional Delete, Open's bucket check) after an error that
+// maps to ErrTransient or ErrThrottled (below): up to three attempts, with
+// pauses of 100 ms to 1 s, for a service from Open or from New alike. Get
+// checks the CRC32C that Cloud Storage announces for the object
+// (X-Goog-Hash) unless the bytes were decompressed on the way; a download
+// whose body breaks off or fails that check is made again, whole.
 //
 // Errors map to store errors as follows: 412 (conditionNotMet), and 404
 // on a conditional delete: ErrPreconditionFailed. 404 on Get:
@@ -70,8 +73,7 @@
 // connection errors: ErrTransient. 409: ErrConflict. 401, 403, 501,
 // redirects, and 404 on Put and List (the bucket is gone): ErrPermanent.
 // 400 (an object name Cloud Storage refuses) and 413: ErrInvalidArgument.
-// errors.As still reaches the library's error types, such as
-// *googleapi.Error.
+// errors.As still reaches the service's error type, *googleapi.Error.
 //
 // # Limits
 //

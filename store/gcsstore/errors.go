@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 
-	"cloud.google.com/go/storage"
 	"google.golang.org/api/googleapi"
 
 	"github.com/tenure-io/tenure/store/driver"
@@ -39,8 +38,9 @@ var reasonKinds = map[string]driver.Kind{
 	"internalError":         driver.Transient,
 }
 
-// classify maps a client error to a driver.Kind. Writes and conditional
-// deletes add rules of their own (Store.writeError, Store.Delete).
+// classify maps a service error to a driver.Kind. Writes, conditional
+// deletes and listings add rules of their own (Store.writeError,
+// Store.Delete, Store.List).
 func classify(err error) driver.Kind {
 	switch {
 	case err == nil:
@@ -49,10 +49,6 @@ func classify(err error) driver.Kind {
 		return driver.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
 		return driver.Transient
-	case errors.Is(err, storage.ErrBucketNotExist):
-		return driver.Permanent
-	case errors.Is(err, storage.ErrObjectNotExist):
-		return driver.NotFound
 	}
 	status, reason := statusAndReason(err)
 	if k, ok := reasonKinds[reason]; ok {

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"testing"
 
-	"cloud.google.com/go/storage"
 	"google.golang.org/api/googleapi"
 
 	"github.com/tenure-io/tenure/store"
@@ -134,9 +133,12 @@ func TestClassify(t *testing.T) {
 		err  error
 		want driver.Kind
 	}{
-		{"object missing", fmt.Errorf("%w: %w", storage.ErrObjectNotExist, apiErr(404, "notFound")), driver.NotFound},
-		{"bucket missing", fmt.Errorf("%w: %w", storage.ErrBucketNotExist, apiErr(404, "notFound")), driver.Permanent},
-		{"retries exhausted", fmt.Errorf("storage: retry failed after 3 attempts; last error: %w", apiErr(503, "")), driver.Transient},
+		{"object missing", apiErr(404, "notFound"), driver.NotFound},
+		// A media download's error carries the status and the body, not
+		// the reasons.
+		{"download of a missing object", &googleapi.Error{Code: 404, Body: "No such object: bucket/p/k"}, driver.NotFound},
+		{"retries exhausted", fmt.Errorf("gcsstore: 3 attempts failed, the last with: %w", apiErr(503, "")), driver.Transient},
+		{"retries cut short", fmt.Errorf("gcsstore: waiting to try again: %w", errors.Join(context.Canceled, apiErr(503, ""))), driver.Canceled},
 		{"reason before status", apiErr(403, "rateLimitExceeded"), driver.Throttled},
 		{"canceled", fmt.Errorf("x: %w", context.Canceled), driver.Canceled},
 		{"deadline", context.DeadlineExceeded, driver.Transient},

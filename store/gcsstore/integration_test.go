@@ -5,13 +5,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"cloud.google.com/go/storage"
 	"github.com/googleapis/gax-go/v2"
 	"google.golang.org/api/googleapi"
+	"google.golang.org/api/storage/v1"
 
 	"github.com/tenure-io/tenure/internal/testutil"
 	"github.com/tenure-io/tenure/store"
@@ -147,8 +148,8 @@ func (p *lossyProxy) uploadCount() int {
 
 // TestLostAnswer makes fake-gcs-server apply a conditional write whose
 // answer the client never gets. The driver must report it once, as
-// ambiguous, instead of letting the library retry into a 412 against its
-// own write; PutResolved then finds that it landed.
+// ambiguous, instead of sending it again into a 412 against its own
+// write; PutResolved then finds that it landed.
 func TestLostAnswer(t *testing.T) {
 	srv := testutil.FakeGCS(t)
 	for _, mode := range []string{"503", "reset"} {
@@ -192,41 +193,41 @@ func TestLostAnswer(t *testing.T) {
 	}
 }
 
-// TestLibraryRetryHazard is the reason the driver turns retries off: with
-// the library's default policy, a create whose answer is lost is sent
-// again and fails with 412 against its own write, which landed.
+// TestLibraryRetryHazard is the reason the driver sends conditional writes
+// once: a create whose answer is lost, sent again by the service's own
+// retry (WithRetry), fails with 412 against its own write, which landed.
 func TestLibraryRetryHazard(t *testing.T) {
 	srv := testutil.FakeGCS(t)
 	p := newLossyProxy(t, srv.Endpoint)
-	client, err := storage.NewClient(ctx(t), gcsstore.ClientOptions(p.srv.URL)...)
+	service, err := storage.NewService(ctx(t), gcsstore.ClientOptions(p.srv.URL)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
-	client.SetRetry(storage.WithBackoff(gax.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond}))
 
 	name := newPrefix() + "k"
 	p.arm("503")
-	// The default ChunkSize: a value that fits in one chunk is sent in one
-	// request, buffered so that it can be sent again. (With ChunkSize 0, as
-	// the driver sets, the library streams the value and cannot repeat
-	// it; the driver turns retries off all the same.)
-	w := client.Bucket(srv.Bucket).Object(name).If(storage.Conditions{DoesNotExist: true}).NewWriter(ctx(t))
-	_, _ = w.Write([]byte("mine"))
-	err = w.Close()
+	// The default chunk size: a value that fits in one chunk is sent in
+	// one request, buffered so that it can be sent again. (With ChunkSize
+	// 0, as the driver sets, the value is streamed; and the driver never
+	// asks for WithRetry.)
+	_, err = service.Objects.Insert(srv.Bucket, &storage.Object{Name: name}).
+		Media(strings.NewReader("mine")).
+		IfGenerationMatch(0).
+		WithRetry(&gax.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond}, nil).
+		Context(ctx(t)).Do()
 	var ge *googleapi.Error
 	if !errors.As(err, &ge) || ge.Code != http.StatusPreconditionFailed {
-		t.Fatalf("the library's own retry: %v; want 412 against its own write", err)
+		t.Fatalf("the service's own retry: %v; want 412 against its own write", err)
 	}
 	if n := p.uploadCount(); n != 2 {
 		t.Errorf("%d uploads, want 2 (the lost one and the retry)", n)
 	}
-	r, err := client.Bucket(srv.Bucket).Object(name).NewReader(ctx(t))
+	res, err := service.Objects.Get(srv.Bucket, name).Context(ctx(t)).Download()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	if data, _ := io.ReadAll(r); string(data) != "mine" {
+	defer res.Body.Close()
+	if data, _ := io.ReadAll(res.Body); string(data) != "mine" {
 		t.Fatalf("stored %q; the write that was reported lost should have landed", data)
 	}
 }

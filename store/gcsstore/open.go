@@ -8,11 +8,9 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
 
-	"cloud.google.com/go/storage"
-	"github.com/googleapis/gax-go/v2"
 	"google.golang.org/api/option"
+	"google.golang.org/api/storage/v1"
 
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
@@ -34,35 +32,52 @@ func init() {
 // URL query parameters OpenURL accepts.
 var params = []string{"endpoint"}
 
-// emulatorEnv is the variable that points the client library at an
-// emulator.
+// emulatorEnv is the variable that points Google's Cloud Storage clients
+// at an emulator: a host and port, or a base URL.
 const emulatorEnv = "STORAGE_EMULATOR_HOST"
 
-// Retries of the clients that OpenURL builds, for the requests that may be
-// repeated (reads, listings, unconditional deletes): the library's default
-// retries until the context ends, with pauses of up to 30 s, which would
-// hide an outage from a caller with deadlines of its own (a leader's renew
-// deadline). Three attempts, as the AWS SDK makes for s3store.
-var (
-	maxAttempts = 3
-	backoff     = gax.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2}
-)
-
-// ClientOptions returns the options OpenURL builds its client with, for an
-// endpoint (empty for Cloud Storage or STORAGE_EMULATOR_HOST). Use them
-// with storage.NewClient, adding your own, to build a client for New that
-// behaves as OpenURL's does; OpenURL then also limits the client's retries
-// with SetRetry (three attempts, pauses of 100 ms to 1 s).
-func ClientOptions(endpoint string) []option.ClientOption {
-	// The JSON API for reads too: one API, whose errors carry reasons,
-	// and which every emulator serves at the endpoint's own host.
-	opts := []option.ClientOption{storage.WithJSONReads()}
-	if endpoint != "" {
-		opts = append(opts,
-			option.WithEndpoint(strings.TrimSuffix(endpoint, "/")+"/storage/v1/"),
-			option.WithoutAuthentication())
+// emulatorEndpoint returns the base URL of the JSON API that
+// STORAGE_EMULATOR_HOST names ("" if it is not set), read as Google's
+// Cloud Storage client library reads it: a value without a scheme is an
+// http:// host, and the path is /storage/v1/.
+func emulatorEndpoint() (string, error) {
+	host := os.Getenv(emulatorEnv)
+	if host == "" {
+		return "", nil
 	}
-	return opts
+	u := &url.URL{Scheme: "http", Host: host}
+	if strings.Contains(host, "://") {
+		var err error
+		if u, err = url.Parse(host); err != nil || u.Host == "" {
+			return "", fmt.Errorf("%s=%q is neither host:port nor a URL such as http://127.0.0.1:4443", emulatorEnv, host)
+		}
+	}
+	u.Path, u.RawPath = "/storage/v1/", ""
+	return u.String(), nil
+}
+
+// ClientOptions returns the options OpenURL builds its service with, for an
+// endpoint (empty for Cloud Storage, or the emulator that
+// STORAGE_EMULATOR_HOST names). Use them with storage.NewService
+// (google.golang.org/api/storage/v1), adding your own, to build a service
+// for New that behaves as OpenURL's does. With an endpoint or an emulator,
+// requests go there without credentials; otherwise the service uses
+// Application Default Credentials, as google.golang.org/api does by default.
+func ClientOptions(endpoint string) []option.ClientOption {
+	var base string
+	switch emulator, err := emulatorEndpoint(); {
+	case endpoint != "":
+		base = strings.TrimSuffix(endpoint, "/") + "/storage/v1/"
+	case err != nil:
+		// OpenURL refuses such a value, and New a service built with it,
+		// naming it.
+		base = strings.TrimSuffix(os.Getenv(emulatorEnv), "/") + "/storage/v1/"
+	case emulator != "":
+		base = emulator
+	default:
+		return nil
+	}
+	return []option.ClientOption{option.WithEndpoint(base), option.WithoutAuthentication()}
 }
 
 // OpenURL opens a driver for a URL such as "gs://bucket/prefix" or
@@ -78,30 +93,28 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := storage.NewClient(ctx, ClientOptions(c.endpoint)...)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("gcsstore: create client: %w", errors.Join(ctx.Err(), err))
-		}
-		return nil, driver.Errorf(driver.Permanent, "gcsstore: no usable Google credentials (Application Default Credentials: "+
-			"GOOGLE_APPLICATION_CREDENTIALS, `gcloud auth application-default login`, or the metadata server): %w", err)
-	}
-	client.SetRetry(storage.WithMaxAttempts(maxAttempts), storage.WithBackoff(backoff))
-
 	where := c.endpoint
 	if where == "" {
+		if _, err := emulatorEndpoint(); err != nil {
+			return nil, driver.Errorf(driver.Permanent, "gcsstore: %w", err)
+		}
 		if h := os.Getenv(emulatorEnv); h != "" {
 			where = emulatorEnv + "=" + h
 		}
 	}
-	s, err := New(client, c.bucket, c.prefix, Options{Endpoint: where})
+	service, err := storage.NewService(ctx, ClientOptions(c.endpoint)...)
 	if err != nil {
-		_ = client.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("gcsstore: create the Cloud Storage service: %w", errors.Join(ctx.Err(), err))
+		}
+		return nil, driver.Errorf(driver.Permanent, "gcsstore: no usable Google credentials (Application Default Credentials: "+
+			"GOOGLE_APPLICATION_CREDENTIALS, `gcloud auth application-default login`, or the metadata server): %w", err)
+	}
+	s, err := New(service, c.bucket, c.prefix, Options{Endpoint: where})
+	if err != nil {
 		return nil, err
 	}
-	s.owned = true
 	if err := s.CheckBucket(ctx); err != nil {
-		_ = client.Close()
 		return nil, err
 	}
 	return s, nil

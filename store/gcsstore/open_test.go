@@ -10,13 +10,16 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/api/storage/v1"
+
 	"github.com/tenure-io/tenure/internal/testutil"
 	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/driver"
 	"github.com/tenure-io/tenure/store/gcsstore"
 )
 
 // isolateGoogleConfig keeps the developer's own Google configuration out
-// of a test, and makes sure the client library never probes the metadata
+// of a test, and makes sure the Google client never probes the metadata
 // server (a link-local address) for credentials: a missing credentials
 // file fails before that.
 func isolateGoogleConfig(t *testing.T) {
@@ -148,7 +151,7 @@ func TestOpenUnreachable(t *testing.T) {
 }
 
 // STORAGE_EMULATOR_HOST sends a URL without ?endpoint= to the emulator,
-// without credentials, as the client library documents.
+// without credentials, as Google's Cloud Storage clients document.
 func TestOpenWithEmulatorHost(t *testing.T) {
 	srv := testutil.FakeGCS(t)
 	isolateGoogleConfig(t)
@@ -173,5 +176,71 @@ func TestOpenWithEmulatorHost(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "STORAGE_EMULATOR_HOST=") {
 		t.Errorf("error %v does not name the emulator it asked", err)
+	}
+}
+
+// STORAGE_EMULATOR_HOST may also be a URL, as Google's Cloud Storage
+// clients read it; one that is neither a host nor a URL is refused at
+// Open, naming it.
+func TestOpenWithEmulatorURL(t *testing.T) {
+	srv := testutil.FakeGCS(t)
+	isolateGoogleConfig(t)
+	t.Setenv("STORAGE_EMULATOR_HOST", srv.Endpoint+"/")
+	s, err := store.Open(ctx(t), "gs://"+srv.Bucket+"/"+newPrefix())
+	if err != nil {
+		t.Fatalf("Open with STORAGE_EMULATOR_HOST=%s/: %v", srv.Endpoint, err)
+	}
+	defer s.Close()
+	if _, err := s.Put(ctx(t), "k", []byte("x"), store.IfAbsent()); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("STORAGE_EMULATOR_HOST", "http://[::1")
+	s, err = store.Open(ctx(t), "gs://"+srv.Bucket+"/p")
+	if err == nil {
+		s.Close()
+		t.Fatal("Open with a malformed STORAGE_EMULATOR_HOST succeeded")
+	}
+	if !errors.Is(err, store.ErrPermanent) || !strings.Contains(err.Error(), `STORAGE_EMULATOR_HOST="http://[::1"`) {
+		t.Errorf("error %v: want ErrPermanent naming STORAGE_EMULATOR_HOST", err)
+	}
+}
+
+// ClientOptions gives a service for New what Open would build: without an
+// endpoint, it follows STORAGE_EMULATOR_HOST.
+func TestClientOptionsFollowEmulatorHost(t *testing.T) {
+	srv := testutil.FakeGCS(t)
+	isolateGoogleConfig(t)
+	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(srv.Endpoint, "http://"))
+	service, err := storage.NewService(ctx(t), gcsstore.ClientOptions("")...)
+	if err != nil {
+		t.Fatalf("NewService with ClientOptions(\"\"): %v", err)
+	}
+	d, err := gcsstore.New(service, srv.Bucket, newPrefix(), gcsstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CheckBucket(ctx(t)); err != nil {
+		t.Fatalf("CheckBucket on the emulator: %v", err)
+	}
+	s := store.New(d)
+	defer s.Close()
+	v, err := s.Put(ctx(t), "k", []byte("x"), store.IfAbsent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, gv, err := s.Get(ctx(t), "k"); err != nil || gv != v {
+		t.Fatalf("Get = %q, %v; want version %q", gv, err, v)
+	}
+
+	// A malformed value gives a service that New refuses, rather than one
+	// that fails at its first request.
+	t.Setenv("STORAGE_EMULATOR_HOST", "http://[::1")
+	service, err = storage.NewService(ctx(t), gcsstore.ClientOptions("")...)
+	if err != nil {
+		t.Fatalf("NewService with ClientOptions(\"\"): %v", err)
+	}
+	if _, err := gcsstore.New(service, srv.Bucket, "p", gcsstore.Options{}); driver.Classify(nil, err) != driver.Permanent || !strings.Contains(err.Error(), "http://[::1") {
+		t.Errorf("New with a service for STORAGE_EMULATOR_HOST=http://[::1: %v; want ErrPermanent naming it", err)
 	}
 }

@@ -2,20 +2,25 @@ package gcsstore_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"cloud.google.com/go/storage"
 	"google.golang.org/api/googleapi"
+	"google.golang.org/api/storage/v1"
 
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/gcsstore"
@@ -247,8 +252,8 @@ func TestVersionsThatAreNotGenerations(t *testing.T) {
 }
 
 // A conditional write answered 503 (or 429, or 500) is sent once, and its
-// error is ambiguous: the write may have landed. The library would retry
-// it, as a read answered the same way shows.
+// error is ambiguous: the write may have landed. A read answered the same
+// way is made again, up to three attempts.
 func TestConditionalWritesAreSentOnce(t *testing.T) {
 	for _, c := range []struct {
 		status   int
@@ -278,9 +283,9 @@ func TestConditionalWritesAreSentOnce(t *testing.T) {
 			}
 			for name, write := range writes {
 				f.reset()
-				// Bounded: the library's upload retries ignore the
-				// client's attempt limit and go on until the context
-				// ends, so a regression would otherwise hang.
+				// Bounded: an upload retried by the service itself
+				// (WithRetry) goes on until the context ends, so a
+				// regression would otherwise hang.
 				wctx, cancel := context.WithTimeout(ctx(t), 5*time.Second)
 				err := write(wctx)
 				cancel()
@@ -299,14 +304,14 @@ func TestConditionalWritesAreSentOnce(t *testing.T) {
 				}
 			}
 
-			// The control: the library retries what it may repeat.
+			// The control: the driver repeats what it may.
 			f.reset()
 			_, _, err := s.Get(ctx(t), "k")
 			if !errors.Is(err, c.sentinel) {
 				t.Errorf("get: %v, want %v", err, c.sentinel)
 			}
 			if n := len(f.requests()); n != 3 {
-				t.Errorf("get: sent %d times, want 3 (the attempts of clients that Open builds)", n)
+				t.Errorf("get: sent %d times, want 3", n)
 			}
 			f.reset()
 			if err := s.Delete(ctx(t), "k", store.Cond{}); !errors.Is(err, c.sentinel) {
@@ -400,15 +405,14 @@ func TestGetWithoutGeneration(t *testing.T) {
 	}
 }
 
-// Close leaves a client passed to New to its owner.
-func TestCloseLeavesTheCallersClient(t *testing.T) {
+// Close leaves a service passed to New to its owner.
+func TestCloseLeavesTheCallersService(t *testing.T) {
 	f := newFake(t, serveOK)
-	client, err := storage.NewClient(ctx(t), gcsstore.ClientOptions(f.srv.URL)...)
+	service, err := storage.NewService(ctx(t), gcsstore.ClientOptions(f.srv.URL)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
-	d, err := gcsstore.New(client, "bucket", "p", gcsstore.Options{Endpoint: f.srv.URL})
+	d, err := gcsstore.New(service, "bucket", "p", gcsstore.Options{Endpoint: f.srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,11 +422,11 @@ func TestCloseLeavesTheCallersClient(t *testing.T) {
 	if err := store.New(d).Close(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := client.Bucket("bucket").Object("p/k").NewReader(ctx(t))
+	res, err := service.Objects.Get("bucket", "p/k").Context(ctx(t)).Download()
 	if err != nil {
-		t.Fatalf("the caller's client no longer works after Close: %v", err)
+		t.Fatalf("the caller's service no longer works after Close: %v", err)
 	}
-	r.Close()
+	res.Body.Close()
 }
 
 // TestAnswersThatDoNotParseAreAmbiguous: an upload answered with a success
@@ -447,5 +451,217 @@ func TestAnswersThatDoNotParseAreAmbiguous(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// crc32cHeader is the X-Goog-Hash value Cloud Storage sends for data.
+func crc32cHeader(data []byte) string {
+	crc := crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli))
+	return "crc32c=" + base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, crc)) + ",md5=1B2M2Y8AsgTpgAmY7PhCfg=="
+}
+
+// Get checks the CRC32C that the download announces against the bytes it
+// read, and reads again when they differ; it skips the check when the
+// bytes were decompressed on the way, since the CRC32C is that of the
+// stored, compressed bytes.
+func TestWireGetChecksCRC32C(t *testing.T) {
+	value := []byte("stored bytes")
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write(value)
+	_ = zw.Close()
+
+	cases := []struct {
+		name    string
+		serve   func(w http.ResponseWriter)
+		wantErr bool
+	}{
+		{"matches", func(w http.ResponseWriter) {
+			w.Header().Set("X-Goog-Hash", crc32cHeader(value))
+			_, _ = w.Write(value)
+		}, false},
+		{"differs", func(w http.ResponseWriter) {
+			w.Header().Set("X-Goog-Hash", crc32cHeader([]byte("other bytes")))
+			_, _ = w.Write(value)
+		}, true},
+		{"none announced", func(w http.ResponseWriter) { _, _ = w.Write(value) }, false},
+		// The HTTP client decompresses a gzipped answer it asked for.
+		{"decompressed by the client", func(w http.ResponseWriter) {
+			w.Header().Set("X-Goog-Hash", crc32cHeader(gz.Bytes()))
+			w.Header().Set("Content-Encoding", "gzip")
+			_, _ = w.Write(gz.Bytes())
+		}, false},
+		// An object stored gzipped is served decompressed.
+		{"decompressed by the server", func(w http.ResponseWriter) {
+			w.Header().Set("X-Goog-Hash", crc32cHeader(gz.Bytes()))
+			w.Header().Set("X-Goog-Stored-Content-Encoding", "gzip")
+			_, _ = w.Write(value)
+		}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+				if op(r) != "get" {
+					serveOK(w, r)
+					return
+				}
+				w.Header().Set("X-Goog-Generation", "1000")
+				c.serve(w)
+			})
+			s := f.store(t, "p")
+			data, v, err := s.Get(ctx(t), "k")
+			n := len(f.requests())
+			if c.wantErr {
+				if !errors.Is(err, store.ErrTransient) || !strings.Contains(err.Error(), "CRC32C") {
+					t.Fatalf("Get = %q, %v; want ErrTransient about the CRC32C", data, err)
+				}
+				if n != 3 {
+					t.Errorf("%d downloads, want 3", n)
+				}
+				return
+			}
+			if err != nil || string(data) != string(value) || v != "1000" {
+				t.Fatalf("Get = %q, %q, %v; want %q, version 1000", data, v, err, value)
+			}
+			if n != 1 {
+				t.Errorf("%d downloads, want 1", n)
+			}
+		})
+	}
+}
+
+// A download whose body breaks off is made again, and the value comes
+// whole from the answer that completes.
+func TestWireGetRepeatsABodyCutShort(t *testing.T) {
+	var downloads atomic.Int32
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		if op(r) != "get" {
+			serveOK(w, r)
+			return
+		}
+		w.Header().Set("X-Goog-Generation", "1000")
+		if downloads.Add(1) == 1 {
+			w.Header().Set("Content-Length", "12")
+			_, _ = io.WriteString(w, "stored")
+			return // the server closes the connection short of 12 bytes
+		}
+		_, _ = io.WriteString(w, "stored bytes")
+	})
+	s := f.store(t, "p")
+	data, v, err := s.Get(ctx(t), "k")
+	if err != nil || string(data) != "stored bytes" || v != "1000" {
+		t.Fatalf("Get = %q, %q, %v; want \"stored bytes\", version 1000", data, v, err)
+	}
+	if n := len(f.requests()); n != 2 {
+		t.Errorf("%d downloads, want 2", n)
+	}
+}
+
+// Answers that a repeat cannot change are not repeated, whatever the call.
+func TestWireAnswersNotRepeated(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		reason string
+	}{{404, "notFound"}, {403, "forbidden"}, {401, "required"}, {400, "invalid"}, {501, "notImplemented"}} {
+		t.Run(fmt.Sprint(c.status), func(t *testing.T) {
+			f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+				if op(r) == "list" && r.URL.Query().Get("maxResults") == "1" {
+					serveOK(w, r)
+					return
+				}
+				gcsError(w, c.status, c.reason)
+			})
+			s := f.store(t, "p")
+			calls := map[string]func() error{
+				"get":    func() error { _, _, err := s.Get(ctx(t), "k"); return err },
+				"list":   func() error { _, err := s.List(ctx(t), "", "", 10); return err },
+				"delete": func() error { return s.Delete(ctx(t), "k", store.Cond{}) },
+			}
+			for name, call := range calls {
+				f.reset()
+				_ = call()
+				if n := len(f.requests()); n != 1 {
+					t.Errorf("%s answered %d: sent %d times, want once", name, c.status, n)
+				}
+			}
+		})
+	}
+}
+
+// An unconditional delete whose first answer was lost is made again, and
+// finding the object gone, succeeds.
+func TestWireRepeatedDeleteFindsNothing(t *testing.T) {
+	var deletes atomic.Int32
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		if op(r) != "delete" {
+			serveOK(w, r)
+			return
+		}
+		if deletes.Add(1) == 1 {
+			gcsError(w, http.StatusServiceUnavailable, "backendError")
+			return
+		}
+		gcsError(w, http.StatusNotFound, "notFound")
+	})
+	s := f.store(t, "p")
+	if err := s.Delete(ctx(t), "k", store.Cond{}); err != nil {
+		t.Fatalf("Delete: %v, want success", err)
+	}
+	if n := len(f.requests()); n != 2 {
+		t.Errorf("%d deletes sent, want 2", n)
+	}
+}
+
+// List follows nextPageToken with the same query until it has limit
+// items or the listing ends, and stops there.
+func TestWireListPages(t *testing.T) {
+	pages := map[string]string{
+		"":   `{"items":[{"name":"p/a","generation":"1","size":"1"},{"name":"p/b","generation":"2","size":"2"}],"nextPageToken":"t1"}`,
+		"t1": `{"items":[{"name":"p/c","generation":"3","size":"3"}],"nextPageToken":"t2"}`,
+		"t2": `{"items":[{"name":"p/d","generation":"4","size":"4"},{"name":"p/e","generation":"5","size":"5"}],"nextPageToken":"t3"}`,
+		"t3": `{"items":[{"name":"p/f","generation":"6","size":"6"}]}`,
+	}
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		if op(r) != "list" || r.URL.Query().Get("maxResults") == "1" {
+			serveOK(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, pages[r.URL.Query().Get("pageToken")])
+	})
+	s := f.store(t, "p")
+	for _, c := range []struct {
+		limit  int
+		want   string
+		tokens []string
+	}{
+		{4, "a b c d", []string{"", "t1", "t2"}},
+		{10, "a b c d e f", []string{"", "t1", "t2", "t3"}},
+		{1, "a", []string{""}},
+	} {
+		f.reset()
+		items, err := s.List(ctx(t), "", "", c.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, it := range items {
+			keys = append(keys, it.Key)
+		}
+		if got := strings.Join(keys, " "); got != c.want {
+			t.Errorf("List limit %d = %s, want %s", c.limit, got, c.want)
+		}
+		reqs := f.requests()
+		var tokens []string
+		for _, r := range reqs {
+			q := r.URL.Query()
+			tokens = append(tokens, q.Get("pageToken"))
+			if q.Get("prefix") != "p/" || q.Get("maxResults") != fmt.Sprint(min(c.limit+1, 1000)) {
+				t.Errorf("limit %d: page query %s", c.limit, r.URL.RawQuery)
+			}
+		}
+		if fmt.Sprint(tokens) != fmt.Sprint(c.tokens) {
+			t.Errorf("limit %d: page tokens %q, want %q", c.limit, tokens, c.tokens)
+		}
 	}
 }
