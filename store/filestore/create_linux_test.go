@@ -88,13 +88,7 @@ func TestProbeTmpfile(t *testing.T) {
 // TestCloseClosesDirectories: the directories dirSyncs keeps open between
 // syncs are closed by Close, and no more than idleDirsMax stay open.
 func TestCloseClosesDirectories(t *testing.T) {
-	openFDs := func() int {
-		entries, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(entries)
-	}
+	openFDs := func() int { return openFDs(t) }
 	before := openFDs()
 	d := newDriver(t, t.TempDir())
 	s := store.New(d)
@@ -119,6 +113,16 @@ func TestCloseClosesDirectories(t *testing.T) {
 	if after := openFDs(); after != before {
 		t.Fatalf("%d descriptors open after Close, %d before New", after, before)
 	}
+}
+
+// openFDs counts the process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
 }
 
 // TestLinkViaProcWhenRefused: where linking the unnamed file's descriptor

@@ -141,14 +141,7 @@ func TestSpareOfRemovedDirectory(t *testing.T) {
 // open, those of the directories written last; Close closes them, and no
 // file is left where they were opened.
 func TestSparesBounded(t *testing.T) {
-	openFDs := func() int {
-		entries, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(entries)
-	}
-	before := openFDs()
+	before := openFDs(t)
 	root := t.TempDir()
 	d := newUnnamed(t, root)
 	s := store.New(d)
@@ -169,7 +162,7 @@ func TestSparesBounded(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if after := openFDs(); after != before {
+	if after := openFDs(t); after != before {
 		t.Fatalf("%d descriptors open after Close, %d before New", after, before)
 	}
 	for i := range dirs {
