@@ -411,7 +411,7 @@ type segFeed struct {
 
 type segDecoded struct {
 	entries  []*rsmpb.Entry
-	prepared [][]any // with g.prep: per entry, what Prepare returned for each command
+	prepared [][]any // with f.prep: per entry, what Prepare returned for each command
 	data     []byte  // the segment, with g.borrow
 	err      error
 }
