@@ -88,6 +88,37 @@ func BenchmarkInsert(b *testing.B) {
 	}
 }
 
+// BenchmarkOverwrite puts new values under existing keys at random, as
+// a workload of updates does and as a cold start replays it.
+func BenchmarkOverwrite(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			m := benchMachine(b, n)
+			r := rand.New(rand.NewPCG(uint64(n), 2))
+			value := bytes.Repeat([]byte{'o'}, benchValueSize)
+			const batch = 1000
+			puts := make([][]byte, 0, batch)
+			b.ResetTimer()
+			b.StopTimer()
+			for done := 0; done < b.N; {
+				puts = puts[:0]
+				for range min(batch, b.N-done) {
+					puts = append(puts, command{op: tagPut, key: benchKey(2 * r.IntN(n)), value: value}.encode())
+				}
+				b.StartTimer()
+				for _, c := range puts {
+					m.Apply(c)
+				}
+				b.StopTimer()
+				done += len(puts)
+			}
+			if m.Len() != n {
+				b.Fatalf("%d keys after overwrites; want %d", m.Len(), n)
+			}
+		})
+	}
+}
+
 // BenchmarkCapture is the time a snapshot holds the apply path: taking
 // the view (serialization happens after, off that path).
 func BenchmarkCapture(b *testing.B) {
