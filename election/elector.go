@@ -325,8 +325,11 @@ func (e *Elector) run(ctx context.Context) (err error) {
 			return perr
 		}
 		// Any other probe failure is the store being unreachable now; the
-		// loop retries it like every other store error.
-		e.log.Warn("store probe failed; continuing", "err", perr)
+		// loop retries it like every other store error. One the stop cut
+		// short is no failure.
+		if ctx.Err() == nil {
+			e.log.Warn("store probe failed; continuing", "err", perr)
+		}
 	}
 	if e.cfg.peerEnabled() {
 		ps, perr := startPeerServer(e)
@@ -585,7 +588,12 @@ func (e *Elector) write(ctx context.Context, d decision) {
 		e.core.refused(d.op, now)
 	default:
 		e.setErr(err)
-		e.log.Warn("writing the lock failed", "op", d.op.String(), "err", err)
+		if ctx.Err() != nil {
+			// The stop cut the write short: no failure to warn about.
+			e.log.Debug("a write cut short by the stop", "op", d.op.String(), "err", err)
+		} else {
+			e.log.Warn("writing the lock failed", "op", d.op.String(), "err", err)
+		}
 		e.core.failed(d.op, start, now, &pendingWrite{nonce: d.record.Nonce, start: start, term: d.record.Term, acquire: d.op == opAcquire})
 	}
 }

@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -164,6 +165,64 @@ func TestStopDoesNotHangOnSlowRelease(t *testing.T) {
 			t.Fatalf("waiting for the background release: %v", err)
 		}
 	})
+}
+
+// TestStopDuringAWriteWarnsNothing: a write the stop cuts short (the
+// store probe, an acquisition, a renewal) is not a failure to warn about;
+// a clean stop logs nothing at WARN or above, and the lock ends released.
+func TestStopDuringAWriteWarnsNothing(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		op    faultstore.Op
+		probe bool
+	}{
+		{"probe", faultstore.OpPutCreate, true},
+		{"acquire", faultstore.OpPutCreate, false},
+		{"renew", faultstore.OpPutCAS, false},
+	} {
+		op := c.op
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				inner := memstore.New()
+				fs := faultstore.New(inner)
+				var logs lockedBuffer
+				e := newElector(t, store.New(fs), "a", func(cfg *election.Config) {
+					cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+					cfg.SkipProbe = !c.probe
+				})
+				if op == faultstore.OpPutCreate {
+					fs.SetLatency(op, faultstore.Fixed(time.Second))
+				}
+				if err := e.Start(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				if op == faultstore.OpPutCAS {
+					if err := e.WaitForLeadership(t.Context()); err != nil {
+						t.Fatal(err)
+					}
+					fs.SetLatency(op, faultstore.Fixed(time.Hour))
+					time.Sleep(election.DefaultFrequentInterval + time.Millisecond) // a renewal is in flight
+					fs.SetLatency(op, nil)                                          // the release is not slowed
+				} else {
+					time.Sleep(500 * time.Millisecond) // the create-if-absent is in flight
+				}
+				if err := e.Stop(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				if got := logs.String(); got != "" {
+					t.Fatalf("a clean stop during a write logged:\n%s", got)
+				}
+				data, _, err := store.New(inner).Get(t.Context(), election.DefaultLockfilePath)
+				if err == nil {
+					if rec, _ := election.DecodeRecord(data); !rec.Released {
+						t.Fatalf("the lock is held after Stop: %+v", rec)
+					}
+				} else if !errors.Is(err, store.ErrNotFound) {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
 }
 
 func TestStopRacingAcquire(t *testing.T) {

@@ -517,7 +517,12 @@ func (m *memberMode) renew(ctx context.Context) bool {
 		return true
 	}
 	m.setErr(err)
-	m.c.log.Warn("renewing our member record failed", "err", err)
+	if ctx.Err() != nil {
+		// The stop cut the renewal short: no failure to warn about.
+		m.c.log.Debug("a renewal cut short by the stop", "err", err)
+	} else {
+		m.c.log.Warn("renewing our member record failed", "err", err)
+	}
 	m.needRead, m.retrySoon = true, true
 	m.nextRenew = time.Time{}
 	m.pendingNonce, m.pendingStart = rec.Nonce, start

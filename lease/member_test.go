@@ -507,3 +507,46 @@ func TestMemberLeasesOnChangeReportsFencedShards(t *testing.T) {
 		g.check(time.Time{})
 	})
 }
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(s.b)
+}
+
+// TestStopDuringRenewWarnsNothing: a member record's renewal that the stop
+// cuts short is no failure to warn about: a clean stop logs nothing at
+// WARN or above.
+func TestStopDuringRenewWarnsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shards := shardIDs(4)
+		g := newGroup(t, memberConfig(shards))
+		var logs syncBuffer
+		a := g.add("a", func(cfg *lease.Config) {
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		})
+		g.settled(shards, time.Minute)
+		a.fs.SetLatency(faultstore.OpPutCAS, faultstore.Fixed(time.Hour))
+		time.Sleep(lease.DefaultRenewPeriod * 3 / 2) // a renewal is in flight
+		a.fs.SetLatency(faultstore.OpPutCAS, nil)
+		if err := a.c.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if got := logs.String(); got != "" {
+			t.Fatalf("a clean stop during a renewal logged:\n%s", got)
+		}
+	})
+}
