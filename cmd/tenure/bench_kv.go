@@ -176,6 +176,15 @@ type kvBenchResult struct {
 	EtcdVersion string         `json:"etcdVersion,omitempty"`
 	EtcdSkipped string         `json:"etcdSkipped,omitempty"`
 	Ratios      []kvRatio      `json:"ratios,omitempty"`
+	// Kept is, with --keep, the group left in the store and the command
+	// that starts a node on it.
+	Kept *kvKept `json:"kept,omitempty"`
+}
+
+// kvKept is the state --keep leaves: the last size's, its node's.
+type kvKept struct {
+	Group   string   `json:"group"`
+	Command []string `json:"command"` // tenure's arguments
 }
 
 type kvBenchConfig struct {
@@ -192,6 +201,7 @@ type kvBenchConfig struct {
 	verbose     bool
 	profile     string   // directory for the node's profiles, "" for none
 	kvFlags     []string // extra flags of the node's kv serve
+	keep        bool     // leave the store and the group
 	stderr      io.Writer
 	progress    func(format string, args ...any)
 }
@@ -225,6 +235,7 @@ func runBenchKV(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	verbose := fs.Bool("verbose", false, "copy the node's log to stderr")
 	kvFlags := fs.String("kv-flags", "", "extra flags for the node's `tenure kv serve`, space-separated (default none: its defaults are measured), e.g. \"--pipeline 1\"")
+	keep := fs.Bool("keep", false, "leave the store (and its temporary directory) and the group as the last size left them, and print the command that starts a node on them: cold starts can then be measured again")
 	profile := fs.String("profile", "", "write the node's CPU profile of each measured phase and its heap profile after them into this directory (kv-SIZE-seq.cpu.pprof, kv-SIZE-conc.cpu.pprof, kv-SIZE.heap.pprof), and the cold-started node's CPU profile to its first read (kv-SIZE-cold.cpu.pprof); read them with go tool pprof")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -240,7 +251,7 @@ func runBenchKV(ctx context.Context, e *env, args []string) error {
 	}
 	cfg := kvBenchConfig{url: *storeURL, dir: *dir, valueSize: *valueSize, seqPuts: *seqPuts, writers: *writers,
 		duration: *duration, fillWriters: *fillWriters, etcd: *etcd, verbose: *verbose, profile: *profile,
-		kvFlags: strings.Fields(*kvFlags)}
+		kvFlags: strings.Fields(*kvFlags), keep: *keep}
 	if cfg.sizes, err = parseInts(*sizes, 1, 10_000_000); err != nil {
 		return usage("--sizes: %v", err)
 	}
@@ -272,7 +283,9 @@ func runBenchKV(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(tmp)
+		if !cfg.keep {
+			defer os.RemoveAll(tmp)
+		}
 		cfg.url = "file://" + tmp
 	}
 	res, err := benchKV(ctx, cfg)
@@ -296,7 +309,9 @@ func benchKV(ctx context.Context, cfg kvBenchConfig) (*kvBenchResult, error) {
 	}
 	defer st.Close()
 	group := "bench-kv-" + strings.ToLower(rand.Text()[:8])
-	defer cleanupPrefix(st, group+"/")
+	if !cfg.keep {
+		defer cleanupPrefix(st, group+"/")
+	}
 
 	res := &kvBenchResult{Store: cfg.url, ValueSize: cfg.valueSize, SeqPuts: cfg.seqPuts, Writers: cfg.writers,
 		Duration: cfg.duration, FillWriters: cfg.fillWriters, GOMAXPROCS: runtime.GOMAXPROCS(0), CPUs: runtime.NumCPU(),
@@ -304,6 +319,9 @@ func benchKV(ctx context.Context, cfg kvBenchConfig) (*kvBenchResult, error) {
 			rsm.DefaultBatchMinCount, kvPipelineDepth(cfg.url), rsm.DefaultSnapshotThreshold)}
 	if len(cfg.kvFlags) > 0 {
 		res.Options += "; with " + strings.Join(cfg.kvFlags, " ")
+	}
+	if cfg.keep {
+		res.Kept = &kvKept{Group: group, Command: kvServeArgs(cfg.url, group, cfg.kvFlags)}
 	}
 	res.LoadBefore = loadAvg()
 	defer func() { res.LoadAfter = loadAvg() }()
@@ -551,6 +569,14 @@ var (
 	kvStatsLine = regexp.MustCompile(`stats on (http://\S+)`)
 )
 
+// kvServeArgs are the arguments of `tenure kv serve` for the bench's node
+// on url.
+func kvServeArgs(url, group string, kvFlags []string) []string {
+	args := []string{"kv", "serve", "--store", url, "--group", group, "--id", "bench-node",
+		"--peer-listen", "127.0.0.1:0", "--http", "127.0.0.1:0"}
+	return append(args, kvFlags...)
+}
+
 // start starts a node; profile: with its CPU profile running from the
 // start (--profile), until b.profile stops it.
 func (b *kvTenureBench) start(ctx context.Context, profile bool) (*kvChild, error) {
@@ -558,9 +584,7 @@ func (b *kvTenureBench) start(ctx context.Context, profile bool) (*kvChild, erro
 	if profile && b.cfg.profile != "" {
 		args = append(args, kvNodeProfileNow)
 	}
-	args = append(args, "--store", kvCountURL(b.cfg.url), "--group", b.group, "--id", "bench-node",
-		"--peer-listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
-	args = append(args, b.cfg.kvFlags...)
+	args = append(args, kvServeArgs(kvCountURL(b.cfg.url), b.group, b.cfg.kvFlags)[2:]...)
 	c := &kvChild{exited: make(chan struct{})}
 	c.cmd = exec.Command(b.cfg.exe, args...)
 	c.cmd.SysProcAttr = memberProcAttr()
@@ -1246,6 +1270,9 @@ func (r *kvBenchResult) print(w io.Writer) error {
 		fmt.Fprintf(w, "etcd      %s, same disk, official Go client, default settings (no compaction)\n", r.EtcdVersion)
 	} else {
 		fmt.Fprintf(w, "etcd      not measured: %s\n", r.EtcdSkipped)
+	}
+	if r.Kept != nil {
+		fmt.Fprintf(w, "kept      group %s; a node on it: tenure %s\n", r.Kept.Group, strings.Join(r.Kept.Command, " "))
 	}
 
 	fmt.Fprintln(w, "\nkv store: put latency (seq: one writer; conc: concurrent writers); snap: puts that overlapped a snapshot, quiet: the others")

@@ -130,6 +130,41 @@ func TestBenchKV(t *testing.T) {
 	}
 }
 
+// TestBenchKVKeep: with --keep the bench leaves its temporary store and
+// its group, and the command it prints starts a node that serves what the
+// bench wrote.
+func TestBenchKVKeep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kv node processes and runs puts")
+	}
+	t.Setenv(runMainEnv, "1")
+	dir := t.TempDir()
+	code, out, errs := runCmd(t, "bench", "kv", "--sizes", "50", "--seq-puts", "5", "--writers", "2", "--duration", "200ms",
+		"--fill-writers", "4", "--value-size", "64", "--etcd=false", "--json", "--keep", "--dir", dir)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	var res kvBenchResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	k := res.Kept
+	if k == nil || len(k.Command) < 6 || k.Command[0] != "kv" || k.Command[1] != "serve" || k.Command[3] != res.Store || k.Command[5] != k.Group {
+		t.Fatalf("kept %+v; want the group and a kv serve command on store %s", k, res.Store)
+	}
+	if !strings.HasPrefix(res.Store, "file://"+dir) {
+		t.Fatalf("store %s; want a directory under %s", res.Store, dir)
+	}
+	addr, stop := startKVServe(t, k.Command[2:]...)
+	code, got, errs := runCmd(t, "kv", "get", kvKey(0), "--server", addr)
+	if code != 0 || len(strings.TrimSpace(got)) == 0 {
+		t.Fatalf("kv get %s on the kept group: exit %d, %q, %s", kvKey(0), code, got, errs)
+	}
+	if code, output := stop(); code != 0 {
+		t.Fatalf("the node on the kept group exited %d:\n%s", code, output)
+	}
+}
+
 func checkKVLatency(t *testing.T, what string, l kvLatency, count int) {
 	t.Helper()
 	if count > 0 && l.Puts+l.Failed != count || l.Puts == 0 {
