@@ -33,16 +33,31 @@ import (
 // only make garbage (overwrites, each segment's buffers and decoded
 // entries); a limit sized by their bytes, as it was, let a cold start
 // after sustained overwrites peak at 2.3 to 3 times the data
-// (docs/BENCHMARKS.md). The policy comes back when the load ends.
+// (docs/BENCHMARKS.md). From kvLoadLargeFrom of live heap the headroom is
+// kvLoadGrowthLarge percent: the process's own memory (its binary's pages,
+// the runtime's, some 30 MiB) is then a small part of the whole, so the
+// peak stays far below twice the data, and a gigabyte load is collected
+// about half as often. The policy comes back when the load ends.
 const (
 	kvGCGrowth     = 10      // percent of the live heap
 	kvGCFloor      = 4 << 20 // bytes of headroom at least
 	kvGCMaxPercent = 100     // Go's default, for the smallest heaps
 	kvGCEvery      = 10 * time.Millisecond
 
-	kvLoadGrowth = 20       // percent of the live heap, during a load
-	kvLoadFloor  = 16 << 20 // bytes of headroom at least, during a load
+	kvLoadGrowth      = 20        // percent of the live heap, during a load
+	kvLoadGrowthLarge = 50        // percent, from kvLoadLargeFrom
+	kvLoadLargeFrom   = 512 << 20 // bytes of live heap
+	kvLoadFloor       = 16 << 20  // bytes of headroom at least, during a load
 )
+
+// kvLoadPercent is the headroom during a load over a live heap of live
+// bytes, in percent of it.
+func kvLoadPercent(live uint64) uint64 {
+	if live >= kvLoadLargeFrom {
+		return kvLoadGrowthLarge
+	}
+	return kvLoadGrowth
+}
 
 // kvGCPercentFor is the GOGC that lets a live heap of live bytes grow by
 // kvGCGrowth percent of it, or kvGCFloor bytes if that is more, up to
@@ -58,7 +73,7 @@ func kvGCPercentFor(live uint64) int {
 // kvLoadLimit is the memory limit during a load for a live heap of live
 // bytes in a process that uses over bytes besides it.
 func kvLoadLimit(over, live uint64) int64 {
-	l := over + live + max(kvLoadFloor, live/100*kvLoadGrowth)
+	l := over + live + max(kvLoadFloor, live/100*kvLoadPercent(live))
 	if l < live || l > math.MaxInt64 {
 		return math.MaxInt64
 	}

@@ -103,7 +103,7 @@ func TestGCDuringLoad(t *testing.T) {
 			t.Fatalf("%s: memory limit %d (tuner %d), want %d", what, got, tu.limit, want)
 		}
 	}
-	grown := func(live int64) int64 { return live + live/100*kvLoadGrowth }
+	grown := func(live int64) int64 { return live + live/100*int64(kvLoadPercent(uint64(live))) }
 
 	tu.step(rsm.Restore{}, gcState{live: 1 << 30, inUse: 2 << 30, gcs: 10})
 	off(false)
@@ -147,6 +147,12 @@ func TestGCDuringLoad(t *testing.T) {
 	limit("segments only", (2<<20)+(1<<20)+kvLoadFloor)
 	tu.step(rsm.Restore{Segments: 1 << 20}, gcState{live: prevLimit, inUse: prevLimit, gcs: 21})
 	limit("past the limit found", prevLimit)
+	// The headroom: 20% of a live heap below 512 MiB, 50% from there
+	// (over the 2 MiB the process used besides its heap as the load began).
+	tu.step(rsm.Restore{Segments: 1 << 20}, gcState{live: kvLoadLargeFrom - 100, inUse: kvLoadLargeFrom, gcs: 22})
+	limit("below 512 MiB live", (2<<20)+(kvLoadLargeFrom-100)+(kvLoadLargeFrom-100)/100*20)
+	tu.step(rsm.Restore{Segments: 1 << 20}, gcState{live: kvLoadLargeFrom, inUse: kvLoadLargeFrom + 100, gcs: 23})
+	limit("at 512 MiB live", (2<<20)+kvLoadLargeFrom+kvLoadLargeFrom/100*50)
 	tu.stop()
 	if memLimit(t) != prevLimit {
 		t.Fatalf("memory limit %d after stop, want %d", memLimit(t), prevLimit)
