@@ -35,9 +35,10 @@ import (
 // after sustained overwrites peak at 2.3 to 3 times the data
 // (docs/BENCHMARKS.md). From kvLoadLargeFrom of live heap the headroom is
 // kvLoadGrowthLarge percent: the process's own memory (its binary's pages,
-// the runtime's, some 30 MiB) is then a small part of the whole, so the
-// peak stays far below twice the data, and a gigabyte load is collected
-// about half as often. The policy comes back when the load ends.
+// the runtime's, some 30 MiB) is then a small part of the whole, so with
+// values of a KiB (a live heap 1.14 times the data) the peak stays far
+// below twice the data, and a gigabyte load is collected about half as
+// often. The policy comes back when the load ends.
 const (
 	kvGCGrowth     = 10      // percent of the live heap
 	kvGCFloor      = 4 << 20 // bytes of headroom at least
