@@ -152,17 +152,11 @@ func (m *Machine) ApplyPrepared(cmd []byte, p any) []byte {
 // apply applies c, decoded and checked; owned says its value is a copy
 // the machine may keep.
 func (m *Machine) apply(c command, owned bool) []byte {
-	value := func() []byte {
-		if owned {
-			return c.value
-		}
-		return ownValue(c.value)
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch c.op {
 	case tagPut:
-		return reply{tag: tagPutResult, rev: m.put(c.key, value())}.encode()
+		return reply{tag: tagPutResult, rev: m.put(c.key, c.value, owned)}.encode()
 	case tagDelete:
 		if _, ok := m.tree.Delete(entry{key: c.key}); !ok {
 			return reply{tag: tagDeleteResult, ok: false, rev: m.rev}.encode()
@@ -177,7 +171,7 @@ func (m *Machine) apply(c command, owned bool) []byte {
 		if cur != c.expect {
 			return reply{tag: tagCASResult, ok: false, rev: cur}.encode()
 		}
-		return reply{tag: tagCASResult, ok: true, rev: m.put(c.key, value())}.encode()
+		return reply{tag: tagCASResult, ok: true, rev: m.put(c.key, c.value, owned)}.encode()
 	}
 }
 
@@ -190,9 +184,12 @@ func ownValue(v []byte) []byte {
 	return v
 }
 
-// put sets key to value, the machine's own, at the next revision and
-// returns it.
-func (m *Machine) put(key string, value []byte) uint64 {
+// put sets key to value at the next revision and returns it; owned says
+// value is a copy the machine may keep, else put copies it.
+func (m *Machine) put(key string, value []byte, owned bool) uint64 {
+	if !owned {
+		value = ownValue(value)
+	}
 	m.rev++
 	// One search for a new key, a second for one that existed (its
 	// create revision stays).
