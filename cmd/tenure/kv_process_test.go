@@ -5,7 +5,9 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -119,6 +121,68 @@ func TestKVServeProcess(t *testing.T) {
 		}
 		if code := p.stop(t, syscall.SIGTERM); code != 0 {
 			t.Errorf("exit %d after SIGTERM; want 0\n%s", code, p.output())
+		}
+	})
+
+	// A node on a directory writes a new base every few snapshots, each
+	// in a directory of its own under snap/; the old ones, deleted, leave
+	// no directory behind, nor does anything else the node deleted. The
+	// store's URL is the README's kind: file:// and a path.
+	t.Run("base rewrites leave no directories behind", func(t *testing.T) {
+		data := filepath.Join(t.TempDir(), "data")
+		p := startKVProcess(t, bin, nil, "--store", "file://"+data, "--group", "p", "--id", "n1", "--snapshot-threshold", "2")
+		base := "http://" + p.listen
+		waitProbe(t, p, base+"/readyz", http.StatusOK, "")
+		for i := range 300 {
+			req, err := http.NewRequest(http.MethodPut, fmt.Sprintf("%s/v1/kv/k%d", base, i%5), strings.NewReader(fmt.Sprintf("v%d", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("put %d: HTTP %d", i, resp.StatusCode)
+			}
+		}
+		if code := p.stop(t, syscall.SIGTERM); code != 0 {
+			t.Fatalf("exit %d after SIGTERM; want 0\n%s", code, p.output())
+		}
+		bases, err := filepath.Glob(filepath.Join(data, "p.d", "snap.d", "b*.d"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first base is written at the first snapshot, at index 2 or
+		// so; one written after 300 puts of 5 keys is a rewrite.
+		rewritten := false
+		for _, b := range bases {
+			var index uint64
+			if _, err := fmt.Sscanf(filepath.Base(b), "b%020d", &index); err == nil && index > 100 {
+				rewritten = true
+			}
+		}
+		if !rewritten {
+			t.Fatalf("no base was written again after 300 puts (bases %v): nothing tested", bases)
+		}
+		var empty []string
+		err = filepath.WalkDir(data, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() || filepath.Base(path) == ".tmp" {
+				return err
+			}
+			entries, err := os.ReadDir(path)
+			if err == nil && len(entries) == 0 {
+				empty = append(empty, strings.TrimPrefix(path, data))
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(empty) > 0 {
+			t.Errorf("%d empty directories left in the store: %v", len(empty), empty)
 		}
 	})
 

@@ -189,3 +189,31 @@ func BenchmarkPutCreateChurn(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkListAfterDeletes lists a prefix under which 2,000 keys, each in
+// a directory of its own (as a snapshot's base parts are), were created
+// and deleted, next to one key that stays: the listing's cost is that of
+// what the deletes left.
+func BenchmarkListAfterDeletes(b *testing.B) {
+	s := benchStore(b)
+	ctx := b.Context()
+	const n = 2000
+	for i := range n {
+		key := fmt.Sprintf("g/snap/b%05d/00000", i)
+		if _, err := s.Put(ctx, key, benchValue(i), store.IfAbsent()); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Delete(ctx, key, store.Cond{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := s.Put(ctx, "g/snap/manifest", benchValue(0), store.IfAbsent()); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		items, err := s.List(ctx, "g/snap/", "", 1000)
+		if err != nil || len(items) != 1 {
+			b.Fatalf("list: %d items, %v", len(items), err)
+		}
+	}
+}

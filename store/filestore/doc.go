@@ -102,9 +102,21 @@
 // exFAT) cannot be used. On operating systems without flock(2) (Windows,
 // Solaris) New returns an error.
 //
-// Directories are never removed, even when their last key is deleted: an
-// empty directory costs an inode, while removing it could race with another
-// process creating a key in it. An unnamed file of a create that did not
+// A key directory is removed when its last key is deleted (and its parents,
+// when that leaves them empty), so that keys under prefixes used once, as
+// a snapshot's parts are, leave nothing behind; a listing removes the empty
+// ones it walks (at most 1,000 each time: those an older version left).
+// Creates and deletes share a lock on their key's directory (flock(2) on
+// <dir>/.locks/dNN) from before their change until the directory's sync,
+// and a removal takes it alone, so a directory is never removed between a
+// change and its sync; a create that finds its directory removed makes it
+// again. Versions of this package that removed no directory take no such
+// lock. One that shares a store with this version finds a removed
+// directory and makes it again, but one that kept a directory open for its
+// syncs, and then creates a key in a directory made again at that path,
+// syncs the removed one: that key is durable only once the file system
+// writes it back (seconds), so a machine crash just then could lose it.
+// Upgrade the processes that share a store together. An unnamed file of a create that did not
 // finish, and a spare, vanish with their process (after a machine crash, the file
 // system's recovery frees it: the journal's orphan list, or fsck without a
 // journal). Temp files in <dir>/.tmp left by a crashed writer (a

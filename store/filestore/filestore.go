@@ -100,6 +100,7 @@ type Store struct {
 	closed   atomic.Bool
 
 	stripes  [numStripes]stripe
+	dirLocks [numStripes]dirLock
 	dirSyncs dirSyncs
 	known    knownFiles
 	dirs     knownDirs
@@ -148,9 +149,7 @@ func New(dir string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{root: root, tmp: filepath.Join(root, tmpDirName), locks: filepath.Join(root, lockDirName)}
-	for i := range s.stripes {
-		s.stripes[i] = stripe{mu: make(chan struct{}, 1), fd: -1}
-	}
+	s.initLocks()
 	if err := ensureDir(s.tmp, "where filestore writes temp files", false); err != nil {
 		return nil, err
 	}
@@ -188,10 +187,15 @@ func NewReadOnly(dir string) (*Store, error) {
 		return nil, driver.Errorf(driver.Permanent, "filestore: %s (the store's directory) is not a directory", root)
 	}
 	s := &Store{root: root, tmp: filepath.Join(root, tmpDirName), locks: filepath.Join(root, lockDirName), readOnly: true}
+	s.initLocks()
+	return s, nil
+}
+
+func (s *Store) initLocks() {
 	for i := range s.stripes {
 		s.stripes[i] = stripe{mu: make(chan struct{}, 1), fd: -1}
+		s.dirLocks[i].fd = -1
 	}
-	return s, nil
 }
 
 // probeWritable finds out now, not at the first write, that a directory
@@ -260,6 +264,11 @@ func ensureDir(dir, what string, parents bool) error {
 		return driver.Errorf(driver.Permanent, "filestore: %s (%s) is not a directory", dir, what)
 	}
 	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }
 
 func isDir(path string) bool {
@@ -406,6 +415,13 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 	dir := filepath.Dir(path)
 	create := cond.Kind == driver.IfAbsent
 	if create {
+		// Until the directory's sync, no delete removes it (pruneDirs). A
+		// swap needs no such hold: its key's file is in the directory.
+		releaseDir, err := s.shareDir(ctx, dir)
+		if err != nil {
+			return "", err
+		}
+		defer releaseDir()
 		if err := s.keyDir(dir); err != nil {
 			return "", err
 		}
@@ -423,9 +439,10 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 	}
 	if err == nil {
 		err = s.commit(ctx, dir, path, data, create)
-		if errors.Is(err, errNoDir) {
-			// Removed behind the store's back (it removes none): the old
-			// code's stat before every create would have made it again.
+		for try := 1; errors.Is(err, errNoDir) && try < dirAttempts; try++ {
+			// Removed since it was made: the delete of its last key
+			// removed it (pruneDirs), here or in another process, or
+			// something did behind the store's back. Made again.
 			s.dirs.forget(dir)
 			s.dirSyncs.reopen(dir)
 			if err = s.mkdirs(dir); err == nil {
@@ -459,12 +476,23 @@ func (s *Store) keyDir(dir string) error {
 	if s.dirs.has(dir) {
 		return nil
 	}
-	if err := s.mkdirs(dir); err != nil {
+	err := s.mkdirs(dir)
+	for try := 1; errors.Is(err, errNoDir) && try < dirAttempts; try++ {
+		err = s.mkdirs(dir) // a parent was removed as it was made
+	}
+	if err != nil {
 		return err
 	}
 	s.dirs.add(dir)
 	return nil
 }
+
+// dirAttempts bounds the times a create makes its key's directory again
+// because the delete of another key removed it meanwhile (pruneDirs), or
+// a parent as it made it; each removal needs the directory empty, so
+// losing this race again and again takes deletes in step with the
+// create. After the last the create fails with a transient error.
+const dirAttempts = 8
 
 // errNoDir marks a create that found the key's directory missing.
 var errNoDir = errors.New("the key's directory is missing")
@@ -513,11 +541,14 @@ func (s *Store) commit(ctx context.Context, dir, path string, data []byte, creat
 		beforeLink(path)
 	}
 	err = os.Link(tmp, path)
+	// A link that found no file is the directory's fault while the temp
+	// file is there (it may be made again by now: the check is not of it).
+	tmpLeft := errors.Is(err, fs.ErrNotExist) && exists(tmp)
 	_ = os.Remove(tmp) // after a link, the key's name still holds the file
 	switch {
 	case errors.Is(err, fs.ErrExist):
 		return errExists()
-	case errors.Is(err, fs.ErrNotExist) && !isDir(dir):
+	case tmpLeft:
 		return noDirErr(err)
 	case err != nil:
 		return commitErr("link", err)
@@ -577,9 +608,11 @@ func (s *Store) linkUnnamed(ctx context.Context, fd int, dir, path string, data 
 		return nil
 	case errors.Is(err, fs.ErrExist):
 		return errExists()
-	case errors.Is(err, fs.ErrNotExist) && isDir(dir):
-		// The directory is there, so /proc/self/fd is not: /proc was
-		// unmounted since New. Nothing was linked; fall back.
+	case errors.Is(err, fs.ErrNotExist) && !exists("/proc/self/fd"):
+		// /proc was unmounted since New, and the descriptor cannot be
+		// linked without it. Nothing was linked; fall back. (Whether the
+		// directory is there says nothing: a delete may have removed it,
+		// and a create made it again, since the link.)
 		return fmt.Errorf("%w: %w", errTmpfileRefused, err)
 	case errors.Is(err, fs.ErrNotExist):
 		return noDirErr(err)
@@ -601,25 +634,93 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 		return driver.Errorf(driver.InvalidArgument, "filestore: delete with condition %s", cond.Kind)
 	}
 	path := s.path(key)
+	dir := filepath.Dir(path)
+	// Until the directory's sync, no other delete removes it (pruneDirs).
+	releaseDir, err := s.shareDir(ctx, dir)
+	if err != nil {
+		return err
+	}
 	release, err := s.lock(ctx, key)
 	if err != nil {
+		releaseDir()
 		return err
 	}
 	removed, err := s.remove(ctx, path, cond)
 	s.known.forget(path)
 	release()
-	if err != nil || !removed {
+	if err == nil && removed {
+		if err = s.dirSyncs.sync(dir); err != nil {
+			err = committedErr("sync directory", err)
+		}
+	}
+	releaseDir()
+	if err != nil {
 		return err
 	}
-	if err := s.dirSyncs.sync(filepath.Dir(path)); err != nil {
-		return committedErr("sync directory", err)
-	}
+	// Even if the key was not there: a delete of another key in the
+	// directory may have left its removal to this one (removeDir).
+	s.pruneDirs(dir)
 	return nil
 }
 
-// remove deletes the file under the key's lock. Its directory stays: were
-// directories removed, a create in another process could make the parent,
-// see it removed, and fail its link.
+// pruneDirs removes dir, then its parents up to the store's root, while
+// they are empty: a key directory whose last key is deleted goes with it.
+// Keys under a prefix that is never used again (a snapshot's parts, named
+// by their snapshot) would otherwise leave one empty directory each, for
+// ever, and every listing above them would read them all.
+//
+// A directory is removed only empty, under its lock (dirLock), which
+// every create and delete in it holds from before its change until the
+// directory's sync: the directory changed is the one synced, and a
+// directory kept open for its syncs that was removed since is opened
+// again by its path (dirSync.sync). A create that finds its directory
+// removed (this Store knew it, or made it just before it went) makes it
+// again (Put, dirAttempts). The removal is not synced: after a crash an
+// empty directory may be back, which costs nothing but its inode.
+func (s *Store) pruneDirs(dir string) {
+	for len(dir) > len(s.root) {
+		// A large directory has had many keys: likely more are in it, and
+		// ext4's rmdir reads all of it to find one (a log's directory
+		// after a day of creates and deletes). A listing removes it if it
+		// is ever empty (pruneEmpty).
+		if fi, err := os.Lstat(dir); err != nil || fi.Size() > pruneSizeMax {
+			return
+		}
+		if !s.removeDir(dir) {
+			return // not empty, gone already, or in use
+		}
+		s.dirs.forget(dir)
+		s.dirSyncs.reopen(dir)
+		dir = filepath.Dir(dir)
+	}
+}
+
+// pruneSizeMax is the size of the largest directory a delete tries to
+// remove: 16 blocks of ext4.
+const pruneSizeMax = 64 << 10
+
+// pruneListMax bounds the empty directories one listing removes: each
+// costs a rmdir(2), 0.1 ms on an ext4 (tens of thousands may have been
+// left by a version that removed none), so the first listings after an
+// upgrade share the work.
+const pruneListMax = 1000
+
+// pruneEmpty removes the empty key directory dir that a listing found, if
+// no writer holds it: one that a delete did not remove (its lock was
+// busy, the process ended first, or a version of this package that
+// removed none deleted its last key). A listing never waits for it.
+func (s *Store) pruneEmpty(dir string) bool {
+	dl, i := s.dirLockOf(dir)
+	removed, _ := s.tryRemoveDir(dl, i, dir)
+	if removed {
+		s.dirs.forget(dir)
+		s.dirSyncs.reopen(dir)
+	}
+	return removed
+}
+
+// remove deletes the file under the key's lock (pruneDirs removes its
+// directory, if it is left empty).
 func (s *Store) remove(ctx context.Context, path string, cond driver.Cond) (bool, error) {
 	if cond.Kind == driver.IfMatch {
 		if err := s.checkVersion(path, cond.Version); err != nil {
@@ -811,8 +912,8 @@ func (s *Store) listedVersion(path string) (string, int64, error) {
 }
 
 // knownDirs are the key directories this Store made or saw exist, so
-// that a create in one makes no stat to find out. The store never removes
-// a directory; a create that finds one gone makes it again.
+// that a create in one makes no stat to find out. A create that finds one
+// gone (its last key deleted, here or in another process) makes it again.
 type knownDirs struct {
 	mu   sync.Mutex
 	dirs map[string]struct{}
@@ -917,7 +1018,18 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]dr
 			return nil, nil // no key under it could have been stored
 		}
 	}
-	if err := walk(ctx, start, comps, escapeSegment(prefix[slash+1:]), emit); err != nil {
+	var prune func(dir string) bool
+	if !s.readOnly {
+		budget := pruneListMax
+		prune = func(dir string) bool {
+			if budget == 0 {
+				return false
+			}
+			budget--
+			return s.pruneEmpty(dir)
+		}
+	}
+	if _, err := walk(ctx, start, comps, escapeSegment(prefix[slash+1:]), emit, prune); err != nil {
 		return nil, err
 	}
 	slices.SortFunc(cands, func(a, b candidate) int { return strings.Compare(a.key, b.key) })
@@ -944,23 +1056,27 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]dr
 
 // walk calls emit for every key stored at or below dir, whose components
 // from the root are comps. At the top level it skips entries whose segment
-// cannot start with first (the escaped last segment of the prefix).
-func walk(ctx context.Context, dir string, comps []string, first string, emit func(key, path string)) error {
+// cannot start with first (the escaped last segment of the prefix). It
+// calls prune (if not nil) for each directory below dir that it found
+// empty, and reports whether dir was, or is now that prune removed what
+// it held.
+func walk(ctx context.Context, dir string, comps []string, first string, emit func(key, path string), prune func(dir string) bool) (empty bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return false, err
 	}
 	f, err := os.Open(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return ioErr("list", err)
+		return false, ioErr("list", err)
 	}
 	entries, err := f.ReadDir(-1)
 	_ = f.Close()
 	if err != nil {
-		return ioErr("list", err)
+		return false, ioErr("list", err)
 	}
+	left := len(entries)
 	for _, e := range entries {
 		name := e.Name()
 		// Anything without one of our suffixes is not ours: .tmp, .locks,
@@ -979,12 +1095,17 @@ func walk(ctx context.Context, dir string, comps []string, first string, emit fu
 				emit(key, filepath.Join(dir, name))
 			}
 		case (suf == sufDir || suf == sufCont) && e.IsDir():
-			if err := walk(ctx, filepath.Join(dir, name), c, "", emit); err != nil {
-				return err
+			sub := filepath.Join(dir, name)
+			empty, err := walk(ctx, sub, c, "", emit, prune)
+			if err != nil {
+				return false, err
+			}
+			if empty && prune != nil && prune(sub) {
+				left--
 			}
 		}
 	}
-	return nil
+	return left == 0, nil
 }
 
 // ErrorKind classifies raw errors from the operating system; the errors
@@ -1061,6 +1182,7 @@ func (s *Store) Close() error {
 		}
 		<-st.mu
 	}
+	errs = append(errs, s.closeDirLocks())
 	return errors.Join(errs...)
 }
 
@@ -1158,7 +1280,11 @@ func (s *Store) mkdirs(dir string) error {
 	}
 	// If another writer made it first, sync anyway: that writer may not
 	// have synced the parent yet, and our key must not depend on it.
-	if err := os.Mkdir(dir, 0o777); err != nil && !errors.Is(err, fs.ErrExist) {
+	err := os.Mkdir(dir, 0o777)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return noDirErr(err) // the parent was removed since (pruneDirs)
+	case err != nil && !errors.Is(err, fs.ErrExist):
 		return ioErr("mkdir", err)
 	}
 	if err := syncDir(parent); err != nil {
@@ -1202,9 +1328,11 @@ func (s *Store) createTemp() (*os.File, error) {
 // deletes land in one directory, so most of them share a sync.
 //
 // Each directory stays open between its syncs, so a sync is one fsync(2)
-// instead of open, fsync and close; the store never removes a directory,
-// so the one open is the one at the path. At most idleDirsMax directories
-// stay open without a writer.
+// instead of open, fsync and close. The one open may have been removed
+// since (its last key deleted, pruneDirs) and made again: a sync checks
+// that it still has a name, else it opens the one at the path, where the
+// change it syncs was made. At most idleDirsMax directories stay open
+// without a writer.
 type dirSyncs struct {
 	mu     sync.Mutex
 	dirs   map[string]*dirSync
@@ -1300,7 +1428,7 @@ func (d *dirSync) sync(dir string, reopen bool) error {
 	if syncCommitted != nil {
 		return syncCommitted(dir)
 	}
-	if reopen {
+	if reopen || d.f != nil && unlinked(d.f) {
 		d.close()
 	}
 	if d.f == nil {

@@ -4,6 +4,7 @@ package filestore
 
 import (
 	"errors"
+	"os"
 
 	"github.com/tenure-io/tenure/store/driver"
 )
@@ -18,6 +19,9 @@ var errUnsupported = errors.New("filestore: not supported on this operating syst
 
 func openLockFile(string) (int, error) { return -1, errUnsupported }
 func tryLock(int) (bool, error)        { return false, errUnsupported }
+func tryLockShared(int) (bool, error)  { return false, errUnsupported }
 func unlock(int) error                 { return errUnsupported }
 func closeFD(int) error                { return errUnsupported }
 func errnoKind(error) driver.Kind      { return driver.Unknown }
+func rmdir(string) error               { return errUnsupported }
+func unlinked(*os.File) bool           { return false }

@@ -5,6 +5,7 @@ package filestore
 import (
 	"errors"
 	"io/fs"
+	"os"
 	"runtime"
 	"syscall"
 
@@ -55,6 +56,22 @@ func tryLock(fd int) (bool, error) {
 	}
 }
 
+// tryLockShared takes a shared flock without blocking.
+func tryLockShared(fd int) (bool, error) {
+	for {
+		err := syscall.Flock(fd, syscall.LOCK_SH|syscall.LOCK_NB)
+		switch err {
+		case nil:
+			return true, nil
+		case syscall.EINTR:
+			continue
+		case syscall.EWOULDBLOCK:
+			return false, nil
+		}
+		return false, err
+	}
+}
+
 func unlock(fd int) error {
 	for {
 		err := syscall.Flock(fd, syscall.LOCK_UN)
@@ -65,6 +82,20 @@ func unlock(fd int) error {
 }
 
 func closeFD(fd int) error { return syscall.Close(fd) }
+
+// rmdir removes dir if it is empty.
+func rmdir(dir string) error { return syscall.Rmdir(dir) }
+
+// unlinked reports whether the directory open as f was removed (no name
+// links to it any more): a name made since is another directory.
+func unlinked(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Nlink == 0
+}
 
 func errnoKind(err error) driver.Kind {
 	var errno syscall.Errno

@@ -32,7 +32,7 @@ import (
 // share a store directory with the parent. The environment selects what a
 // child does.
 const (
-	helperEnv    = "TENURE_FILESTORE_HELPER" // "race", "crash" or "read"
+	helperEnv    = "TENURE_FILESTORE_HELPER" // "race", "churn", "crash" or "read"
 	helperDirEnv = "TENURE_FILESTORE_DIR"
 	helperArgEnv = "TENURE_FILESTORE_ARGS" // JSON of the mode's parameters
 )
@@ -40,7 +40,7 @@ const (
 func TestHelperProcess(t *testing.T) {
 	mode := os.Getenv(helperEnv)
 	if mode == "" {
-		t.Skip("only runs as a child process of TestTwoProcessRace, TestCrashDuringWrites and TestReaderInAnotherProcess")
+		t.Skip("only runs as a child process of TestTwoProcessRace, TestTwoProcessDirectoryChurn, TestCrashDuringWrites and TestReaderInAnotherProcess")
 	}
 	dir := os.Getenv(helperDirEnv)
 	switch mode {
@@ -50,6 +50,12 @@ func TestHelperProcess(t *testing.T) {
 			t.Fatalf("bad %s: %v", helperArgEnv, err)
 		}
 		raceChild(t, dir, args)
+	case "churn":
+		var args raceArgs
+		if err := json.Unmarshal([]byte(os.Getenv(helperArgEnv)), &args); err != nil {
+			t.Fatalf("bad %s: %v", helperArgEnv, err)
+		}
+		churnChild(t, dir, args)
 	case "crash":
 		crashChild(t, dir)
 	case "read":
@@ -245,6 +251,89 @@ func raceChild(t *testing.T, dir string, args raceArgs) {
 		})
 	}
 	out, err := json.Marshal(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("result %s\n", out)
+}
+
+// Two processes create, read and delete keys of their own in the same few
+// directories, which so lose their last key, are removed and are made
+// again all the time, under the other process's creates and deletes:
+// every operation succeeds, and no directory is left behind.
+func TestTwoProcessDirectoryChurn(t *testing.T) {
+	dir := t.TempDir()
+	procs := make([]*helper, 2)
+	for p := range procs {
+		procs[p] = startHelper(t, "churn", dir, raceArgs{Proc: p, Rounds: 200, Workers: 4})
+	}
+	for p, h := range procs {
+		var errs []string
+		if err := json.Unmarshal([]byte(h.next(t, "result ", nil)), &errs); err != nil {
+			t.Fatalf("child %d result: %v", p, err)
+		}
+		if err := h.cmd.Wait(); err != nil {
+			t.Fatalf("child %d: %v; stderr:\n%s", p, err, h.stderr)
+		}
+		for i, e := range errs {
+			if i == 10 {
+				t.Errorf("child %d: ... %d errors in all", p, len(errs))
+				break
+			}
+			t.Errorf("child %d: %s", p, e)
+		}
+	}
+	if e := emptyDirs(t, dir); len(e) > 0 {
+		t.Errorf("empty directories left: %v", e)
+	}
+}
+
+// churnChild is a process of TestTwoProcessDirectoryChurn: its workers,
+// through two Stores (one creating through named temp files), create,
+// read back and delete keys of their own in three shared directories, and
+// it prints the errors.
+func churnChild(t *testing.T, dir string, args raceArgs) {
+	ctx := context.Background()
+	var stores [2]*store.Store
+	for i := range stores {
+		d, err := New(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			d.tmpfile.Store(false)
+		}
+		stores[i] = store.New(d)
+		defer stores[i].Close()
+	}
+	var mu sync.Mutex
+	errs := []string{}
+	fail := func(format string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		errs = append(errs, fmt.Sprintf(format, a...))
+	}
+	var wg sync.WaitGroup
+	for w := range args.Workers {
+		wg.Go(func() {
+			s := stores[w%2]
+			for r := range args.Rounds {
+				key := fmt.Sprintf("churn/d%d/p%d-w%d-%d", (w+r)%3, args.Proc, w, r)
+				if _, err := s.Put(ctx, key, []byte(key), store.IfAbsent()); err != nil {
+					fail("put %s: %v", key, err)
+					continue
+				}
+				if data, _, err := s.Get(ctx, key); err != nil || string(data) != key {
+					fail("get %s: %q, %v", key, data, err)
+				}
+				if err := s.Delete(ctx, key, store.Cond{}); err != nil {
+					fail("delete %s: %v", key, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	out, err := json.Marshal(errs)
 	if err != nil {
 		t.Fatal(err)
 	}
