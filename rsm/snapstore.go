@@ -255,22 +255,20 @@ func (g *groupStore) listSnapObjects(ctx context.Context) ([]string, error) {
 	var out []string
 	start := ""
 	for {
-		var items []store.Item
+		var keys []string
 		err := g.do(ctx, func(ctx context.Context) error {
 			var e error
-			items, e = g.st.List(ctx, prefix, start, 1000)
+			keys, e = g.st.ListKeys(ctx, prefix, start, 1000)
 			return e
 		})
 		if err != nil {
 			return nil, err
 		}
-		for _, it := range items {
-			out = append(out, it.Key)
-		}
-		if len(items) < 1000 {
+		out = append(out, keys...)
+		if len(keys) < 1000 {
 			return out, nil
 		}
-		start = items[len(items)-1].Key
+		start = keys[len(keys)-1]
 	}
 }
 

@@ -342,24 +342,24 @@ func (g *groupStore) listLog(ctx context.Context, after uint64, limit int) ([]ui
 		if limit > 0 && limit-len(out) < page {
 			page = limit - len(out)
 		}
-		var items []store.Item
+		var keys []string
 		err := g.do(ctx, func(ctx context.Context) error {
 			var e error
-			items, e = g.st.List(ctx, prefix, start, page)
+			keys, e = g.st.ListKeys(ctx, prefix, start, page)
 			return e
 		})
 		if err != nil {
 			return nil, err
 		}
-		for _, it := range items {
-			if i, ok := parseLogKey(g.group, it.Key); ok {
+		for _, k := range keys {
+			if i, ok := parseLogKey(g.group, k); ok {
 				out = append(out, i)
 			}
 		}
-		if len(items) < page || (limit > 0 && len(out) >= limit) {
+		if len(keys) < page || (limit > 0 && len(out) >= limit) {
 			return out, nil
 		}
-		start = items[len(items)-1].Key
+		start = keys[len(keys)-1]
 	}
 }
 

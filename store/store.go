@@ -271,6 +271,30 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]It
 	return items, nil
 }
 
+// ListKeys is List for callers that need only the keys: drivers that
+// compute versions at a cost (filestore hashes each value) skip them
+// (driver.KeyLister); the others are listed with List. It counts as a
+// "list" for the observers.
+func (s *Store) ListKeys(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	if err := s.enterList(prefix, after, limit); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	start := time.Now()
+	keys, err := driver.ListKeys(ctx, s.drv, prefix, after, limit)
+	if err != nil {
+		err = s.wrap("list", prefix, err)
+	}
+	s.observe("list", driver.Unconditional, prefix, start, err)
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) > limit {
+		keys = keys[:limit]
+	}
+	return keys, nil
+}
+
 // ListAll returns every item under prefix, reading pages of pageSize.
 func (s *Store) ListAll(ctx context.Context, prefix string, pageSize int) ([]Item, error) {
 	var all []Item

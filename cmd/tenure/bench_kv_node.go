@@ -344,6 +344,12 @@ func (d *countingDriver) List(ctx context.Context, prefix, after string, limit i
 	return d.inner.List(ctx, prefix, after, limit)
 }
 
+// ListKeys passes a listing without versions on as such
+// (driver.KeyLister).
+func (d *countingDriver) ListKeys(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	return driver.ListKeys(ctx, d.inner, prefix, after, limit)
+}
+
 func (d *countingDriver) ErrorKind(err error) driver.Kind { return d.inner.ErrorKind(err) }
 
 func (d *countingDriver) CheckKey(key string) error {

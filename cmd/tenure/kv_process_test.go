@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/internal/testutil"
+	"github.com/tenure-io/tenure/store/filestore"
 )
 
 // TestKVServeProcess runs `tenure kv serve` as an OS process, as an
@@ -167,22 +168,42 @@ func TestKVServeProcess(t *testing.T) {
 		if !rewritten {
 			t.Fatalf("no base was written again after 300 puts (bases %v): nothing tested", bases)
 		}
-		var empty []string
-		err = filepath.WalkDir(data, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || !d.IsDir() || filepath.Base(path) == ".tmp" {
+		emptyDirs := func() []string {
+			var empty []string
+			err := filepath.WalkDir(data, func(path string, d fs.DirEntry, err error) error {
+				if err != nil || !d.IsDir() || filepath.Base(path) == ".tmp" {
+					return err
+				}
+				entries, err := os.ReadDir(path)
+				if err == nil && len(entries) == 0 {
+					empty = append(empty, strings.TrimPrefix(path, data))
+				}
 				return err
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
-			entries, err := os.ReadDir(path)
-			if err == nil && len(entries) == 0 {
-				empty = append(empty, strings.TrimPrefix(path, data))
-			}
-			return err
-		})
+			return empty
+		}
+		// The stop may come between a delete and the removal of its
+		// directory: one may be left, not one per rewrite.
+		if empty := emptyDirs(); len(empty) > 1 {
+			t.Errorf("%d empty directories left in the store: %v", len(empty), empty)
+		} else {
+			t.Logf("empty directories at the stop: %v", empty)
+		}
+		// The next listing of snap/ (a leader's, at its next base) removes
+		// what is left.
+		st, err := filestore.New(data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(empty) > 0 {
-			t.Errorf("%d empty directories left in the store: %v", len(empty), empty)
+		defer st.Close()
+		if _, err := st.ListKeys(t.Context(), "p/snap/", "", 1000); err != nil {
+			t.Fatal(err)
+		}
+		if empty := emptyDirs(); len(empty) > 0 {
+			t.Errorf("empty directories left after a listing: %v", empty)
 		}
 	})
 

@@ -116,6 +116,32 @@ type Reader interface {
 	ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error)
 }
 
+// KeyLister is an optional interface: a driver whose listing costs more
+// with versions than without (filestore computes each version by reading
+// and hashing the value) lists keys alone. store.Store.ListKeys falls back
+// to List for the others.
+type KeyLister interface {
+	// ListKeys returns the keys List would return, in the same order.
+	ListKeys(ctx context.Context, prefix, after string, limit int) ([]string, error)
+}
+
+// ListKeys lists the keys of d: with its ListKeys if it is a KeyLister,
+// else with List.
+func ListKeys(ctx context.Context, d Store, prefix, after string, limit int) ([]string, error) {
+	if l, ok := d.(KeyLister); ok {
+		return l.ListKeys(ctx, prefix, after, limit)
+	}
+	items, err := d.List(ctx, prefix, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(items))
+	for i, it := range items {
+		keys[i] = it.Key
+	}
+	return keys, nil
+}
+
 // Limits is an optional interface: a driver that cannot store every key the
 // portable layer accepts says so here, so that callers get a clear error
 // before any request is made.

@@ -510,6 +510,15 @@ func testListOrder(t *testing.T, s *store.Store) {
 		if got := itemKeys(items); !slices.Equal(got, want) {
 			t.Errorf("List(%q, after %q, limit %d):\n got %q\nwant %q", c.prefix, c.after, c.limit, got, want)
 		}
+		// ListKeys lists the same keys, whether the driver has a listing
+		// of its own without versions (driver.KeyLister) or not.
+		got, err := s.ListKeys(ctxFor(t), c.prefix, c.after, c.limit)
+		if err != nil {
+			t.Fatalf("ListKeys(%q, %q, %d): %v", c.prefix, c.after, c.limit, err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("ListKeys(%q, after %q, limit %d):\n got %q\nwant %q", c.prefix, c.after, c.limit, got, want)
+		}
 	}
 }
 
@@ -545,6 +554,28 @@ func testListPaging(t *testing.T, s *store.Store) {
 		if !slices.Equal(got, keys) {
 			t.Errorf("paging by %d: got %d keys %q…, want %d", page, len(got), got[:min(3, len(got))], len(keys))
 		}
+		got = nil
+		after = ""
+		for calls := 0; ; calls++ {
+			if calls > len(keys)+1 {
+				t.Fatalf("ListKeys page size %d: paging does not end", page)
+			}
+			ks, err := s.ListKeys(ctxFor(t), "log/", after, page)
+			if err != nil {
+				t.Fatalf("ListKeys page %d: %v", page, err)
+			}
+			if len(ks) > page {
+				t.Fatalf("ListKeys returned %d keys with limit %d", len(ks), page)
+			}
+			got = append(got, ks...)
+			if len(ks) < page {
+				break
+			}
+			after = ks[len(ks)-1]
+		}
+		if !slices.Equal(got, keys) {
+			t.Errorf("ListKeys paging by %d: got %d keys %q…, want %d", page, len(got), got[:min(3, len(got))], len(keys))
+		}
 	}
 	all, err := s.ListAll(ctxFor(t), "log/", 5)
 	if err != nil || len(all) != len(keys) {
@@ -562,6 +593,7 @@ func testCancellation(t *testing.T, s *store.Store) {
 		"swap":   func() error { _, err := s.Put(ctx, "k", []byte("two"), store.IfMatch(v)); return err },
 		"delete": func() error { return s.Delete(ctx, "k", store.IfMatch(v)) },
 		"list":   func() error { _, err := s.List(ctx, "", "", 10); return err },
+		"keys":   func() error { _, err := s.ListKeys(ctx, "", "", 10); return err },
 	}
 	for name, call := range calls {
 		err := call()

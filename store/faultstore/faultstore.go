@@ -519,6 +519,21 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]dr
 	return items, nil
 }
 
+// ListKeys is List without versions (driver.KeyLister), passed on to the
+// inner store's ListKeys, or its List if it has none; it meets the faults
+// of a List.
+func (s *Store) ListKeys(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	var keys []string
+	err := s.do(ctx, OpList, prefix, func(ctx context.Context, _ bool) (err error) {
+		keys, err = driver.ListKeys(ctx, s.inner, prefix, after, limit)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return keys, nil
+}
+
 // ErrorKind classifies the inner store's errors; faultstore's own errors
 // carry their kind.
 func (s *Store) ErrorKind(err error) driver.Kind { return s.inner.ErrorKind(err) }

@@ -217,3 +217,36 @@ func BenchmarkListAfterDeletes(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkListSegments lists 20 values of 4 MiB, as a snapshot's
+// collection lists its segments: with versions (List hashes each value
+// it has not written itself) and without (ListKeys).
+func BenchmarkListSegments(b *testing.B) {
+	dir := b.TempDir()
+	w := store.New(newDriver(b, dir))
+	ctx := b.Context()
+	value := make([]byte, 4<<20)
+	for i := range 20 {
+		if _, err := w.Put(ctx, fmt.Sprintf("g/snap/s%05d", i), value, store.IfAbsent()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	w.Close()
+	// A Store that wrote none of them, as after a restart.
+	s := store.New(newDriver(b, dir))
+	b.Cleanup(func() { s.Close() })
+	b.Run("List", func(b *testing.B) {
+		for b.Loop() {
+			if items, err := s.List(ctx, "g/snap/", "", 1000); err != nil || len(items) != 20 {
+				b.Fatalf("list: %d, %v", len(items), err)
+			}
+		}
+	})
+	b.Run("ListKeys", func(b *testing.B) {
+		for b.Loop() {
+			if keys, err := s.ListKeys(ctx, "g/snap/", "", 1000); err != nil || len(keys) != 20 {
+				b.Fatalf("list keys: %d, %v", len(keys), err)
+			}
+		}
+	})
+}

@@ -126,9 +126,10 @@ type stripe struct {
 }
 
 var (
-	_ driver.Store  = (*Store)(nil)
-	_ driver.Limits = (*Store)(nil)
-	_ driver.Reader = (*Store)(nil)
+	_ driver.Store     = (*Store)(nil)
+	_ driver.Limits    = (*Store)(nil)
+	_ driver.Reader    = (*Store)(nil)
+	_ driver.KeyLister = (*Store)(nil)
 )
 
 // New opens the store in dir, creating the directory if it is missing. It
@@ -391,7 +392,7 @@ func (s *Store) read(ctx context.Context, key string, max int64, buf []byte) ([]
 // Put creates by linkat(2) of an unnamed file (or link(2) of a temp file)
 // and swaps by rename(2), under the key's lock. It returns once the new
 // value is durable.
-func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
+func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (_ string, err error) {
 	if err := s.beginWrite(ctx); err != nil {
 		return "", err
 	}
@@ -421,7 +422,14 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 		if err != nil {
 			return "", err
 		}
-		defer releaseDir()
+		defer func() {
+			releaseDir()
+			if err != nil {
+				// A create that made the directory and failed (its
+				// caller gave up, say) leaves nothing behind.
+				s.pruneDirs(dir)
+			}
+		}()
 		if err := s.keyDir(dir); err != nil {
 			return "", err
 		}
@@ -996,14 +1004,57 @@ func errExists() error { return driver.Errorf(driver.PreconditionFailed, "filest
 // the names it finds, and sorts them: sorting afterwards is simpler than
 // walking the tree in key order, which the escaping and suffixes do not keep.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]driver.Item, error) {
+	cands, err := s.listed(ctx, prefix, after)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]driver.Item, 0, min(limit, len(cands)))
+	for _, c := range cands {
+		if len(items) == limit {
+			break
+		}
+		// Hashed as it is read, through a pooled buffer: a value kept
+		// whole for each key would be garbage at once.
+		version, size, err := s.listedVersion(c.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted since the walk
+		}
+		if err != nil {
+			return nil, ioErr("read", err)
+		}
+		items = append(items, driver.Item{Key: c.key, Version: version, Size: size})
+	}
+	return items, nil
+}
+
+// ListKeys is List without the versions, which cost a read and a hash of
+// each value (driver.KeyLister): a log's truncation and a snapshot's
+// collection list keys only, and the segments a collection lists may be
+// gigabytes.
+func (s *Store) ListKeys(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	cands, err := s.listed(ctx, prefix, after)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, min(limit, len(cands)))
+	for _, c := range cands[:min(limit, len(cands))] {
+		keys = append(keys, c.key)
+	}
+	return keys, nil
+}
+
+// listedKey is a key a listing found, and its file.
+type listedKey struct{ key, path string }
+
+// listed walks the keys under prefix after after, in order (List).
+func (s *Store) listed(ctx context.Context, prefix, after string) ([]listedKey, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	type candidate struct{ key, path string }
-	var cands []candidate
+	var cands []listedKey
 	emit := func(key, path string) {
 		if strings.HasPrefix(key, prefix) && key > after {
-			cands = append(cands, candidate{key, path})
+			cands = append(cands, listedKey{key, path})
 		}
 	}
 	slash := strings.LastIndexByte(prefix, '/')
@@ -1032,26 +1083,8 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]dr
 	if _, err := walk(ctx, start, comps, escapeSegment(prefix[slash+1:]), emit, prune); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(cands, func(a, b candidate) int { return strings.Compare(a.key, b.key) })
-
-	items := make([]driver.Item, 0, min(limit, len(cands)))
-	for _, c := range cands {
-		if len(items) == limit {
-			break
-		}
-		// Hashed as it is read, through a pooled buffer: a truncation lists
-		// a page of log entries, and a value kept whole for each would be
-		// garbage at once.
-		version, size, err := s.listedVersion(c.path)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // deleted since the walk
-		}
-		if err != nil {
-			return nil, ioErr("read", err)
-		}
-		items = append(items, driver.Item{Key: c.key, Version: version, Size: size})
-	}
-	return items, nil
+	slices.SortFunc(cands, func(a, b listedKey) int { return strings.Compare(a.key, b.key) })
+	return cands, nil
 }
 
 // walk calls emit for every key stored at or below dir, whose components
