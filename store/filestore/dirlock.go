@@ -98,16 +98,22 @@ func (s *Store) shareDir(ctx context.Context, dir string) (release func(), err e
 // or in another process. A writer of dir in this process leaves it to that
 // one (a create fills it; a delete removes it when done); for others
 // (another process's, or writers of another directory of the same lock)
-// it waits a little while dir is empty. It reports whether dir was
-// removed.
-func (s *Store) removeDir(dir string) bool {
+// it waits a little while dir is empty, until ctx ends. It reports
+// whether dir was removed.
+func (s *Store) removeDir(ctx context.Context, dir string) bool {
 	dl, i := s.dirLockOf(dir)
 	for try := 0; ; try++ {
 		removed, busy := s.tryRemoveDir(dl, i, dir)
 		if !busy || try == removeDirTries || !emptyDir(dir) {
 			return removed
 		}
-		time.Sleep(time.Millisecond/2 + rand.N(time.Millisecond))
+		t := time.NewTimer(time.Millisecond/2 + rand.N(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
 	}
 }
 

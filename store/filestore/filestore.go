@@ -427,7 +427,7 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 			if err != nil {
 				// A create that made the directory and failed (its
 				// caller gave up, say) leaves nothing behind.
-				s.pruneDirs(dir)
+				s.pruneDirs(ctx, dir)
 			}
 		}()
 		if err := s.keyDir(dir); err != nil {
@@ -667,7 +667,7 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 	}
 	// Even if the key was not there: a delete of another key in the
 	// directory may have left its removal to this one (removeDir).
-	s.pruneDirs(dir)
+	s.pruneDirs(ctx, dir)
 	return nil
 }
 
@@ -685,7 +685,7 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 // removed (this Store knew it, or made it just before it went) makes it
 // again (Put, dirAttempts). The removal is not synced: after a crash an
 // empty directory may be back, which costs nothing but its inode.
-func (s *Store) pruneDirs(dir string) {
+func (s *Store) pruneDirs(ctx context.Context, dir string) {
 	for len(dir) > len(s.root) {
 		// A large directory has had many keys: likely more are in it, and
 		// ext4's rmdir reads all of it to find one (a log's directory
@@ -694,7 +694,7 @@ func (s *Store) pruneDirs(dir string) {
 		if fi, err := os.Lstat(dir); err != nil || fi.Size() > pruneSizeMax {
 			return
 		}
-		if !s.removeDir(dir) {
+		if !s.removeDir(ctx, dir) {
 			return // not empty, gone already, or in use
 		}
 		s.dirs.forget(dir)
