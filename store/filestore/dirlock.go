@@ -57,23 +57,8 @@ func (s *Store) shareDir(ctx context.Context, dir string) (release func(), err e
 		if err := s.openDirLock(dl, i); err != nil {
 			return nil, err
 		}
-		delay := 20 * time.Microsecond
-		for {
-			ok, err := tryLockShared(dl.fd)
-			if err != nil {
-				return nil, ioErr("flock", err)
-			}
-			if ok {
-				break
-			}
-			t := time.NewTimer(delay/2 + rand.N(delay))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			case <-t.C:
-			}
-			delay = min(2*delay, time.Millisecond)
+		if _, err := waitLock(ctx, dl.fd, tryLockShared); err != nil {
+			return nil, err
 		}
 	}
 	dl.users++

@@ -1254,7 +1254,7 @@ func (s *Store) lockWaited(ctx context.Context, key string) (release func(), wai
 		}
 		st.fd = fd
 	}
-	w, err := waitLock(ctx, st.fd)
+	w, err := waitLock(ctx, st.fd, tryLock)
 	waited = waited || w
 	if err != nil {
 		return fail(err)
@@ -1276,11 +1276,13 @@ func stripeOf(key string) uint32 {
 	return h.Sum32() % numStripes
 }
 
-// waitLock takes the flock on fd, and tells whether it had to wait.
-func waitLock(ctx context.Context, fd int) (waited bool, err error) {
+// waitLock takes the flock on fd with try (tryLock, or tryLockShared for a
+// directory's lock), polled until ctx ends, and tells whether it had to
+// wait.
+func waitLock(ctx context.Context, fd int, try func(fd int) (bool, error)) (waited bool, err error) {
 	delay := 20 * time.Microsecond
 	for {
-		ok, err := tryLock(fd)
+		ok, err := try(fd)
 		if err != nil {
 			return waited, ioErr("flock", err)
 		}
@@ -1288,7 +1290,8 @@ func waitLock(ctx context.Context, fd int) (waited bool, err error) {
 			return waited, nil
 		}
 		waited = true
-		// Another process (or Store) holds the stripe, for one write.
+		// Another process (or Store) holds it, for one write (or one
+		// directory's removal).
 		// Jitter keeps waiters from retrying in step.
 		t := time.NewTimer(delay/2 + rand.N(delay))
 		select {

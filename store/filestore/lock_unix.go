@@ -41,25 +41,15 @@ func openLockFile(path string) (int, error) {
 
 // tryLock takes an exclusive flock without blocking: a blocking flock could
 // not be abandoned when the caller's context ends.
-func tryLock(fd int) (bool, error) {
-	for {
-		err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
-		switch err {
-		case nil:
-			return true, nil
-		case syscall.EINTR:
-			continue
-		case syscall.EWOULDBLOCK:
-			return false, nil
-		}
-		return false, err
-	}
-}
+func tryLock(fd int) (bool, error) { return tryFlock(fd, syscall.LOCK_EX) }
 
 // tryLockShared takes a shared flock without blocking.
-func tryLockShared(fd int) (bool, error) {
+func tryLockShared(fd int) (bool, error) { return tryFlock(fd, syscall.LOCK_SH) }
+
+// tryFlock takes the flock how (LOCK_EX or LOCK_SH) without blocking.
+func tryFlock(fd, how int) (bool, error) {
 	for {
-		err := syscall.Flock(fd, syscall.LOCK_SH|syscall.LOCK_NB)
+		err := syscall.Flock(fd, how|syscall.LOCK_NB)
 		switch err {
 		case nil:
 			return true, nil

@@ -163,13 +163,11 @@ type raceRound struct {
 	Errors       []string `json:"errors"` // anything but success or a refusal
 }
 
-func raceKey(r int) string { return fmt.Sprintf("race/ü %03d/key", r) }
-
-func raceChild(t *testing.T, dir string, args raceArgs) {
-	ctx := context.Background()
-	// Two Stores in the process: their workers exclude each other only
-	// through flock, as the two processes do. The second creates through
-	// a named temp file, the fallback, so both ways race each other.
+// twoStores opens two Stores on dir, closed at the end of the test: their
+// workers exclude each other only through flock, as two processes do. The
+// second creates through a named temp file, the fallback, so both ways
+// race each other.
+func twoStores(t *testing.T, dir string) [2]*store.Store {
 	var stores [2]*store.Store
 	for i := range stores {
 		d, err := New(dir)
@@ -179,10 +177,17 @@ func raceChild(t *testing.T, dir string, args raceArgs) {
 		if i == 1 {
 			d.tmpfile.Store(false)
 		}
-		s := store.New(d)
-		defer s.Close()
-		stores[i] = s
+		stores[i] = store.New(d)
+		t.Cleanup(func() { stores[i].Close() })
 	}
+	return stores
+}
+
+func raceKey(r int) string { return fmt.Sprintf("race/ü %03d/key", r) }
+
+func raceChild(t *testing.T, dir string, args raceArgs) {
+	ctx := context.Background()
+	stores := twoStores(t, dir)
 	in := bufio.NewReader(os.Stdin)
 	step := 0
 	barrier := func() {
@@ -294,18 +299,7 @@ func TestTwoProcessDirectoryChurn(t *testing.T) {
 // it prints the errors.
 func churnChild(t *testing.T, dir string, args raceArgs) {
 	ctx := context.Background()
-	var stores [2]*store.Store
-	for i := range stores {
-		d, err := New(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i == 1 {
-			d.tmpfile.Store(false)
-		}
-		stores[i] = store.New(d)
-		defer stores[i].Close()
-	}
+	stores := twoStores(t, dir)
 	var mu sync.Mutex
 	errs := []string{}
 	fail := func(format string, a ...any) {

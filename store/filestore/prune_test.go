@@ -185,15 +185,7 @@ func TestSyncFollowsDirectoryMadeAgain(t *testing.T) {
 func TestCreatesRaceDirectoryRemoval(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	var stores [2]*store.Store
-	for i := range stores {
-		d := newDriver(t, root)
-		if i == 1 {
-			d.tmpfile.Store(false)
-		}
-		stores[i] = store.New(d)
-		defer stores[i].Close()
-	}
+	stores := twoStores(t, root)
 	const workers, rounds, dirs = 8, 150, 2
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*rounds)
