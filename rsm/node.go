@@ -807,6 +807,9 @@ func (n *Node) lead(prev leaderState, version string) error {
 	n.mu.Lock()
 	n.reached = max(n.reached, ls.Term)
 	n.mu.Unlock()
+	if _, err := n.gs.packLog(n.ctx); err != nil && n.ctx.Err() == nil {
+		n.log.Warn("could not ask the store to pack the log; it is stored as before", "err", err)
+	}
 	l := newLeaderRun(n, ls.Term, ls, v)
 	n.mu.Lock()
 	n.leader = l

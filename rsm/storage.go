@@ -328,6 +328,22 @@ func (g *groupStore) readSnapshot(ctx context.Context) (*storedSnapshot, string,
 	return s, version, nil
 }
 
+// packLog asks the store to keep the log's entries together
+// (store.Store.Pack): on file:// they are then appended to segment files,
+// one flush per entry where a file each costs two. The store packs an
+// empty log only, so a group whose log is stored as files keeps it so
+// until a truncation empties it; whether the log is packed is the store's
+// state, the same for every node.
+func (g *groupStore) packLog(ctx context.Context) (bool, error) {
+	var packed bool
+	err := g.do(ctx, func(ctx context.Context) error {
+		var e error
+		packed, e = g.st.Pack(ctx, g.group+"/"+logDir)
+		return e
+	})
+	return packed, err
+}
+
 // listLog returns the indexes present in the log after index `after`, in
 // order, up to limit (0: all).
 func (g *groupStore) listLog(ctx context.Context, after uint64, limit int) ([]uint64, error) {

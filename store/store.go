@@ -295,6 +295,26 @@ func (s *Store) ListKeys(ctx context.Context, prefix, after string, limit int) (
 	return keys, nil
 }
 
+// Pack asks the driver to keep the keys under prefix (ending in '/')
+// together, as a log's are written and deleted (driver.Packer). It reports
+// whether they are: false from drivers that cannot, and for a prefix
+// under which keys are stored already.
+func (s *Store) Pack(ctx context.Context, prefix string) (bool, error) {
+	if s.readOnly {
+		return false, errReadOnly("pack", prefix)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return false, &Error{Op: "pack", Key: prefix, Kind: driver.Unknown, Err: ErrClosed}
+	}
+	ok, err := driver.Pack(ctx, s.drv, prefix)
+	if err != nil {
+		err = s.wrap("pack", prefix, err)
+	}
+	return ok, err
+}
+
 // ListAll returns every item under prefix, reading pages of pageSize.
 func (s *Store) ListAll(ctx context.Context, prefix string, pageSize int) ([]Item, error) {
 	var all []Item

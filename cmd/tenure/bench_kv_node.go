@@ -344,6 +344,11 @@ func (d *countingDriver) List(ctx context.Context, prefix, after string, limit i
 	return d.inner.List(ctx, prefix, after, limit)
 }
 
+// Pack passes packing on (driver.Packer).
+func (d *countingDriver) Pack(ctx context.Context, prefix string) (bool, error) {
+	return driver.Pack(ctx, d.inner, prefix)
+}
+
 // ListKeys passes a listing without versions on as such
 // (driver.KeyLister).
 func (d *countingDriver) ListKeys(ctx context.Context, prefix, after string, limit int) ([]string, error) {

@@ -142,6 +142,26 @@ func ListKeys(ctx context.Context, d Store, prefix, after string, limit int) ([]
 	return keys, nil
 }
 
+// Packer is an optional interface: a driver that can keep the keys under a
+// prefix together, for keys each written once and deleted oldest first (a
+// log), at a lower cost per write: filestore appends them to segment
+// files, one flush per batch of writes, instead of a file per key. Which
+// prefixes are packed is the store's state, not a client's setting: every
+// client reads and writes a packed prefix alike, whether or not it asked.
+type Packer interface {
+	// Pack packs prefix (ending in '/') if no key is stored under it,
+	// and reports whether it is packed.
+	Pack(ctx context.Context, prefix string) (bool, error)
+}
+
+// Pack packs prefix of d if d is a Packer; others report false.
+func Pack(ctx context.Context, d Store, prefix string) (bool, error) {
+	if p, ok := d.(Packer); ok {
+		return p.Pack(ctx, prefix)
+	}
+	return false, nil
+}
+
 // Limits is an optional interface: a driver that cannot store every key the
 // portable layer accepts says so here, so that callers get a clear error
 // before any request is made.

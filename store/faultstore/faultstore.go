@@ -519,6 +519,13 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]dr
 	return items, nil
 }
 
+// Pack is passed on to the inner store (driver.Packer), without faults:
+// it decides how the inner store keeps keys, which the faults do not
+// model.
+func (s *Store) Pack(ctx context.Context, prefix string) (bool, error) {
+	return driver.Pack(ctx, s.inner, prefix)
+}
+
 // ListKeys is List without versions (driver.KeyLister), passed on to the
 // inner store's ListKeys, or its List if it has none; it meets the faults
 // of a List.

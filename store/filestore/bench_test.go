@@ -250,3 +250,41 @@ func BenchmarkListSegments(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLogChurn is BenchmarkPutCreateChurn's workload (8 KiB creates,
+// each deleting the one made 1,000 before) with the log's prefix kept as
+// files and as a pack.
+func BenchmarkLogChurn(b *testing.B) {
+	for _, c := range []struct{ packed, prealloc bool }{{false, false}, {true, false}, {true, true}} {
+		b.Run(fmt.Sprintf("pack=%v/prealloc=%v", c.packed, c.prealloc), func(b *testing.B) {
+			packed := c.packed
+			defer func(prev bool) { packPrealloc = prev }(packPrealloc)
+			packPrealloc = c.prealloc
+			d := newDriver(b, b.TempDir())
+			if packed {
+				if ok, err := d.Pack(b.Context(), "log/"); !ok || err != nil {
+					b.Fatalf("Pack: %v, %v", ok, err)
+				}
+			}
+			s := store.New(d)
+			b.Cleanup(func() { s.Close() })
+			ctx := b.Context()
+			v := make([]byte, 8<<10)
+			const window = 1000
+			i := 0
+			cpu := startCPU()
+			for b.Loop() {
+				if _, err := s.Put(ctx, fmt.Sprintf("log/%020d", i), v, store.IfAbsent()); err != nil {
+					b.Fatal(err)
+				}
+				if i >= window {
+					if err := s.Delete(ctx, fmt.Sprintf("log/%020d", i-window), store.Cond{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				i++
+			}
+			cpu.report(b)
+		})
+	}
+}

@@ -7,3 +7,11 @@ func SetSyncCommitted(f func(dir string) error) (restore func()) {
 	syncCommitted = f
 	return func() { syncCommitted = old }
 }
+
+// SetPackSegMax sets the size at which packs start a new segment, until
+// the returned function restores it.
+func SetPackSegMax(n int64) (restore func()) {
+	prev := packSegMax
+	packSegMax = n
+	return func() { packSegMax = prev }
+}

@@ -111,6 +111,7 @@ type Store struct {
 	// linking the descriptor itself was refused.
 	viaProc atomic.Bool
 	spares  spares
+	packs   packs
 }
 
 // stripe is one of the locks that serialise the writes of a key. Keys share
@@ -348,31 +349,57 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 // more than max+1 bytes of it (a file may grow between the stat and the
 // read only if something other than a driver wrote it in place).
 func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
-	data, err := s.read(ctx, key, max, nil)
+	data, version, err := s.read(ctx, key, max, nil)
 	if err != nil {
 		return nil, "", err
 	}
-	return data, Version(data), nil
+	if version == "" {
+		version = Version(data)
+	}
+	return data, version, nil
 }
 
 // ReadInto is Get without the version, which costs a hash of the value's
 // bytes, and into buf's memory when the value fits (driver.Reader).
 func (s *Store) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
-	return s.read(ctx, key, math.MaxInt64, buf)
+	data, _, err := s.read(ctx, key, math.MaxInt64, buf)
+	return data, err
 }
 
 // read reads key's file, of at most max bytes, into buf's memory if it
-// fits.
-func (s *Store) read(ctx context.Context, key string, max int64, buf []byte) ([]byte, error) {
-	if err := s.begin(ctx); err != nil {
-		return nil, err
+// fits. A key in a pack is read from it, with its version (else "").
+func (s *Store) read(ctx context.Context, key string, max int64, buf []byte) ([]byte, string, error) {
+	data, version, err := s.readOnce(ctx, key, max, buf)
+	if errors.Is(err, errPackGone) {
+		// Found again, as it is now (forgetPack).
+		data, version, err = s.readOnce(ctx, key, max, buf)
 	}
-	f, err := os.Open(s.path(key))
+	return data, version, err
+}
+
+func (s *Store) readOnce(ctx context.Context, key string, max int64, buf []byte) ([]byte, string, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, "", err
+	}
+	path := s.path(key)
+	if p := s.cachedPack(filepath.Dir(path)); p != nil {
+		return p.get(key, max, buf)
+	}
+	f, err := os.Open(path)
+	if notDir(err) {
+		p, perr := s.findPack(filepath.Dir(path))
+		if p != nil || perr != nil {
+			if perr != nil {
+				return nil, "", perr
+			}
+			return p.get(key, max, buf)
+		}
+	}
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, driver.Errorf(driver.NotFound, "filestore: no such key")
+		return nil, "", driver.Errorf(driver.NotFound, "filestore: no such key")
 	}
 	if err != nil {
-		return nil, ioErr("read", err)
+		return nil, "", ioErr("read", err)
 	}
 	defer f.Close()
 	size := int64(-1)
@@ -382,21 +409,52 @@ func (s *Store) read(ctx context.Context, key string, max int64, buf []byte) ([]
 	data, err := driver.ReadLimitedInto(f, size, max, buf)
 	if err != nil {
 		if driver.Classify(nil, err) == driver.TooLarge {
-			return nil, err
+			return nil, "", err
 		}
-		return nil, ioErr("read", err)
+		return nil, "", ioErr("read", err)
 	}
-	return data, nil
+	return data, "", nil
 }
 
 // Put creates by linkat(2) of an unnamed file (or link(2) of a temp file)
 // and swaps by rename(2), under the key's lock. It returns once the new
 // value is durable.
-func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (_ string, err error) {
+func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
+	version, err := s.putOnce(ctx, key, data, cond)
+	if errors.Is(err, errPackGone) {
+		// Refused before anything was written; found again (forgetPack).
+		version, err = s.putOnce(ctx, key, data, cond)
+	}
+	return version, err
+}
+
+func (s *Store) putOnce(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
 	if err := s.beginWrite(ctx); err != nil {
 		return "", err
 	}
 	path := s.path(key)
+	p, err := s.packFor(path)
+	if err != nil {
+		return "", err
+	}
+	if p == nil {
+		version, err := s.putFile(ctx, key, path, data, cond)
+		if !notDir(err) {
+			return version, err
+		}
+		// The directory became a pack since this Store last looked.
+		if p, err = s.findPack(filepath.Dir(path)); p == nil || err != nil {
+			return version, errors.Join(err, driver.Errorf(driver.Permanent, "filestore: %s: a file where a directory should be", filepath.Dir(path)))
+		}
+	}
+	if cond.Kind != driver.IfAbsent && cond.Kind != driver.IfMatch {
+		return "", driver.Errorf(driver.InvalidArgument, "filestore: put with condition %s", cond.Kind)
+	}
+	return s.packPut(ctx, p, key, data, cond)
+}
+
+// putFile is Put of a key kept as a file.
+func (s *Store) putFile(ctx context.Context, key, path string, data []byte, cond driver.Cond) (_ string, err error) {
 	var check, precheck func() error
 	switch cond.Kind {
 	case driver.IfAbsent:
@@ -635,6 +693,14 @@ func noDirErr(err error) error {
 // Delete removes the key's file under its lock and returns once the removal
 // is durable.
 func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error {
+	err := s.deleteOnce(ctx, key, cond)
+	if errors.Is(err, errPackGone) {
+		err = s.deleteOnce(ctx, key, cond) // as Put
+	}
+	return err
+}
+
+func (s *Store) deleteOnce(ctx context.Context, key string, cond driver.Cond) error {
 	if err := s.beginWrite(ctx); err != nil {
 		return err
 	}
@@ -643,6 +709,24 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 	}
 	path := s.path(key)
 	dir := filepath.Dir(path)
+	if p := s.cachedPack(dir); p != nil {
+		return s.packDelete(ctx, p, key, cond)
+	}
+	err := s.deleteFile(ctx, key, path, dir, cond)
+	if notDir(err) {
+		p, perr := s.findPack(dir)
+		if perr != nil {
+			return perr
+		}
+		if p != nil {
+			return s.packDelete(ctx, p, key, cond)
+		}
+	}
+	return err
+}
+
+// deleteFile is Delete of a key kept as a file.
+func (s *Store) deleteFile(ctx context.Context, key, path, dir string, cond driver.Cond) error {
 	// Until the directory's sync, no other delete removes it (pruneDirs).
 	releaseDir, err := s.shareDir(ctx, dir)
 	if err != nil {
@@ -1013,6 +1097,10 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]dr
 		if len(items) == limit {
 			break
 		}
+		if c.packed {
+			items = append(items, driver.Item{Key: c.key, Version: c.version, Size: c.size})
+			continue
+		}
 		// Hashed as it is read, through a pooled buffer: a value kept
 		// whole for each key would be garbage at once.
 		version, size, err := s.listedVersion(c.path)
@@ -1043,19 +1131,47 @@ func (s *Store) ListKeys(ctx context.Context, prefix, after string, limit int) (
 	return keys, nil
 }
 
-// listedKey is a key a listing found, and its file.
-type listedKey struct{ key, path string }
+// listedKey is a key a listing found, and its file; or, for a key in a
+// pack, its version and size.
+type listedKey struct {
+	key, path string
+	packed    bool
+	version   string
+	size      int64
+}
 
 // listed walks the keys under prefix after after, in order (List).
 func (s *Store) listed(ctx context.Context, prefix, after string) ([]listedKey, error) {
+	cands, err := s.listedOnce(ctx, prefix, after)
+	if errors.Is(err, errPackGone) {
+		cands, err = s.listedOnce(ctx, prefix, after) // as read
+	}
+	return cands, err
+}
+
+func (s *Store) listedOnce(ctx context.Context, prefix, after string) ([]listedKey, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
 	var cands []listedKey
 	emit := func(key, path string) {
 		if strings.HasPrefix(key, prefix) && key > after {
-			cands = append(cands, listedKey{key, path})
+			cands = append(cands, listedKey{key: key, path: path})
 		}
+	}
+	packed := func(head string) error {
+		if checkHead(head) != nil {
+			return nil // a file someone else put here
+		}
+		p, err := s.findPack(head)
+		if err != nil || p == nil {
+			return err
+		}
+		items, err := p.list(prefix, after)
+		for _, it := range items {
+			cands = append(cands, listedKey{key: it.key, packed: true, version: it.version, size: it.size})
+		}
+		return err
 	}
 	slash := strings.LastIndexByte(prefix, '/')
 	start, comps := s.root, []string(nil)
@@ -1067,6 +1183,12 @@ func (s *Store) listed(ctx context.Context, prefix, after string) ([]listedKey, 
 		start = filepath.Join(append([]string{s.root}, comps...)...)
 		if len(start) >= pathMax {
 			return nil, nil // no key under it could have been stored
+		}
+		if p, err := s.findPack(start); p != nil || err != nil {
+			if err == nil {
+				err = packed(p.head)
+			}
+			return cands, err
 		}
 	}
 	var prune func(dir string) bool
@@ -1080,7 +1202,7 @@ func (s *Store) listed(ctx context.Context, prefix, after string) ([]listedKey, 
 			return s.pruneEmpty(dir)
 		}
 	}
-	if _, err := walk(ctx, start, comps, escapeSegment(prefix[slash+1:]), emit, prune); err != nil {
+	if _, err := walk(ctx, start, comps, escapeSegment(prefix[slash+1:]), emit, packed, prune); err != nil {
 		return nil, err
 	}
 	slices.SortFunc(cands, func(a, b listedKey) int { return strings.Compare(a.key, b.key) })
@@ -1088,12 +1210,12 @@ func (s *Store) listed(ctx context.Context, prefix, after string) ([]listedKey, 
 }
 
 // walk calls emit for every key stored at or below dir, whose components
-// from the root are comps. At the top level it skips entries whose segment
-// cannot start with first (the escaped last segment of the prefix). It
-// calls prune (if not nil) for each directory below dir that it found
+// from the root are comps, and packed for every pack's head it finds
+// there. At the top level it skips entries whose segment cannot start with
+// first (the escaped last segment of the prefix). It calls prune (if not nil) for each directory below dir that it found
 // empty, and reports whether dir was, or is now that prune removed what
 // it held.
-func walk(ctx context.Context, dir string, comps []string, first string, emit func(key, path string), prune func(dir string) bool) (empty bool, err error) {
+func walk(ctx context.Context, dir string, comps []string, first string, emit func(key, path string), packed func(head string) error, prune func(dir string) bool) (empty bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -1129,12 +1251,16 @@ func walk(ctx context.Context, dir string, comps []string, first string, emit fu
 			}
 		case (suf == sufDir || suf == sufCont) && e.IsDir():
 			sub := filepath.Join(dir, name)
-			empty, err := walk(ctx, sub, c, "", emit, prune)
+			empty, err := walk(ctx, sub, c, "", emit, packed, prune)
 			if err != nil {
 				return false, err
 			}
 			if empty && prune != nil && prune(sub) {
 				left--
+			}
+		case suf == sufDir && e.Type().IsRegular():
+			if err := packed(filepath.Join(dir, name)); err != nil {
+				return false, err
 			}
 		}
 	}
@@ -1205,7 +1331,7 @@ func (s *Store) Close() error {
 	s.known.closeAll()
 	s.dirSyncs.closeAll()
 	s.spares.closeAll()
-	var errs []error
+	errs := []error{s.closePacks()}
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu <- struct{}{}

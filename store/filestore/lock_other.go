@@ -25,3 +25,8 @@ func closeFD(int) error                { return errUnsupported }
 func errnoKind(error) driver.Kind      { return driver.Unknown }
 func rmdir(string) error               { return errUnsupported }
 func unlinked(*os.File) bool           { return false }
+
+type fileID struct{ dev, ino uint64 }
+
+func idOf(string) (fileID, error) { return fileID{}, errUnsupported }
+func fdID(int) (fileID, error)    { return fileID{}, errUnsupported }

@@ -76,7 +76,7 @@ func closeFD(fd int) error { return syscall.Close(fd) }
 // rmdir removes dir if it is empty.
 func rmdir(dir string) error { return syscall.Rmdir(dir) }
 
-// unlinked reports whether the directory open as f was removed (no name
+// unlinked reports whether the file (or directory) open as f was removed (no name
 // links to it any more): a name made since is another directory.
 func unlinked(f *os.File) bool {
 	fi, err := f.Stat()
@@ -101,4 +101,25 @@ func errnoKind(err error) driver.Kind {
 		return driver.InvalidArgument
 	}
 	return driver.Unknown
+}
+
+// fileID identifies a file: its device and inode.
+type fileID struct{ dev, ino uint64 }
+
+// idOf returns the identity of the file at path (not following a link).
+func idOf(path string) (fileID, error) {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(path, &st); err != nil {
+		return fileID{}, err
+	}
+	return fileID{uint64(st.Dev), uint64(st.Ino)}, nil
+}
+
+// fdID returns the identity of the open file fd.
+func fdID(fd int) (fileID, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return fileID{}, err
+	}
+	return fileID{uint64(st.Dev), uint64(st.Ino)}, nil
 }

@@ -335,8 +335,28 @@ func churnChild(t *testing.T, dir string, args raceArgs) {
 }
 
 func TestTwoProcessRace(t *testing.T) {
+	t.Run("files", func(t *testing.T) { twoProcessRace(t, t.TempDir()) })
+	t.Run("pack", func(t *testing.T) {
+		// The same races through a pack: both processes find it from
+		// its head, and exclude each other by its flock.
+		dir := t.TempDir()
+		packDir(t, dir, "race/")
+		twoProcessRace(t, dir)
+	})
+}
+
+// packDir makes prefix a pack in the store in dir.
+func packDir(t *testing.T, dir, prefix string) {
+	t.Helper()
+	d := newDriver(t, dir)
+	defer d.Close()
+	if ok, err := d.Pack(t.Context(), prefix); !ok || err != nil {
+		t.Fatalf("Pack(%q) = %v, %v", prefix, ok, err)
+	}
+}
+
+func twoProcessRace(t *testing.T, dir string) {
 	const rounds, workers = 250, 4
-	dir := t.TempDir()
 	procs := make([]*helper, 2)
 	for p := range procs {
 		procs[p] = startHelper(t, "race", dir, raceArgs{Proc: p, Rounds: rounds, Workers: workers})
@@ -511,11 +531,25 @@ func crashChild(t *testing.T, dir string) {
 }
 
 func TestCrashDuringWrites(t *testing.T) {
+	t.Run("files", func(t *testing.T) { crashDuringWrites(t, t.TempDir()) })
+	t.Run("pack", func(t *testing.T) {
+		// All keys but "e" in a pack: SIGKILL tears its appends, and the
+		// swaps of up to 1 MiB fill, start and remove segments.
+		dir := t.TempDir()
+		packDir(t, dir, "crash/")
+		crashDuringWrites(t, dir)
+		segs, err := os.ReadDir(filepath.Join(dir, "crash.p"))
+		if err != nil || len(segs) == 0 {
+			t.Fatalf("the pack's segments: %d, %v", len(segs), err)
+		}
+	})
+}
+
+func crashDuringWrites(t *testing.T, dir string) {
 	kills := 40
 	if testing.Short() {
 		kills = 10
 	}
-	dir := t.TempDir()
 	acked := make([]int, len(crashKeys)) // highest acknowledged seq by key
 	onLine := func(line string) {
 		var i, seq int

@@ -4,6 +4,7 @@ package filestore
 
 import (
 	"errors"
+	"os"
 	"sync/atomic"
 )
 
@@ -13,3 +14,9 @@ func openTmpfileSys(string) (int, error)          { return -1, errors.ErrUnsuppo
 func tmpfileRefused(err error) bool               { return errors.Is(err, errors.ErrUnsupported) }
 func linkTmpfile(int, string, *atomic.Bool) error { return errors.ErrUnsupported }
 func writeFD(int, []byte) error                   { return errors.ErrUnsupported }
+
+// fdatasync is fsync(2) where fdatasync(2) is not portable.
+func fdatasync(f *os.File) error { return f.Sync() }
+
+// preallocate is a no-op where fallocate(2) is missing.
+func preallocate(*os.File, int64) {}

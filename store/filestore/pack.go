@@ -1,0 +1,736 @@
+package filestore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tenure-io/tenure/store/driver"
+)
+
+// A pack keeps the keys of one key directory as records appended to
+// segment files, so that a write costs one fdatasync(2) of a file that
+// only grows, where a file per key costs two flushes (the file's and its
+// directory's) and an inode. The directory's own path ("log.d") is then a
+// regular file, the pack's head: its marker, its format, and the flock(2)
+// that writers of every process hold while they append. The segments are
+// in a sibling directory ("log.p"), named by their sequence number in hex;
+// no key maps to either name ('.' is always escaped in a key's path).
+//
+// Writers of a Store share batches (group commit): one goroutine takes
+// the head's lock, reads what other writers appended since it last looked,
+// checks each write's condition in order, appends the batch as one frame
+// and syncs the segment, then answers them all. A frame is never
+// acknowledged before its sync, and a writer syncs whatever it finds
+// appended by others before it appends (a writer that died before its
+// sync), so only the last frame of a pack may be torn by a crash: a
+// writer cuts such a tail, and a reader stops at it. A bad frame anywhere
+// else is corruption, reported as such.
+//
+// A reader, which takes no lock, makes durable what it is about to
+// report: when it reads frames that it did not write or see synced, it
+// syncs the segment before it answers, so that nothing it returns can be
+// lost in a crash (the writer of those frames may still be syncing them;
+// one of the two syncs finds nothing to do).
+//
+// A new segment starts when the last one reaches packSegMax; the oldest
+// segments are removed once every put they hold is overwritten or
+// deleted, which is how a log truncated from its start reclaims its space.
+type pack struct {
+	head     string // the head file: the key directory's own path
+	segDir   string // the segments' directory
+	readOnly bool
+	headID   fileID // the head found; another file there is another pack
+	gone     func() // forgets this pack, when its head is gone or replaced
+
+	// lead is held by the goroutine that writes batches for the queue.
+	lead  chan struct{}
+	qmu   sync.Mutex
+	queue []*packOp
+
+	mu      sync.Mutex // guards what follows, and the files' use
+	headFD  int        // the head, opened by the first writer (-1 before)
+	segs    map[uint64]*os.File
+	first   uint64 // the oldest segment the index holds puts of
+	seg     uint64 // the segment read up to off; 0 before any
+	off     int64
+	durable int64 // the bytes of seg known to be durable
+	keys    map[string]packLoc
+	live    map[uint64]int // the puts in keys, by segment
+	closed  bool
+}
+
+// packLoc is where a key's value is: its segment, offset and length, the
+// checksum its record carries, and its version.
+type packLoc struct {
+	seg     uint64
+	off     int64
+	size    int
+	crc     uint32
+	version string
+}
+
+// packOp is one write waiting for its batch.
+type packOp struct {
+	key   string
+	value []byte
+	del   bool
+	cond  driver.Cond
+	state atomic.Int32 // opQueued, opTaken, opAbandoned
+	done  chan struct{}
+	// The outcome, set before done closes.
+	version string
+	found   bool // a delete found the key
+	err     error
+}
+
+const (
+	opQueued int32 = iota
+	opTaken
+	opAbandoned
+)
+
+const (
+	// packHeadText is a pack's head file: its format. Another text is a
+	// format this version does not know, and refused.
+	packHeadText = "tenure filestore pack, format 1\n"
+	sufPack      = ".p"
+	segSuffix    = ".s"
+
+	// packGapTries bounds how often a read starts over when segments it
+	// was reading are removed under it.
+	packGapTries = 8
+)
+
+// packSegMax is the size at which a pack starts a new segment (a
+// variable for tests).
+var packSegMax int64 = 32 << 20
+
+// packPrealloc is whether new segments' blocks are allocated at once (a
+// variable for benchmarks).
+var packPrealloc = true
+
+// errPackGone is a pack whose head was removed or replaced since the
+// Store found it (by hand: a pack never turns back into a directory).
+var errPackGone = errors.New("the pack's head was removed or replaced")
+
+// errPackGap is a segment gone under a reader: the writers removed it,
+// so the reader's index must be built again from the oldest segment.
+var errPackGap = errors.New("a segment was removed while it was read")
+
+func newPack(head string, readOnly bool) *pack {
+	return &pack{
+		head:     head,
+		segDir:   strings.TrimSuffix(head, sufDir) + sufPack,
+		readOnly: readOnly,
+		lead:     make(chan struct{}, 1),
+		headFD:   -1,
+		segs:     map[uint64]*os.File{},
+		keys:     map[string]packLoc{},
+		live:     map[uint64]int{},
+	}
+}
+
+func (p *pack) segPath(n uint64) string {
+	return filepath.Join(p.segDir, fmt.Sprintf("%016x%s", n, segSuffix))
+}
+
+func packCorrupt(what string, args ...any) error {
+	return driver.Errorf(driver.Permanent, "filestore: corrupt pack: "+what, args...)
+}
+
+// checkHead reads the head file and refuses a format it does not know.
+func checkHead(head string) error {
+	b, err := os.ReadFile(head)
+	if err != nil {
+		return ioErr("read pack head", err)
+	}
+	if string(b) != packHeadText {
+		return packCorrupt("%s is not a pack's head of a format this version knows (%q)", head, firstLine(b))
+	}
+	return nil
+}
+
+func firstLine(b []byte) string {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[:i]
+	}
+	return string(b[:min(len(b), 80)])
+}
+
+// open returns segment n, opened for reading (and writing, in a writable
+// store).
+func (p *pack) open(n uint64) (*os.File, error) {
+	if f, ok := p.segs[n]; ok {
+		return f, nil
+	}
+	flag := os.O_RDWR
+	if p.readOnly {
+		flag = os.O_RDONLY
+	}
+	f, err := os.OpenFile(p.segPath(n), flag, 0)
+	if err != nil {
+		return nil, err
+	}
+	p.segs[n] = f
+	return f, nil
+}
+
+// listSegs returns the segments' numbers, in order.
+func (p *pack) listSegs() ([]uint64, error) {
+	entries, err := os.ReadDir(p.segDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, ioErr("list pack segments", err)
+	}
+	var out []uint64
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), segSuffix)
+		if !ok || len(name) != 16 {
+			continue
+		}
+		if n, err := strconv.ParseUint(name, 16, 64); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// reset forgets the index, to build it again from the oldest segment.
+func (p *pack) reset() {
+	for n, f := range p.segs {
+		_ = f.Close()
+		delete(p.segs, n)
+	}
+	clear(p.keys)
+	clear(p.live)
+	p.first, p.seg, p.off, p.durable = 0, 0, 0, 0
+}
+
+// catchUp reads into the index what was appended since it last read,
+// starting again from the oldest segment when one it needed was removed.
+// A writer (holding the head's lock) cuts a torn last frame.
+func (p *pack) catchUp(writer bool) error {
+	for try := 1; ; try++ {
+		err := p.catchUpOnce(writer)
+		if !errors.Is(err, errPackGap) {
+			return err
+		}
+		if try == packGapTries {
+			return driver.Errorf(driver.Transient, "filestore: pack %s: %w, %d times in a row", p.head, err, try)
+		}
+		p.reset()
+	}
+}
+
+func (p *pack) catchUpOnce(writer bool) error {
+	if id, err := idOf(p.head); err != nil || id != p.headID {
+		if p.gone != nil {
+			p.gone()
+		}
+		return driver.Errorf(driver.Transient, "filestore: pack %s: %w", p.head, errPackGone)
+	}
+	if p.seg == 0 {
+		segs, err := p.listSegs()
+		if err != nil || len(segs) == 0 {
+			return err
+		}
+		p.first, p.seg = segs[0], segs[0]
+	}
+	for reread := false; ; {
+		f, err := p.open(p.seg)
+		if errors.Is(err, fs.ErrNotExist) {
+			return errPackGap
+		}
+		if err != nil {
+			return ioErr("open pack segment", err)
+		}
+		torn, err := p.readSegment(f)
+		if err != nil {
+			return err
+		}
+		_, err = p.open(p.seg + 1)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if unlinked(f) {
+				return errPackGap
+			}
+			if writer {
+				// The one segment appended to must be the last: one
+				// missing between is not a removal (those go oldest
+				// first) but damage.
+				segs, err := p.listSegs()
+				if err != nil {
+					return err
+				}
+				if len(segs) > 0 && segs[len(segs)-1] > p.seg {
+					return packCorrupt("segment %d of %s is missing, and segment %d exists", p.seg+1, p.segDir, segs[len(segs)-1])
+				}
+			}
+			if torn && writer {
+				// Under the head's lock: no writer is appending, so a
+				// torn frame is one whose writer died, never synced.
+				if err := f.Truncate(p.off); err != nil {
+					return ioErr("cut a pack's torn tail", err)
+				}
+			}
+			return p.syncRead(f)
+		case err != nil:
+			return ioErr("open pack segment", err)
+		}
+		if torn {
+			// A writer starts a segment only after the last frame of the
+			// one before is synced: what looked torn was being written.
+			// Read it again; torn twice is corruption.
+			if reread {
+				return packCorrupt("%s ends in a torn frame at %d, and a later segment exists", p.segPath(p.seg), p.off)
+			}
+			reread = true
+			continue
+		}
+		if err := p.syncRead(f); err != nil {
+			return err
+		}
+		p.seg, p.off, p.durable, reread = p.seg+1, 0, 0, false
+	}
+}
+
+// syncRead makes durable the bytes of the current segment read but not
+// known durable: frames another writer appended, which it may not have
+// synced yet (or ever, if it died).
+func (p *pack) syncRead(f *os.File) error {
+	if p.off <= p.durable {
+		return nil
+	}
+	if err := fdatasync(f); err != nil {
+		return ioErr("sync pack segment", err)
+	}
+	p.durable = p.off
+	return nil
+}
+
+// readSegment reads f's frames after p.off into the index. It reports a
+// torn tail (a frame cut short by the end of the file, or a bad frame
+// that ends where the file does) without an error, and a bad frame that
+// more bytes follow as corruption.
+func (p *pack) readSegment(f *os.File) (torn bool, err error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return false, ioErr("stat pack segment", err)
+	}
+	size := fi.Size()
+	if size <= p.off {
+		return false, nil
+	}
+	buf := make([]byte, size-p.off)
+	n, err := f.ReadAt(buf, p.off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, ioErr("read pack segment", err)
+	}
+	buf = buf[:n]
+	for len(buf) > 0 {
+		recs, n, st, why := decodeFrame(buf)
+		if st != frameOK {
+			// Only the last frame can be torn, and nothing follows it:
+			// a crash leaves the bytes it wrote (or zeros where the
+			// size was written and the data was not).
+			tail := st == frameShort || n == len(buf) || n == 0 && allZero(buf)
+			if tail && !frameWithin(buf[1:]) {
+				return true, nil
+			}
+			if why == "" {
+				why = "a frame cut short, and frames after it"
+			}
+			return false, packCorrupt("%s at offset %d: %s", p.segPath(p.seg), p.off, why)
+		}
+		p.apply(recs, p.seg, p.off)
+		p.off += int64(n)
+		buf = buf[n:]
+	}
+	return false, nil
+}
+
+// frameWithin reports whether a whole frame starts anywhere in b.
+func frameWithin(b []byte) bool {
+	magic := binary.LittleEndian.AppendUint32(nil, frameMagic)
+	for i := 0; ; i++ {
+		j := bytes.Index(b[i:], magic)
+		if j < 0 {
+			return false
+		}
+		i += j
+		if _, _, st, _ := decodeFrame(b[i:]); st == frameOK {
+			return true
+		}
+	}
+}
+
+// allZero reports whether b holds only zero bytes: what a crash leaves
+// where a file's size was written and its data was not.
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// apply enters a frame's records, at offset off of segment seg, in the
+// index.
+func (p *pack) apply(recs []packRec, seg uint64, off int64) {
+	for _, r := range recs {
+		if old, ok := p.keys[r.key]; ok {
+			p.live[old.seg]--
+			delete(p.keys, r.key)
+		}
+		if r.del {
+			continue
+		}
+		p.keys[r.key] = packLoc{
+			seg:     seg,
+			off:     off + int64(r.off+recHeader+len(r.key)),
+			size:    len(r.value),
+			crc:     r.crc,
+			version: Version(r.value),
+		}
+		p.live[seg]++
+	}
+}
+
+// get reads key's value, into buf's memory if it fits, and its version.
+func (p *pack) get(key string, max int64, buf []byte) ([]byte, string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, "", errClosed()
+	}
+	for try := 1; ; try++ {
+		if err := p.catchUp(false); err != nil {
+			return nil, "", err
+		}
+		loc, ok := p.keys[key]
+		if !ok {
+			return nil, "", driver.Errorf(driver.NotFound, "filestore: no such key")
+		}
+		if int64(loc.size) > max {
+			return nil, "", driver.TooLargeError(int64(loc.size), max)
+		}
+		f, err := p.open(loc.seg)
+		if errors.Is(err, fs.ErrNotExist) && try < packGapTries {
+			p.reset() // removed since: the key was overwritten or deleted
+			continue
+		}
+		if err != nil {
+			return nil, "", ioErr("open pack segment", err)
+		}
+		data := buf[:0]
+		if cap(data) < loc.size {
+			data = make([]byte, loc.size)
+		}
+		data = data[:loc.size]
+		if _, err := f.ReadAt(data, loc.off); err != nil {
+			return nil, "", ioErr("read pack segment", err)
+		}
+		if recCRC(key, data) != loc.crc {
+			return nil, "", packCorrupt("%s at offset %d: the value of %q does not match its checksum", p.segPath(loc.seg), loc.off, key)
+		}
+		return data, loc.version, nil
+	}
+}
+
+// packItem is a key a pack's listing found.
+type packItem struct {
+	key     string
+	version string
+	size    int64
+}
+
+// list returns the keys with prefix after after, in order.
+func (p *pack) list(prefix, after string) ([]packItem, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errClosed()
+	}
+	if err := p.catchUp(false); err != nil {
+		return nil, err
+	}
+	var out []packItem
+	for k, loc := range p.keys {
+		if strings.HasPrefix(k, prefix) && k > after {
+			out = append(out, packItem{k, loc.version, int64(loc.size)})
+		}
+	}
+	slices.SortFunc(out, func(a, b packItem) int { return strings.Compare(a.key, b.key) })
+	return out, nil
+}
+
+// do runs op in a batch, and returns once the batch is durable or ctx
+// ends before a batch took op (op.err says which).
+func (p *pack) do(ctx context.Context, op *packOp) {
+	op.done = make(chan struct{})
+	p.qmu.Lock()
+	p.queue = append(p.queue, op)
+	p.qmu.Unlock()
+	for {
+		select {
+		case <-op.done:
+			return
+		case <-ctx.Done():
+			if op.state.CompareAndSwap(opQueued, opAbandoned) {
+				op.err = ctx.Err()
+				return
+			}
+			<-op.done // taken: its batch decides it
+			return
+		case p.lead <- struct{}{}:
+			p.writeQueued(ctx)
+			<-p.lead
+		}
+	}
+}
+
+// writeQueued writes batches of the queued ops until the queue is empty.
+// It takes the head's lock before it takes any op, waiting at most until
+// ctx (its own op's) ends: the ops stay queued for another waiter to
+// write then.
+func (p *pack) writeQueued(ctx context.Context) {
+	for {
+		p.qmu.Lock()
+		empty := len(p.queue) == 0
+		p.qmu.Unlock()
+		if empty {
+			return
+		}
+		p.mu.Lock()
+		err := p.lockHead(ctx)
+		if err != nil && ctx.Err() != nil {
+			p.mu.Unlock()
+			return
+		}
+		p.qmu.Lock()
+		q := p.queue
+		p.queue = nil
+		p.qmu.Unlock()
+		ops := q[:0]
+		for _, op := range q {
+			if op.state.CompareAndSwap(opQueued, opTaken) {
+				ops = append(ops, op)
+			}
+		}
+		if err == nil {
+			p.writeBatch(ops)
+			_ = unlock(p.headFD)
+		} else {
+			for _, op := range ops {
+				op.err = err
+			}
+		}
+		p.mu.Unlock()
+		for _, op := range ops {
+			close(op.done)
+		}
+	}
+}
+
+// lockHead takes the head's flock, opening the head first if need be.
+func (p *pack) lockHead(ctx context.Context) error {
+	if p.closed {
+		return errClosed()
+	}
+	if p.headFD < 0 {
+		fd, err := openLockFile(p.head)
+		if err != nil {
+			return ioErr("open pack head", err)
+		}
+		p.headFD = fd
+	}
+	if _, err := waitLock(ctx, p.headFD, tryLock); err != nil {
+		return err
+	}
+	// The lock is the head's, found by its path: a head replaced since
+	// (by hand) would be another lock, excluding no one.
+	if id, err := fdID(p.headFD); err != nil || id != p.headID {
+		_ = unlock(p.headFD)
+		_ = closeFD(p.headFD)
+		p.headFD = -1
+		if p.gone != nil {
+			p.gone()
+		}
+		return driver.Errorf(driver.Transient, "filestore: pack %s: %w", p.head, errPackGone)
+	}
+	return nil
+}
+
+// writeBatch, under the head's lock, reads what other writers appended,
+// checks each op's condition in order, appends the records of those that
+// hold as one frame, and syncs it.
+func (p *pack) writeBatch(ops []*packOp) {
+	fail := func(err error) {
+		for _, op := range ops {
+			if op.err == nil {
+				op.err = err
+			}
+		}
+	}
+	if err := p.catchUp(true); err != nil {
+		fail(err)
+		return
+	}
+	recs := p.check(ops)
+	if len(recs) == 0 {
+		return
+	}
+	seg, off, err := p.appendTo()
+	if err != nil {
+		fail(err)
+		return
+	}
+	frame := appendFrame(nil, recs)
+	f := p.segs[seg]
+	_, err = f.WriteAt(frame, off)
+	if err == nil {
+		err = fdatasync(f)
+	}
+	if err != nil {
+		// Nothing was acknowledged: cut the frame off again. If that
+		// fails too, readers may find it; start over from the files.
+		if f.Truncate(off) != nil {
+			p.reset()
+		}
+		fail(driver.Errorf(driver.Transient, "filestore: append to pack %s: %w", p.head, err))
+		return
+	}
+	p.apply(recs, seg, off)
+	p.seg, p.off = seg, off+int64(len(frame))
+	p.durable = p.off
+	p.reclaim()
+}
+
+// check decides each op against the index and the ops before it in the
+// batch, and returns the records of those whose condition holds.
+func (p *pack) check(ops []*packOp) []packRec {
+	type cur struct {
+		present bool
+		version string
+	}
+	batch := map[string]cur{}
+	lookup := func(key string) cur {
+		if c, ok := batch[key]; ok {
+			return c
+		}
+		loc, ok := p.keys[key]
+		return cur{ok, loc.version}
+	}
+	var recs []packRec
+	for _, op := range ops {
+		c := lookup(op.key)
+		switch {
+		case op.cond.Kind == driver.IfAbsent && c.present:
+			op.err = errExists()
+			continue
+		case op.cond.Kind == driver.IfMatch && !c.present:
+			op.err = driver.Errorf(driver.PreconditionFailed, "filestore: key does not exist")
+			continue
+		case op.cond.Kind == driver.IfMatch && c.version != op.cond.Version:
+			op.err = driver.Errorf(driver.PreconditionFailed, "filestore: version mismatch")
+			continue
+		case op.del && !c.present:
+			continue // nothing to delete: no record
+		}
+		op.found = c.present
+		recs = append(recs, packRec{del: op.del, key: op.key, value: op.value})
+		if op.del {
+			batch[op.key] = cur{}
+		} else {
+			op.version = Version(op.value)
+			batch[op.key] = cur{true, op.version}
+		}
+	}
+	return recs
+}
+
+// appendTo returns the segment to append to and its end: the last, or a
+// new one if the last is full (or there is none). A new segment's name
+// is synced into its directory before any frame in it is acknowledged.
+func (p *pack) appendTo() (uint64, int64, error) {
+	if p.seg != 0 && p.off < packSegMax {
+		return p.seg, p.off, nil
+	}
+	n := p.seg + 1
+	if err := os.MkdirAll(p.segDir, 0o755); err != nil {
+		return 0, 0, ioErr("make pack segments directory", err)
+	}
+	f, err := os.OpenFile(p.segPath(n), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return 0, 0, ioErr("create pack segment", err)
+	}
+	// Its blocks allocated now, once, and its size left as it is: an
+	// append then only marks blocks written, where allocating them would
+	// be part of each append's sync. Where the file system cannot, each
+	// append allocates its own.
+	if packPrealloc {
+		preallocate(f, packSegMax)
+	}
+	if err := syncDir(p.segDir); err != nil {
+		_ = f.Close()
+		return 0, 0, ioErr("sync pack segments directory", err)
+	}
+	p.segs[n] = f
+	if p.seg == 0 {
+		p.first = n
+	}
+	return n, 0, nil
+}
+
+// reclaim removes the oldest segments while none of their puts is live,
+// never the one appended to. Their removal needs no sync: a segment back
+// after a crash holds only what later frames override.
+func (p *pack) reclaim() {
+	for p.first != 0 && p.first < p.seg && p.live[p.first] <= 0 {
+		if err := os.Remove(p.segPath(p.first)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return
+		}
+		if f, ok := p.segs[p.first]; ok {
+			_ = f.Close()
+			delete(p.segs, p.first)
+		}
+		delete(p.live, p.first)
+		p.first++
+	}
+}
+
+// close closes the pack's files; later calls fail.
+func (p *pack) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	var errs []error
+	for n, f := range p.segs {
+		errs = append(errs, f.Close())
+		delete(p.segs, n)
+	}
+	if p.headFD >= 0 {
+		errs = append(errs, closeFD(p.headFD))
+		p.headFD = -1
+	}
+	return errors.Join(errs...)
+}
