@@ -822,8 +822,14 @@ func (l *leaderRun) truncate(from, to uint64) {
 		return
 	}
 	// Deletes are independent: a few at a time, so truncation keeps up
-	// with the log on a slow store.
-	const workers = 8
+	// with the log on a slow store. A packed log (file://) takes the
+	// deletes waiting together in one write: all at once, they cost a
+	// sync or two rather than one per eight, each of which a log write
+	// would wait behind.
+	workers := 8
+	if n.gs.logPacked.Load() {
+		workers = packedDeleteWorkers
+	}
 	work := make(chan uint64)
 	var wg sync.WaitGroup
 	for range workers {
@@ -852,6 +858,10 @@ func (l *leaderRun) truncate(from, to uint64) {
 	close(work)
 	wg.Wait()
 }
+
+// packedDeleteWorkers is the deletes a truncation of a packed log issues
+// at once.
+const packedDeleteWorkers = 128
 
 // followerStatus is the followers as the loop last saw them.
 func (l *leaderRun) followerStatus() []FollowerStatus {

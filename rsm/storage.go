@@ -37,6 +37,10 @@ type groupStore struct {
 	snapMan     *manifest // its manifest; nil for the earlier formats
 	snapTerm    uint64    // its writer's term
 
+	// logPacked is whether the store keeps the log packed, as packLog
+	// last found.
+	logPacked atomic.Bool
+
 	// lastLeaderState is the last leader_state.json decoded, with its
 	// bytes: a leader's confirmation reads find the same bytes round after
 	// round, so only a change is decoded again.
@@ -341,6 +345,7 @@ func (g *groupStore) packLog(ctx context.Context) (bool, error) {
 		packed, e = g.st.Pack(ctx, g.group+"/"+logDir)
 		return e
 	})
+	g.logPacked.Store(packed)
 	return packed, err
 }
 

@@ -205,6 +205,19 @@ func TestKVServeProcess(t *testing.T) {
 		if empty := emptyDirs(); len(empty) > 0 {
 			t.Errorf("empty directories left after a listing: %v", empty)
 		}
+		// The log was packed (file://), and truncation emptied it but
+		// for the entries after the last snapshot.
+		head, err := os.ReadFile(filepath.Join(data, "p.d", "log.d"))
+		if err != nil || !strings.HasPrefix(string(head), "tenure filestore pack") {
+			t.Fatalf("the group's log.d is not a pack's head: %q, %v", head, err)
+		}
+		entries, err := st.ListKeys(t.Context(), "p/log/", "", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) == 0 || len(entries) > 20 {
+			t.Errorf("%d log entries left after 300 puts at --snapshot-threshold 2; want a few", len(entries))
+		}
 	})
 
 	// A permanent store error exits at once with its message, as JSON
