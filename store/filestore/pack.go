@@ -333,35 +333,74 @@ func (p *pack) readSegment(f *os.File) (torn bool, err error) {
 		return false, ioErr("stat pack segment", err)
 	}
 	size := fi.Size()
-	if size <= p.off {
-		return false, nil
-	}
-	buf := make([]byte, size-p.off)
-	n, err := f.ReadAt(buf, p.off)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return false, ioErr("read pack segment", err)
-	}
-	buf = buf[:n]
-	for len(buf) > 0 {
-		recs, n, st, why := decodeFrame(buf)
-		if st != frameOK {
-			// Only the last frame can be torn, and nothing follows it:
-			// a crash leaves the bytes it wrote (or zeros where the
-			// size was written and the data was not).
-			tail := st == frameShort || n == len(buf) || n == 0 && allZero(buf)
-			if tail && !frameWithin(buf[1:]) {
-				return true, nil
-			}
-			if why == "" {
-				why = "a frame cut short, and frames after it"
-			}
-			return false, packCorrupt("%s at offset %d: %s", p.segPath(p.seg), p.off, why)
+	var buf []byte
+	whole := int64(0) // a frame's length that the last read cut
+	for p.off < size {
+		n := min(size-p.off, max(whole, packReadChunk))
+		if int64(cap(buf)) < n {
+			buf = make([]byte, n)
 		}
-		p.apply(recs, p.seg, p.off)
-		p.off += int64(n)
-		buf = buf[n:]
+		b, err := readFull(f, buf[:n], p.off)
+		if err != nil {
+			return false, err
+		}
+		if len(b) == 0 {
+			return false, nil // cut since the stat
+		}
+		whole = 0
+		for len(b) > 0 {
+			recs, fn, st, why := decodeFrame(b)
+			if st == frameOK {
+				p.apply(recs, p.seg, p.off)
+				p.off += int64(fn)
+				b = b[fn:]
+				continue
+			}
+			end := p.off+int64(len(b)) == size
+			if st == frameShort && !end {
+				whole = max(int64(fn), frameHeader) // read it whole
+				break
+			}
+			rest := b
+			if !end {
+				// What follows a bad frame decides whether it is a torn
+				// tail: read all of it (a crash's aftermath, rarely).
+				if rest, err = readFull(f, make([]byte, size-p.off), p.off); err != nil {
+					return false, err
+				}
+			}
+			return p.tail(rest, st, fn, why)
+		}
 	}
 	return false, nil
+}
+
+// packReadChunk is the most of a segment a read takes at a time (more for
+// a larger frame): a cold start reads a log of up to a segment's size.
+const packReadChunk = 1 << 20
+
+// readFull reads into b at off, short only at the end of the file.
+func readFull(f *os.File, b []byte, off int64) ([]byte, error) {
+	n, err := f.ReadAt(b, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, ioErr("read pack segment", err)
+	}
+	return b[:n], nil
+}
+
+// tail decides what a frame that did not decode (st, its claimed length
+// n, why) is, with rest the segment's bytes from it to its end: a torn
+// tail if nothing whole follows it (a crash leaves the bytes it wrote, or
+// zeros where the size was written and the data was not), else corruption.
+func (p *pack) tail(rest []byte, st frameStatus, n int, why string) (torn bool, err error) {
+	tail := st == frameShort || n == len(rest) || n == 0 && allZero(rest)
+	if tail && !frameWithin(rest[1:]) {
+		return true, nil
+	}
+	if why == "" {
+		why = "a frame cut short, and frames after it"
+	}
+	return false, packCorrupt("%s at offset %d: %s", p.segPath(p.seg), p.off, why)
 }
 
 // frameWithin reports whether a whole frame starts anywhere in b.

@@ -629,3 +629,45 @@ func TestPackHeadRemoved(t *testing.T) {
 	}
 	wantValue(t, a, packPrefix+"file", "3")
 }
+
+// TestPackLargeSegment: a segment read in pieces (packReadChunk) gives
+// every frame, whole frames larger than a piece included; a bad frame in
+// a later piece is corruption, and one at the end a torn tail.
+func TestPackLargeSegment(t *testing.T) {
+	dir := t.TempDir()
+	d := newPacked(t, dir)
+	defer d.Close()
+	key := func(i int) string { return fmt.Sprintf("%s%03d", packPrefix, i) }
+	val := func(i int) string { return strings.Repeat(string(rune('a'+i%26)), 100<<10+i*(40<<10)) }
+	for i := range 40 { // from 100 KiB to 1.6 MiB: 36 MiB in all
+		mustPutKey(t, d, key(i), val(i), create)
+	}
+	if n := len(segFiles(t, dir)); n != 2 {
+		t.Fatalf("%d segments for 36 MiB; want 2", n)
+	}
+	r := newDriver(t, dir)
+	defer r.Close()
+	for i := range 40 {
+		wantValue(t, r, key(i), val(i))
+	}
+	seg := lastSeg(t, dir)
+	appendBytes(t, seg, appendFrame(nil, []packRec{{key: key(99), value: []byte("torn")}})[:30])
+	wantValue(t, newDriver(t, dir), key(39), val(39))
+
+	first := filepath.Join(dir, "g.d", "log.p", segFiles(t, dir)[0])
+	data, err := os.ReadFile(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(data, []byte("kkkk")) // key 10's value, past the first piece
+	if i < packReadChunk {
+		t.Fatalf("key 10's value at %d, in the first %d bytes", i, packReadChunk)
+	}
+	data[i] = 'K'
+	if err := os.WriteFile(first, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := newDriver(t, dir).Get(t.Context(), key(39)); err == nil || !strings.Contains(err.Error(), "corrupt pack") {
+		t.Fatalf("Get past a corrupt frame in a later piece: %v; want a corrupt pack error", err)
+	}
+}
