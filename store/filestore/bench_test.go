@@ -167,27 +167,33 @@ func BenchmarkPutCreateChurn(b *testing.B) {
 		b.Run(fmt.Sprintf("spares=%v", spares), func(b *testing.B) {
 			d := newDriver(b, b.TempDir())
 			d.spares.closed = !spares
-			s := store.New(d)
-			b.Cleanup(func() { s.Close() })
-			ctx := b.Context()
-			v := make([]byte, 8<<10)
-			const window = 1000
-			i := 0
-			cpu := startCPU()
-			for b.Loop() {
-				if _, err := s.Put(ctx, fmt.Sprintf("log/%020d", i), v, store.IfAbsent()); err != nil {
-					b.Fatal(err)
-				}
-				if i >= window {
-					if err := s.Delete(ctx, fmt.Sprintf("log/%020d", i-window), store.Cond{}); err != nil {
-						b.Fatal(err)
-					}
-				}
-				i++
-			}
-			cpu.report(b)
+			logChurn(b, d)
 		})
 	}
+}
+
+// logChurn creates log entries of 8 KiB under log/ in d, one at a time,
+// each followed by the delete of the one created 1,000 before.
+func logChurn(b *testing.B, d *Store) {
+	s := store.New(d)
+	b.Cleanup(func() { s.Close() })
+	ctx := b.Context()
+	v := make([]byte, 8<<10)
+	const window = 1000
+	i := 0
+	cpu := startCPU()
+	for b.Loop() {
+		if _, err := s.Put(ctx, fmt.Sprintf("log/%020d", i), v, store.IfAbsent()); err != nil {
+			b.Fatal(err)
+		}
+		if i >= window {
+			if err := s.Delete(ctx, fmt.Sprintf("log/%020d", i-window), store.Cond{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		i++
+	}
+	cpu.report(b)
 }
 
 // BenchmarkListAfterDeletes lists a prefix under which 2,000 keys, each in
@@ -266,25 +272,7 @@ func BenchmarkLogChurn(b *testing.B) {
 					b.Fatalf("Pack: %v, %v", ok, err)
 				}
 			}
-			s := store.New(d)
-			b.Cleanup(func() { s.Close() })
-			ctx := b.Context()
-			v := make([]byte, 8<<10)
-			const window = 1000
-			i := 0
-			cpu := startCPU()
-			for b.Loop() {
-				if _, err := s.Put(ctx, fmt.Sprintf("log/%020d", i), v, store.IfAbsent()); err != nil {
-					b.Fatal(err)
-				}
-				if i >= window {
-					if err := s.Delete(ctx, fmt.Sprintf("log/%020d", i-window), store.Cond{}); err != nil {
-						b.Fatal(err)
-					}
-				}
-				i++
-			}
-			cpu.report(b)
+			logChurn(b, d)
 		})
 	}
 }
