@@ -305,8 +305,30 @@ func TestLinearizableProcessesOnMinIO(t *testing.T) {
 	}
 	srv := testutil.MinIO(t)
 	srv.SetEnv(t)
+	linearizableProcesses(t, srv.URL(fmt.Sprintf("rsm-proc-%d", time.Now().UnixNano())))
+}
+
+// TestLinearizableProcessesOnFile is the same on a file:// store, where
+// the log is packed: a leader killed or stopped in the middle of an
+// append leaves a torn frame, or holds the pack's lock, and the others
+// carry on from what the pack holds.
+func TestLinearizableProcessesOnFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds tenure and runs processes for about half a minute")
+	}
+	dir := t.TempDir()
+	linearizableProcesses(t, "file://"+dir)
+	head, err := os.ReadFile(filepath.Join(dir, "proc.d", "log.d"))
+	if err != nil || !strings.HasPrefix(string(head), "tenure filestore pack") {
+		t.Fatalf("the group's log was not packed: %q, %v", head, err)
+	}
+}
+
+// linearizableProcesses runs three kv serve processes on store under
+// faults, then checks the history (TestLinearizableProcessesOnMinIO).
+func linearizableProcesses(t *testing.T, storeURL string) {
 	bin := buildTenure(t)
-	c := &procCluster{t: t, bin: bin, dir: t.TempDir(), store: srv.URL(fmt.Sprintf("rsm-proc-%d", time.Now().UnixNano()))}
+	c := &procCluster{t: t, bin: bin, dir: t.TempDir(), store: storeURL}
 	for i := 0; i < 3; i++ {
 		c.procs = append(c.procs, &kvProc{id: fmt.Sprintf("p%d", i), peer: freeAddr(t), http: freeAddr(t)})
 	}
