@@ -103,7 +103,8 @@
 // writes waiting as one frame and syncs it once. Writers of all Stores
 // and processes exclude each other by a flock(2) on the head, held from
 // reading what others appended, through checking each write's condition,
-// to the end of the sync. A frame carries a CRC-32C, and each record a
+// to the frame's write; the sync comes after, and the next writer syncs
+// what it finds appended before it appends. A frame carries a CRC-32C, and each record a
 // CRC-32C of its key and value, checked again when the value is read.
 // Only the last frame can be torn by a crash (a writer syncs what it finds
 // appended before it appends): a reader stops before a torn frame and the
@@ -115,9 +116,10 @@
 // A segment is started at 32 MiB with its blocks allocated at once, and
 // the oldest segments are removed when no put in them is live any more.
 //
-// A writer stopped (SIGSTOP) while it appends holds the head's lock, and
-// the pack's other writers wait for it, as writers of a key wait for a
-// writer stopped holding the key's lock.
+// A writer stopped (SIGSTOP) in its sync holds no lock. One stopped in the
+// tens of microseconds between taking the head's lock and writing its
+// frame holds it, and the pack's other writers wait for it, as writers of
+// a key wait for a writer stopped holding the key's lock.
 //
 // # Errors
 //

@@ -30,11 +30,12 @@ import (
 //
 // Writers of a Store share batches (group commit): one goroutine takes
 // the head's lock, reads what other writers appended since it last looked,
-// checks each write's condition in order, appends the batch as one frame
-// and syncs the segment, then answers them all. A frame is never
-// acknowledged before its sync, and a writer syncs whatever it finds
-// appended by others before it appends (a writer that died before its
-// sync), so only the last frame of a pack may be torn by a crash: a
+// checks each write's condition in order, appends the batch as one frame,
+// releases the lock, syncs the segment, then answers them all. A frame is
+// never acknowledged before its sync, and a writer syncs whatever it finds
+// appended by others before it appends (one still syncing, or one that
+// died before its sync), so only the last frame of a pack may be torn by
+// a crash: a
 // writer cuts such a tail, and a reader stops at it. A bad frame anywhere
 // else is corruption, reported as such.
 //
@@ -120,6 +121,10 @@ var packSegMax int64 = 32 << 20
 // packPrealloc is whether new segments' blocks are allocated at once (a
 // variable for benchmarks).
 var packPrealloc = true
+
+// beforePackSync, if set, runs after a writer releases the head's lock
+// and before it syncs its frame; tests stop a writer there.
+var beforePackSync func()
 
 // errPackGone is a pack whose head was removed or replaced since the
 // Store found it (by hand: a pack never turns back into a directory).
@@ -573,8 +578,7 @@ func (p *pack) writeQueued(ctx context.Context) {
 			}
 		}
 		if err == nil {
-			p.writeBatch(ops)
-			_ = unlock(p.headFD)
+			p.writeBatch(ops) // and unlocks the head
 		} else {
 			for _, op := range ops {
 				op.err = err
@@ -617,9 +621,20 @@ func (p *pack) lockHead(ctx context.Context) error {
 }
 
 // writeBatch, under the head's lock, reads what other writers appended,
-// checks each op's condition in order, appends the records of those that
-// hold as one frame, and syncs it.
+// checks each op's condition in order, and appends the records of those
+// that hold as one frame. It releases the lock before it syncs the frame:
+// a writer that takes it next syncs what it finds appended (catchUp), so
+// only the last frame may be unsynced still, and a writer stopped in its
+// sync (SIGSTOP, a slow disk) holds no one else up.
 func (p *pack) writeBatch(ops []*packOp) {
+	locked := true
+	release := func() {
+		if locked {
+			_ = unlock(p.headFD)
+			locked = false
+		}
+	}
+	defer release()
 	fail := func(err error) {
 		for _, op := range ops {
 			if op.err == nil {
@@ -642,23 +657,34 @@ func (p *pack) writeBatch(ops []*packOp) {
 	}
 	frame := appendFrame(nil, recs)
 	f := p.segs[seg]
-	_, err = f.WriteAt(frame, off)
-	if err == nil {
-		err = fdatasync(f)
-	}
-	if err != nil {
-		// Nothing was acknowledged: cut the frame off again. If that
-		// fails too, readers may find it; start over from the files.
+	if _, err := f.WriteAt(frame, off); err != nil {
+		// Cut off again, under the lock: no one appended after it.
 		if f.Truncate(off) != nil {
-			p.reset()
+			p.reset() // readers may find it: start over from the files
 		}
 		fail(driver.Errorf(driver.Transient, "filestore: append to pack %s: %w", p.head, err))
 		return
 	}
+	// In the index now: this process's readers wait for p.mu, held until
+	// the sync.
+	if seg != p.seg {
+		p.durable = 0
+	}
 	p.apply(recs, seg, off)
-	p.seg, p.off = seg, off+int64(len(frame))
-	p.durable = p.off
+	end := off + int64(len(frame))
+	p.seg, p.off = seg, end
 	p.reclaim()
+	release()
+	if beforePackSync != nil {
+		beforePackSync()
+	}
+	if err := fdatasync(f); err != nil {
+		// Others may have appended after it, and their syncs (or a
+		// reader's) may yet make it durable: not a definite failure.
+		fail(driver.Errorf(driver.Transient, "filestore: sync of pack %s after an append (it may be lost in a crash): %w", p.head, err))
+		return
+	}
+	p.durable = end // p.mu is held: still the segment's end
 }
 
 // check decides each op against the index and the ops before it in the

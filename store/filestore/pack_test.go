@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
@@ -670,4 +672,42 @@ func TestPackLargeSegment(t *testing.T) {
 	if _, _, err := newDriver(t, dir).Get(t.Context(), key(39)); err == nil || !strings.Contains(err.Error(), "corrupt pack") {
 		t.Fatalf("Get past a corrupt frame in a later piece: %v; want a corrupt pack error", err)
 	}
+}
+
+// TestPackWriterStoppedInSync: a writer stopped between its append and
+// its sync (SIGSTOP, a disk that takes seconds) holds no lock: another
+// process's writer appends meanwhile, after syncing the stopped one's
+// frame, and reads it.
+func TestPackWriterStoppedInSync(t *testing.T) {
+	dir := t.TempDir()
+	a := newPacked(t, dir)
+	defer a.Close()
+	b := newDriver(t, dir) // its own flock, as another process's
+	defer b.Close()
+	stopped, resume := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	beforePackSync = func() {
+		if !first.Swap(true) { // a's; b's must not wait
+			close(stopped)
+			<-resume
+		}
+	}
+	defer func() { beforePackSync = nil }()
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Put(context.Background(), packPrefix+"a", []byte("from a"), create)
+		done <- err
+	}()
+	<-stopped
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := b.Put(ctx, packPrefix+"b", []byte("from b"), create); err != nil {
+		t.Fatalf("a write while another writer is stopped in its sync: %v", err)
+	}
+	wantValue(t, b, packPrefix+"a", "from a")
+	close(resume)
+	if err := <-done; err != nil {
+		t.Fatalf("the stopped writer's put: %v", err)
+	}
+	wantValue(t, a, packPrefix+"b", "from b")
 }
