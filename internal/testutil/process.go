@@ -64,7 +64,9 @@ func isExecutable(p string) error {
 
 // freePort returns a loopback port that was free a moment ago. Another
 // process may take it before the server binds it; start retries on that.
-func freePort() (int, error) {
+var freePort = freePortSys
+
+func freePortSys() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

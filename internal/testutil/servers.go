@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
@@ -22,7 +23,8 @@ import (
 )
 
 // Fixed test credentials and names. They only ever guard a server bound to
-// 127.0.0.1 with a throw-away data directory.
+// 127.0.0.1 with a throw-away data directory. Each server's access key is
+// AccessKey and a suffix of its own (S3Server.AccessKey).
 const (
 	AccessKey = "tenuretest"
 	SecretKey = "tenuretest-secret"
@@ -101,17 +103,17 @@ type serverSpec struct {
 	name   string
 	envVar string
 	// command returns the arguments and extra environment to serve on addr
-	// with its data under dataDir.
-	command func(addr, dataDir string) (args, env []string)
+	// with its data under dataDir, for the access key accessKey.
+	command func(addr, dataDir, accessKey string) (args, env []string)
 }
 
 var minioSpec = serverSpec{
 	name:   "minio",
 	envVar: "TENURE_MINIO_BIN",
-	command: func(addr, dataDir string) ([]string, []string) {
+	command: func(addr, dataDir, accessKey string) ([]string, []string) {
 		return []string{"server", "--quiet", "--address", addr, dataDir},
 			[]string{
-				"MINIO_ROOT_USER=" + AccessKey,
+				"MINIO_ROOT_USER=" + accessKey,
 				"MINIO_ROOT_PASSWORD=" + SecretKey,
 				"MINIO_SITE_REGION=" + Region,
 				// No web console (it would take a second port) and no
@@ -125,10 +127,10 @@ var minioSpec = serverSpec{
 var versitygwSpec = serverSpec{
 	name:   "versitygw",
 	envVar: "TENURE_VERSITYGW_BIN",
-	command: func(addr, dataDir string) ([]string, []string) {
+	command: func(addr, dataDir, accessKey string) ([]string, []string) {
 		return []string{
 			"--port", addr,
-			"--access", AccessKey,
+			"--access", accessKey,
 			"--secret", SecretKey,
 			"--region", Region,
 			"--quiet",
@@ -243,7 +245,12 @@ func launchOnce(spec serverSpec, bin string) (*server, error) {
 		return nil, fmt.Errorf("testutil: %s: no free port: %w", spec.name, err)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	args, env := spec.command(addr, dataDir)
+	// An access key of its own: a server that another launch started on
+	// the same port (both were handed it free) refuses it, rather than
+	// pass for this one until this one fails to bind. Two suites would
+	// then share one bucket and its keys.
+	accessKey := AccessKey + "-" + strings.ToLower(rand.Text()[:8])
+	args, env := spec.command(addr, dataDir, accessKey)
 	proc, err := startProcess(spec.name, bin, args, env, dir)
 	if err != nil {
 		_ = os.RemoveAll(dir)
@@ -255,7 +262,7 @@ func launchOnce(spec serverSpec, bin string) (*server, error) {
 			Endpoint:  "http://" + addr,
 			Region:    Region,
 			Bucket:    Bucket,
-			AccessKey: AccessKey,
+			AccessKey: accessKey,
 			SecretKey: SecretKey,
 		},
 		proc: proc,
@@ -284,7 +291,7 @@ func waitReady(srv *server) error {
 	for {
 		if srv.proc.exited() {
 			out := srv.proc.tail()
-			if strings.Contains(out, "address already in use") {
+			if strings.Contains(out, "address already in use") || strings.Contains(out, "port is already in use") {
 				return fmt.Errorf("testutil: %s on %s: %w", srv.info.Name, srv.info.Endpoint, errPortTaken)
 			}
 			return fmt.Errorf("testutil: %s exited during start-up (%v); its output ends:\n%s", srv.info.Name, srv.proc.err, out)

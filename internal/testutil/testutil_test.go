@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -129,5 +130,31 @@ func TestPerCallServerStopsWithItsTest(t *testing.T) {
 	if c, err := net.Dial("tcp", strings.TrimPrefix(srv.Endpoint, "http://")); err == nil {
 		c.Close()
 		t.Errorf("%s still accepts connections after its test ended", srv.Endpoint)
+	}
+}
+
+// TestLaunchOnATakenPort: a server started on a port that another
+// launch's server already serves (both were handed it free) must not
+// pass for ready by that one's answers: it fails to bind, and the launch
+// reports the port taken, to try another.
+func TestLaunchOnATakenPort(t *testing.T) {
+	first := MinIO(t)
+	port, err := strconv.Atoi(first.Endpoint[strings.LastIndexByte(first.Endpoint, ':')+1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(prev func() (int, error)) { freePort = prev }(freePort)
+	freePort = func() (int, error) { return port, nil }
+	bin, err := findBinary(minioSpec.name, minioSpec.envVar)
+	if err != nil {
+		t.Skip(err)
+	}
+	srv, err := launchOnce(minioSpec, bin)
+	if err == nil {
+		srv.stop()
+		t.Fatalf("a second server on %s was taken for ready (it answered for the first)", first.Endpoint)
+	}
+	if !errors.Is(err, errPortTaken) {
+		t.Fatalf("launch on a taken port: %v; want errPortTaken", err)
 	}
 }
