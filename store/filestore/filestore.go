@@ -450,7 +450,7 @@ func (s *Store) putOnce(ctx context.Context, key string, data []byte, cond drive
 	if cond.Kind != driver.IfAbsent && cond.Kind != driver.IfMatch {
 		return "", driver.Errorf(driver.InvalidArgument, "filestore: put with condition %s", cond.Kind)
 	}
-	return s.packPut(ctx, p, key, data, cond)
+	return packPut(ctx, p, key, data, cond)
 }
 
 // putFile is Put of a key kept as a file.
@@ -710,7 +710,7 @@ func (s *Store) deleteOnce(ctx context.Context, key string, cond driver.Cond) er
 	path := s.path(key)
 	dir := filepath.Dir(path)
 	if p := s.cachedPack(dir); p != nil {
-		return s.packDelete(ctx, p, key, cond)
+		return packDelete(ctx, p, key, cond)
 	}
 	err := s.deleteFile(ctx, key, path, dir, cond)
 	if notDir(err) {
@@ -719,7 +719,7 @@ func (s *Store) deleteOnce(ctx context.Context, key string, cond driver.Cond) er
 			return perr
 		}
 		if p != nil {
-			return s.packDelete(ctx, p, key, cond)
+			return packDelete(ctx, p, key, cond)
 		}
 	}
 	return err
@@ -1160,7 +1160,7 @@ func (s *Store) listedOnce(ctx context.Context, prefix, after string) ([]listedK
 		}
 	}
 	packed := func(head string) error {
-		if checkHead(head) != nil {
+		if s.cachedPack(head) == nil && checkHead(head) != nil {
 			return nil // a file someone else put here
 		}
 		p, err := s.findPack(head)

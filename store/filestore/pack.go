@@ -92,7 +92,6 @@ type packOp struct {
 	done  chan struct{}
 	// The outcome, set before done closes.
 	version string
-	found   bool // a delete found the key
 	err     error
 }
 
@@ -445,12 +444,16 @@ func (p *pack) apply(recs []packRec, seg uint64, off int64) {
 		if r.del {
 			continue
 		}
+		version := r.version
+		if version == "" {
+			version = Version(r.value)
+		}
 		p.keys[r.key] = packLoc{
 			seg:     seg,
 			off:     off + int64(r.off+recHeader+len(r.key)),
 			size:    len(r.value),
 			crc:     r.crc,
-			version: Version(r.value),
+			version: version,
 		}
 		p.live[seg]++
 	}
@@ -718,14 +721,13 @@ func (p *pack) check(ops []*packOp) []packRec {
 		case op.del && !c.present:
 			continue // nothing to delete: no record
 		}
-		op.found = c.present
-		recs = append(recs, packRec{del: op.del, key: op.key, value: op.value})
 		if op.del {
 			batch[op.key] = cur{}
 		} else {
 			op.version = Version(op.value)
 			batch[op.key] = cur{true, op.version}
 		}
+		recs = append(recs, packRec{del: op.del, key: op.key, value: op.value, version: op.version})
 	}
 	return recs
 }

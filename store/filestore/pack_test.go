@@ -169,7 +169,7 @@ func TestPackConversion(t *testing.T) {
 	if ok, err := d.Pack(ctx, "new/deep/a/"); !ok || err != nil {
 		t.Fatalf("Pack inside a pack = %v, %v; want true (it is in one)", ok, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "new.d", "deep.d", "a.d")); !errors.Is(err, os.ErrNotExist) && !isNotDirErr(err) {
+	if _, err := os.Stat(filepath.Join(dir, "new.d", "deep.d", "a.d")); !errors.Is(err, os.ErrNotExist) && !notDir(err) {
 		t.Fatalf("a key in a pack made a directory: %v", err)
 	}
 	for _, bad := range []string{"", "nodelimiter", "/"} {
@@ -213,8 +213,6 @@ func TestPackConversion(t *testing.T) {
 		t.Fatalf("read-only Get = %q, %v", got, err)
 	}
 }
-
-func isNotDirErr(err error) bool { return notDir(err) }
 
 // TestPackRefusesFileWriters: a process that stores keys as files (a
 // version without packs) cannot create a key under a pack's prefix: the
@@ -507,12 +505,34 @@ func TestPackRaceStores(t *testing.T) {
 	}
 }
 
-// TestPackBatches: concurrent writes of one Store share frames, and each
-// still gets its own outcome.
+// TestPackBatches: writes queued while a batch syncs share the next
+// frame, and each still gets its own outcome: the first batch is held in
+// its sync until the 63 other writes (two a key) are queued, and they
+// must then take one frame, not one each.
 func TestPackBatches(t *testing.T) {
 	dir := t.TempDir()
 	d := newPacked(t, dir)
 	defer d.Close()
+	p := d.cachedPack(filepath.Join(dir, "g.d", "log.d"))
+	queued := func() int {
+		p.qmu.Lock()
+		defer p.qmu.Unlock()
+		return len(p.queue)
+	}
+	var first atomic.Bool
+	beforePackSync = func() {
+		if first.Swap(true) {
+			return
+		}
+		for deadline := time.Now().Add(10 * time.Second); queued() < 63; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Errorf("only %d writes queued behind the first batch", queued())
+				return
+			}
+		}
+	}
+	defer func() { beforePackSync = nil }()
+	var wins atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 64 {
 		wg.Add(1)
@@ -520,12 +540,18 @@ func TestPackBatches(t *testing.T) {
 			defer wg.Done()
 			k := fmt.Sprintf("%s%d", packPrefix, i%32) // two writers a key
 			_, err := d.Put(t.Context(), k, []byte(fmt.Sprint(i)), create)
-			if err != nil && driver.Classify(nil, err) != driver.PreconditionFailed {
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case driver.Classify(nil, err) != driver.PreconditionFailed:
 				t.Errorf("create: %v", err)
 			}
 		}()
 	}
 	wg.Wait()
+	if wins.Load() != 32 {
+		t.Fatalf("%d creates won for 32 keys, two writers each; want 32", wins.Load())
+	}
 	keys, err := d.ListKeys(t.Context(), packPrefix, "", 100)
 	if err != nil || len(keys) != 32 {
 		t.Fatalf("ListKeys = %d keys, %v; want 32", len(keys), err)
@@ -543,9 +569,8 @@ func TestPackBatches(t *testing.T) {
 		frames++
 		data = data[n:]
 	}
-	t.Logf("64 concurrent creates of 32 keys: %d frames", frames)
-	if frames > 32 {
-		t.Fatalf("%d frames for 32 records", frames)
+	if frames != 2 {
+		t.Fatalf("%d frames: want the first write's and one for the 63 queued behind it", frames)
 	}
 }
 

@@ -36,11 +36,12 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // packRec is one record of a frame: a put of value (a slice of the frame's
 // bytes) under key, or the key's delete. off is its offset in the frame.
 type packRec struct {
-	del   bool
-	key   string
-	value []byte
-	crc   uint32
-	off   int
+	del     bool
+	key     string
+	value   []byte
+	crc     uint32
+	off     int
+	version string // of value, if known (a writer's own records)
 }
 
 // appendFrame encodes recs as one frame after b, and sets their offsets

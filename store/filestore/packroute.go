@@ -198,7 +198,7 @@ func (s *Store) forgetPack(p *pack) {
 }
 
 // packPut writes a key of pack p.
-func (s *Store) packPut(ctx context.Context, p *pack, key string, data []byte, cond driver.Cond) (string, error) {
+func packPut(ctx context.Context, p *pack, key string, data []byte, cond driver.Cond) (string, error) {
 	if len(data) > packValueMax {
 		return "", driver.TooLargeError(int64(len(data)), packValueMax)
 	}
@@ -208,7 +208,7 @@ func (s *Store) packPut(ctx context.Context, p *pack, key string, data []byte, c
 }
 
 // packDelete deletes a key of pack p.
-func (s *Store) packDelete(ctx context.Context, p *pack, key string, cond driver.Cond) error {
+func packDelete(ctx context.Context, p *pack, key string, cond driver.Cond) error {
 	op := &packOp{key: key, del: true, cond: cond}
 	p.do(ctx, op)
 	return op.err
