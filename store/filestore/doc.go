@@ -113,8 +113,11 @@
 // not see synced syncs the segment before it answers, so nothing it
 // returns can be lost in a crash; a whole frame whose writer died before
 // its sync is thus read as written, as a write whose answer was lost.
-// A segment is started at 32 MiB with its blocks allocated at once, and
-// the oldest segments are removed when no put in them is live any more.
+// A segment is started at 4 MiB with its blocks allocated at once, and
+// the oldest segments are removed when no put in them is live any more;
+// every Store closes them then, and a removed segment's last descriptor is
+// closed off the path of reads and writes (freeing its blocks can hold
+// the disk for milliseconds).
 //
 // A writer stopped (SIGSTOP) in its sync holds no lock. One stopped in the
 // tens of microseconds between taking the head's lock and writing its

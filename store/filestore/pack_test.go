@@ -449,6 +449,65 @@ func TestPackSegments(t *testing.T) {
 	}
 }
 
+// TestPackReleasesRemovedSegments: once a truncation lets the writer
+// remove the oldest segments, no Store keeps them open, the writer nor
+// one that only reads: an open descriptor of a removed file holds its
+// blocks, and a follower that reads the log for as long as it runs would
+// hold every segment it ever read.
+func TestPackReleasesRemovedSegments(t *testing.T) {
+	if _, err := os.Stat("/proc/self/fd"); err != nil {
+		t.Skip("needs /proc/self/fd:", err)
+	}
+	defer SetPackSegMax(256)()
+	ctx := t.Context()
+	dir := t.TempDir()
+	w := newPacked(t, dir)
+	defer w.Close()
+	r := newDriver(t, dir)
+	defer r.Close()
+	key := func(i int) string { return fmt.Sprintf("%s%04d", packPrefix, i) }
+	val := strings.Repeat("v", 100)
+	for i := range 20 {
+		mustPutKey(t, w, key(i), val, create)
+		wantValue(t, r, key(i), val) // r reads every segment as it is written
+	}
+	for i := range 15 {
+		if err := w.Delete(ctx, key(i), driver.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantValue(t, r, key(19), val) // r catches up on the deletes
+	if segs := segFiles(t, dir); segs[0] != "0000000000000008.s" {
+		t.Fatalf("segments left after deleting the 15 oldest of 20 keys: %q; want 1 to 7 removed", segs)
+	}
+	segDir := filepath.Join(dir, "g.d", "log.p")
+	// The descriptors are closed off the writers' and readers' path.
+	var held []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		held = held[:0]
+		fds, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fd := range fds {
+			target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+			if err == nil && strings.HasPrefix(target, segDir) && strings.HasSuffix(target, " (deleted)") {
+				held = append(held, target)
+			}
+		}
+		if len(held) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(held) > 0 {
+		t.Fatalf("removed segments still open: %q", held)
+	}
+	// Both Stores still read and write.
+	mustPutKey(t, w, key(20), val, create)
+	wantValue(t, r, key(20), val)
+	wantValue(t, r, key(15), val)
+}
+
 // TestPackRaceStores: creates of the same keys from two Stores (each its
 // own file description, as two processes) let exactly one win each key,
 // and both Stores then read the winner's value.
@@ -519,10 +578,31 @@ func TestPackBatches(t *testing.T) {
 		defer p.qmu.Unlock()
 		return len(p.queue)
 	}
+	var wins atomic.Int64
+	put := func(i int) {
+		k := fmt.Sprintf("%s%d", packPrefix, i%32) // two writers a key
+		_, err := d.Put(t.Context(), k, []byte(fmt.Sprint(i)), create)
+		switch {
+		case err == nil:
+			wins.Add(1)
+		case driver.Classify(nil, err) != driver.PreconditionFailed:
+			t.Errorf("create: %v", err)
+		}
+	}
+	// The first write is alone in its batch; held in its sync, it lets the
+	// other 63 queue.
 	var first atomic.Bool
+	var wg sync.WaitGroup
 	beforePackSync = func() {
 		if first.Swap(true) {
 			return
+		}
+		for i := 1; i < 64; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				put(i)
+			}()
 		}
 		for deadline := time.Now().Add(10 * time.Second); queued() < 63; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
@@ -532,22 +612,7 @@ func TestPackBatches(t *testing.T) {
 		}
 	}
 	defer func() { beforePackSync = nil }()
-	var wins atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k := fmt.Sprintf("%s%d", packPrefix, i%32) // two writers a key
-			_, err := d.Put(t.Context(), k, []byte(fmt.Sprint(i)), create)
-			switch {
-			case err == nil:
-				wins.Add(1)
-			case driver.Classify(nil, err) != driver.PreconditionFailed:
-				t.Errorf("create: %v", err)
-			}
-		}()
-	}
+	put(0)
 	wg.Wait()
 	if wins.Load() != 32 {
 		t.Fatalf("%d creates won for 32 keys, two writers each; want 32", wins.Load())
@@ -661,6 +726,7 @@ func TestPackHeadRemoved(t *testing.T) {
 // every frame, whole frames larger than a piece included; a bad frame in
 // a later piece is corruption, and one at the end a torn tail.
 func TestPackLargeSegment(t *testing.T) {
+	defer SetPackSegMax(32 << 20)()
 	dir := t.TempDir()
 	d := newPacked(t, dir)
 	defer d.Close()
