@@ -1,7 +1,10 @@
 package filestore
 
 import (
+	"bytes"
+	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -167,6 +170,42 @@ func TestCreateRemakesRemovedDirectory(t *testing.T) {
 			}
 			if now, err := os.Stat(keyDir); err != nil || !os.SameFile(kept, now) {
 				t.Fatalf("the directory kept open for syncs is not the one at %s (%v)", keyDir, err)
+			}
+		})
+	}
+}
+
+// TestLargeValuesInPieces: values written out piece by piece
+// (writeBackPiece) read back whole, whatever their size against a piece,
+// created on every path and swapped (a temp file renamed).
+func TestLargeValuesInPieces(t *testing.T) {
+	sizes := []int{writeBackPiece - 1, writeBackPiece, writeBackPiece + 1, 4*writeBackPiece + 17}
+	for _, tc := range createPaths {
+		t.Run(tc.name, func(t *testing.T) {
+			s := store.New(tc.new(t, t.TempDir()))
+			defer s.Close()
+			ctx := t.Context()
+			for i, size := range sizes {
+				val := make([]byte, size)
+				if _, err := rand.Read(val); err != nil {
+					t.Fatal(err)
+				}
+				key := fmt.Sprintf("big/%d", i)
+				v, err := s.Put(ctx, key, val, store.IfAbsent())
+				if err != nil {
+					t.Fatalf("create of %d bytes: %v", size, err)
+				}
+				if data, gv, err := s.Get(ctx, key); err != nil || !bytes.Equal(data, val) || gv != v {
+					t.Fatalf("%d bytes created: read %d bytes, version %s (%v); want %s", size, len(data), gv, err, v)
+				}
+				val[size/2] ^= 0xff // a swap writes a temp file and renames it
+				v2, err := s.Put(ctx, key, val, store.IfMatch(v))
+				if err != nil {
+					t.Fatalf("swap of %d bytes: %v", size, err)
+				}
+				if data, gv, err := s.Get(ctx, key); err != nil || !bytes.Equal(data, val) || gv != v2 {
+					t.Fatalf("%d bytes swapped: read %d bytes, version %s (%v); want %s", size, len(data), gv, err, v2)
+				}
 			}
 		})
 	}

@@ -77,15 +77,8 @@ func linkErr(path string, err error) error {
 
 // writeFD writes all of data to fd and syncs it.
 func writeFD(fd int, data []byte) error {
-	for len(data) > 0 {
-		n, err := unix.Write(fd, data)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		data = data[n:]
+	if err := writeOut(fd, data); err != nil {
+		return err
 	}
 	for {
 		err := unix.Fsync(fd)
@@ -93,6 +86,49 @@ func writeFD(fd int, data []byte) error {
 			return err
 		}
 	}
+}
+
+// writeOut writes all of data to fd, a large value piece by piece, each
+// piece on the disk (not yet synced) before the next is written. The
+// sync that follows is what makes it durable and reports its errors:
+// sync_file_range is advice here, and its errors are ignored.
+func writeOut(fd int, data []byte) error {
+	large := len(data) > writeBackPiece
+	for off := 0; off < len(data); {
+		piece := data[off:min(len(data), off+writeBackPiece)]
+		for len(piece) > 0 {
+			n, err := unix.Write(fd, piece)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			piece, off = piece[n:], off+n
+		}
+		if large {
+			start := int64(max(0, off-writeBackPiece))
+			for unix.SyncFileRange(fd, start, int64(off)-start, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER) == unix.EINTR {
+			}
+		}
+	}
+	return nil
+}
+
+// writeFile writes all of data to f (see writeOut).
+func writeFile(f *os.File, data []byte) error {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	if err := sc.Write(func(fd uintptr) bool {
+		werr = writeOut(int(fd), data)
+		return true
+	}); err != nil {
+		return err
+	}
+	return werr
 }
 
 // fdatasync flushes f's data, and of its metadata only what reading the

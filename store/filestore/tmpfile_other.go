@@ -18,5 +18,11 @@ func writeFD(int, []byte) error                   { return errors.ErrUnsupported
 // fdatasync is fsync(2) where fdatasync(2) is not portable.
 func fdatasync(f *os.File) error { return f.Sync() }
 
+// writeFile writes all of data to f.
+func writeFile(f *os.File, data []byte) error {
+	_, err := f.Write(data)
+	return err
+}
+
 // preallocate is a no-op where fallocate(2) is missing.
 func preallocate(*os.File, int64) {}
