@@ -106,6 +106,7 @@ func newLeaderRun(n *Node, term uint64, ls leaderState, version string) *leaderR
 		sweep:      true,
 	}
 	l.w.entryRoom = entryRoom(n.opts.MaxMessageSize, n.host.cfg.ID, n.group)
+	l.w.unpacked = !n.gs.logPacked.Load() && n.gs.st.Packs()
 	for _, f := range ls.Followers {
 		l.view = append(l.view, FollowerStatus(f))
 	}
@@ -318,7 +319,11 @@ type (
 		stats   snapStats // of its manifest
 		err     error
 	}
-	truncated struct{}
+	truncated  struct{}
+	packResult struct {
+		packed bool
+		err    error
+	}
 )
 
 // serve runs the loop until the leadership ends, then waits for the
@@ -559,6 +564,14 @@ func (l *leaderRun) handle(ev any) {
 		}
 	case truncated:
 		w.snapBusy = false
+	case packResult:
+		w.packDone(ev.packed, time.Now())
+		switch {
+		case ev.packed:
+			n.log.Info("the log is packed now: the store appends its entries to segment files", "term", l.term)
+		case ev.err != nil && l.ctx.Err() == nil:
+			n.log.Warn("could not ask the store to pack the log; it is stored as before", "err", ev.err)
+		}
 	case syncResult:
 		l.synced(ev)
 	case memberResult:
@@ -685,6 +698,15 @@ func (l *leaderRun) progress() {
 		id := r.id
 		l.goWork(func() { l.report(roundResult{id: id, err: l.confirmRound()}) })
 	}
+	switch w.packNext(time.Now(), len(l.ls.Followers) == 0) {
+	case packSnapshot:
+		l.snapshotNow()
+	case packTry:
+		l.goWork(func() {
+			packed, err := n.gs.packLog(l.ctx)
+			l.report(packResult{packed: packed, err: err})
+		})
+	}
 	if j := w.snapshotToWrite(); j != nil {
 		l.goWork(func() { l.snapshot(j) })
 	}
@@ -762,7 +784,6 @@ func (l *leaderRun) answerReads(b []*pending) {
 // (constant time for a machine that implements Capturer), the
 // serialization runs in the snapshot's worker.
 func (l *leaderRun) maybeSnapshot() {
-	n := l.n
 	if !l.w.snapshotDue() {
 		return
 	}
@@ -770,6 +791,22 @@ func (l *leaderRun) maybeSnapshot() {
 		l.w.holdSegment()
 		return
 	}
+	l.holdBase()
+}
+
+// snapshotNow takes a snapshot of every confirmed index (packNext): a
+// segment, or a base where the stored snapshot calls for one.
+func (l *leaderRun) snapshotNow() {
+	if !l.w.wantsBase() {
+		l.w.holdSegmentTo(l.w.confirmed)
+		return
+	}
+	l.holdBase()
+}
+
+// holdBase captures the state as a base, written once confirmed.
+func (l *leaderRun) holdBase() {
+	n := l.n
 	n.repMu.Lock()
 	snap, err := n.rep.capture()
 	n.repMu.Unlock()

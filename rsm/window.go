@@ -53,6 +53,12 @@ type window struct {
 	snapBusy    bool     // a snapshot is captured, being written or truncating
 	snapHeld    *snapJob // waiting until every index it covers is confirmed
 
+	// Moving a log stored as separate objects into a pack (packNext).
+	unpacked    bool          // the store can pack the log, and has not
+	packing     bool          // a try is under way
+	packAfter   time.Time     // no try before (after a failed one)
+	packBackoff time.Duration // the wait after the next failed try
+
 	followers map[string]*follower
 
 	lg linger // when a batch waits for the clients just answered
@@ -469,7 +475,13 @@ func (w *window) hold(s *captured) {
 // (the rest are read from the store).
 func (w *window) holdSegment() {
 	n := (w.confirmed - w.snapEnd) / w.snapEvery * w.snapEvery
-	j := &snapJob{from: w.snapEnd + 1, end: w.snapEnd + n}
+	w.holdSegmentTo(w.snapEnd + n)
+}
+
+// holdSegmentTo takes the confirmed entries from the stored snapshot's end
+// to end as a segment.
+func (w *window) holdSegmentTo(end uint64) {
+	j := &snapJob{from: w.snapEnd + 1, end: end}
 	first := max(j.from, w.cacheLow)
 	for i := first; i <= j.end; i++ {
 		e := w.cache[i]
@@ -502,6 +514,63 @@ func (w *window) snapshotWritten(end uint64, version string, st snapStats) {
 		w.snapEnd, w.snapVersion = end, version
 		w.snapBase, w.snapSegs, w.snapSegN = st.base, st.segs, st.count
 	}
+}
+
+// packStep is what moving the log into a pack calls for next (packNext).
+type packStep int
+
+const (
+	packWait     packStep = iota // nothing now
+	packSnapshot                 // a snapshot of every confirmed index, after which truncation empties the log
+	packTry                      // the log is empty: ask the store to pack it
+)
+
+// packBackoffMin and packBackoffMax bound the wait after a failed try:
+// each forced a snapshot, and what made it fail (a command that came
+// meanwhile, a key the log does not own) may last.
+const (
+	packBackoffMin = time.Second
+	packBackoffMax = 10 * time.Minute
+)
+
+// packNext decides the next step of moving a log stored as separate
+// objects into a pack, on a store that can pack it (unpacked): a store
+// packs only an empty prefix, and a live log always holds the entries
+// after the snapshot. So when the group is quiet (nothing batched, in
+// flight, waiting or held, every written index confirmed), a snapshot is
+// taken of every confirmed index, its truncation empties the log, and the
+// store is asked to pack it. A command that comes meanwhile is written as
+// before and the try fails; the next quiet moment tries again. Only a
+// group of one member moves: a member of a version without packs could
+// read and write its log no more (docs/rsm.md, "Packed logs").
+func (w *window) packNext(now time.Time, alone bool) packStep {
+	if !w.unpacked || w.packing || !alone || now.Before(w.packAfter) || !w.quiet() {
+		return packWait
+	}
+	if w.snapEnd < w.confirmed {
+		return packSnapshot
+	}
+	w.packing = true
+	return packTry
+}
+
+// quiet says nothing is batched, in flight, waiting or held, and every
+// written index is confirmed.
+func (w *window) quiet() bool {
+	return len(w.cmds) == 0 && len(w.reads) == 0 && len(w.ready) == 0 && len(w.writes) == 0 &&
+		len(w.waiting) == 0 && len(w.rounds) == 0 && !w.snapBusy && w.snapHeld == nil && w.confirmed+1 >= w.next
+}
+
+// packDone records a try's outcome: packed, or tried again after a wait
+// that doubles with each failure.
+func (w *window) packDone(packed bool, now time.Time) {
+	w.packing = false
+	if packed {
+		w.unpacked = false
+		return
+	}
+	w.packBackoff = min(max(2*w.packBackoff, packBackoffMin), packBackoffMax)
+	w.packAfter = now.Add(w.packBackoff)
 }
 
 // snapStats is the size of a stored manifest: its base's bytes, its

@@ -244,6 +244,73 @@ func TestWindowSegmentPolicy(t *testing.T) {
 	}
 }
 
+// TestWindowPacksWhenQuiet: a log stored as separate objects is moved
+// into a pack only in a quiet group of one member: first a snapshot of
+// every confirmed index, then, once it is written and truncated, one try
+// at a time, tried again after a wait that doubles.
+func TestWindowPacksWhenQuiet(t *testing.T) {
+	w := testWindow(1, 1)
+	w.cacheSize = 100
+	for i := uint64(1); i <= 10; i++ {
+		w.cacheEntry(&rsmpb.Entry{Index: i, Term: 1})
+	}
+	w.snapshotWritten(5, "v1", snapStats{base: 1000})
+	now := time.Unix(1000, 0)
+	if s := w.packNext(now, true); s != packWait {
+		t.Fatalf("step %d for a log the store cannot pack", s)
+	}
+	w.unpacked = true
+	if s := w.packNext(now, false); s != packWait {
+		t.Fatalf("step %d in a group with followers", s)
+	}
+	w.take(cmd(1), now)
+	if s := w.packNext(now, true); s != packWait {
+		t.Fatalf("step %d with a command batched", s)
+	}
+	w.cmds, w.cmdBytes = nil, 0
+	w.next = 12 // 11 written, not confirmed
+	if s := w.packNext(now, true); s != packWait {
+		t.Fatalf("step %d with a write unconfirmed", s)
+	}
+	w.next = 11
+	if s := w.packNext(now, true); s != packSnapshot {
+		t.Fatalf("step %d in a quiet group with entries after the snapshot; want a snapshot", s)
+	}
+	w.holdSegmentTo(w.confirmed)
+	if s := w.packNext(now, true); s != packWait {
+		t.Fatalf("step %d with the snapshot held", s)
+	}
+	j := w.snapshotToWrite()
+	if j == nil || j.base != nil || j.from != 6 || j.end != 10 || len(j.entries) != 5 {
+		t.Fatalf("segment job %+v; want 6 to 10, every confirmed index", j)
+	}
+	w.snapshotWritten(10, "v2", snapStats{base: 1000, segs: 100, count: 1})
+	if s := w.packNext(now, true); s != packWait {
+		t.Fatalf("step %d before the truncation ended", s)
+	}
+	w.snapBusy = false // truncated
+	if s := w.packNext(now, true); s != packTry {
+		t.Fatalf("step %d with every index in the snapshot; want a try", s)
+	}
+	if s := w.packNext(now, true); s != packWait {
+		t.Fatalf("step %d with a try under way", s)
+	}
+	for _, wait := range []time.Duration{packBackoffMin, 2 * packBackoffMin, 4 * packBackoffMin} {
+		w.packDone(false, now)
+		if s := w.packNext(now.Add(wait-time.Millisecond), true); s != packWait {
+			t.Fatalf("step %d before %v after a failed try", s, wait)
+		}
+		now = now.Add(wait)
+		if s := w.packNext(now, true); s != packTry {
+			t.Fatalf("step %d %v after a failed try; want another", s, wait)
+		}
+	}
+	w.packDone(true, now)
+	if s := w.packNext(now.Add(time.Hour), true); s != packWait || w.unpacked {
+		t.Fatalf("step %d (unpacked %v) once packed", s, w.unpacked)
+	}
+}
+
 func TestWindowSyncPlan(t *testing.T) {
 	hb := time.Second
 	t0 := time.Unix(1000, 0)

@@ -315,6 +315,12 @@ func (s *Store) Pack(ctx context.Context, prefix string) (bool, error) {
 	return ok, err
 }
 
+// Packs reports whether Pack can pack a prefix of this store: its driver
+// can (driver.Packer), and the store is writable.
+func (s *Store) Packs() bool {
+	return !s.readOnly && driver.Packs(s.drv)
+}
+
 // ListAll returns every item under prefix, reading pages of pageSize.
 func (s *Store) ListAll(ctx context.Context, prefix string, pageSize int) ([]Item, error) {
 	var all []Item

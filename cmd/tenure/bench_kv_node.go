@@ -349,6 +349,9 @@ func (d *countingDriver) Pack(ctx context.Context, prefix string) (bool, error) 
 	return driver.Pack(ctx, d.inner, prefix)
 }
 
+// Packs is the inner driver's (driver.Packer).
+func (d *countingDriver) Packs() bool { return driver.Packs(d.inner) }
+
 // ListKeys passes a listing without versions on as such
 // (driver.KeyLister).
 func (d *countingDriver) ListKeys(ctx context.Context, prefix, after string, limit int) ([]string, error) {

@@ -152,6 +152,9 @@ type Packer interface {
 	// Pack packs prefix (ending in '/') if no key is stored under it,
 	// and reports whether it is packed.
 	Pack(ctx context.Context, prefix string) (bool, error)
+	// Packs reports whether Pack can pack a prefix at all (a wrapper
+	// answers for the driver it wraps).
+	Packs() bool
 }
 
 // Pack packs prefix of d if d is a Packer; others report false.
@@ -160,6 +163,12 @@ func Pack(ctx context.Context, d Store, prefix string) (bool, error) {
 		return p.Pack(ctx, prefix)
 	}
 	return false, nil
+}
+
+// Packs reports whether d can pack a prefix (Packer.Packs); others cannot.
+func Packs(d Store) bool {
+	p, ok := d.(Packer)
+	return ok && p.Packs()
 }
 
 // Limits is an optional interface: a driver that cannot store every key the

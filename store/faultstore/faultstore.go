@@ -526,6 +526,9 @@ func (s *Store) Pack(ctx context.Context, prefix string) (bool, error) {
 	return driver.Pack(ctx, s.inner, prefix)
 }
 
+// Packs is the inner store's (driver.Packer).
+func (s *Store) Packs() bool { return driver.Packs(s.inner) }
+
 // ListKeys is List without versions (driver.KeyLister), passed on to the
 // inner store's ListKeys, or its List if it has none; it meets the faults
 // of a List.

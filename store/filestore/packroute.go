@@ -102,6 +102,10 @@ func (s *Store) packFor(path string) (*pack, error) {
 // directory should be: a pack's head.
 func notDir(err error) bool { return errors.Is(err, syscall.ENOTDIR) }
 
+// Packs reports whether Pack can pack a prefix: unless the Store is
+// read-only (driver.Packer).
+func (s *Store) Packs() bool { return !s.readOnly }
+
 // Pack makes prefix (ending in '/') a pack: its keys are then kept in
 // segment files that writes append to, one flush per batch of writes
 // instead of two per key. It reports whether prefix is a pack: true if it
