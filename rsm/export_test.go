@@ -7,3 +7,7 @@ func SetPrepareFrom(n uint64) (restore func()) {
 	prepareFrom = n
 	return func() { prepareFrom = old }
 }
+
+// FollowLikeNoPacks makes h's nodes register with their leaders as a
+// version without packs does (FollowRequest.reads_packs false).
+func FollowLikeNoPacks(h *Host) { h.noPacks = true }

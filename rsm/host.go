@@ -38,6 +38,10 @@ type Host struct {
 	conns  map[string]*grpc.ClientConn
 	shaken map[string]bool // addr|group handshakes done
 	closed bool
+
+	// noPacks makes this host's Follow requests say its version reads no
+	// packed log, as versions without packs do (set by tests).
+	noPacks bool
 }
 
 // NewHost probes the store, starts the RPC server and returns the host.

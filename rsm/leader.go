@@ -698,7 +698,7 @@ func (l *leaderRun) progress() {
 		id := r.id
 		l.goWork(func() { l.report(roundResult{id: id, err: l.confirmRound()}) })
 	}
-	switch w.packNext(time.Now(), len(l.ls.Followers) == 0) {
+	switch w.packNext(time.Now(), l.ls.Followers) {
 	case packSnapshot:
 		l.snapshotNow()
 	case packTry:

@@ -320,7 +320,7 @@ func TestFollowAnsweredWhenLeadershipEnds(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err := l.addFollower(ctx, followerInfo{ID: "f", Addr: "127.0.0.1:2"}, "")
+		_, err := l.addFollower(ctx, followerInfo{ID: "f", Addr: "127.0.0.1:2"}, "", true)
 		done <- err
 	}()
 	<-reached

@@ -1001,7 +1001,7 @@ func (n *Node) follow(ls leaderState) error {
 			}
 		}
 		resp, err = n.host.follow(n.ctx, ls.LeaderAddr, &rsmpb.FollowRequest{
-			Group: n.group, NodeId: n.host.cfg.ID, Addr: n.host.cfg.Addr, ApplyIndex: applied, Term: ls.Term, Incarnation: n.incarnation})
+			Group: n.group, NodeId: n.host.cfg.ID, Addr: n.host.cfg.Addr, ApplyIndex: applied, Term: ls.Term, Incarnation: n.incarnation, ReadsPacks: !n.host.noPacks})
 		if err == nil {
 			break
 		}
@@ -1040,7 +1040,7 @@ func (n *Node) handleFollow(ctx context.Context, req *rsmpb.FollowRequest) *rsmp
 		resp.Status = rsmpb.Status_NOT_LEADER
 		return resp
 	}
-	confirmed, err := l.addFollower(ctx, followerInfo{ID: req.NodeId, Addr: req.Addr, ApplyIndex: req.ApplyIndex}, req.Incarnation)
+	confirmed, err := l.addFollower(ctx, followerInfo{ID: req.NodeId, Addr: req.Addr, ApplyIndex: req.ApplyIndex}, req.Incarnation, req.ReadsPacks)
 	var dup *DuplicateIDError
 	if errors.As(err, &dup) {
 		resp.Status, resp.Message = rsmpb.Status_DUPLICATE_ID, err.Error()

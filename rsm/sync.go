@@ -17,6 +17,7 @@ import (
 type followReq struct {
 	f     followerInfo
 	inc   string           // the follower process's incarnation, "" from an older version
+	packs bool             // its version reads a packed log; false from an older one
 	reply chan followReply // buffered 1
 }
 
@@ -56,8 +57,8 @@ type syncResult struct {
 // addFollower registers a follower with the loop: a membership change,
 // written to leader_state.json by compare-and-swap, then synchronization.
 // It returns the confirmed index.
-func (l *leaderRun) addFollower(ctx context.Context, f followerInfo, inc string) (uint64, error) {
-	fr := followReq{f: f, inc: inc, reply: make(chan followReply, 1)}
+func (l *leaderRun) addFollower(ctx context.Context, f followerInfo, inc string, packs bool) (uint64, error) {
+	fr := followReq{f: f, inc: inc, packs: packs, reply: make(chan followReply, 1)}
 	select {
 	case l.follows <- fr:
 	case <-l.ctx.Done():
@@ -209,6 +210,7 @@ func (l *leaderRun) registered(fr followReq) {
 		l.n.m.synchronizers.WithLabelValues(l.n.group).Inc()
 	}
 	l.w.followers[fr.f.ID].inc = fr.inc
+	l.w.readsPacks[fr.f.ID] = fr.packs
 	l.w.heard(fr.f.ID, time.Now())
 	l.publish()
 	fr.reply <- followReply{confirmed: l.w.confirmed}

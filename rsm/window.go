@@ -54,10 +54,11 @@ type window struct {
 	snapHeld    *snapJob // waiting until every index it covers is confirmed
 
 	// Moving a log stored as separate objects into a pack (packNext).
-	unpacked    bool          // the store can pack the log, and has not
-	packing     bool          // a try is under way
-	packAfter   time.Time     // no try before (after a failed one)
-	packBackoff time.Duration // the wait after the next failed try
+	unpacked    bool            // the store can pack the log, and has not
+	packing     bool            // a try is under way
+	packAfter   time.Time       // no try before (after a failed one)
+	packBackoff time.Duration   // the wait after the next failed try
+	readsPacks  map[string]bool // by member: its version reads a packed log, as it last registered
 
 	followers map[string]*follower
 
@@ -95,7 +96,8 @@ func average(a, d time.Duration) time.Duration {
 func newWindow(term uint64, o Options) *window {
 	return &window{term: term, depth: o.PipelineDepth, minBatch: o.BatchMinCount, cacheSize: o.LogCacheSize,
 		snapEvery: uint64(o.SnapshotThreshold), entryRoom: entryRoom(o.MaxMessageSize, "", ""),
-		cache: map[uint64]*rsmpb.Entry{}, cacheMax: cacheMaxBytes(o.MaxMessageSize), followers: map[string]*follower{}}
+		cache: map[uint64]*rsmpb.Entry{}, cacheMax: cacheMaxBytes(o.MaxMessageSize), followers: map[string]*follower{},
+		readsPacks: map[string]bool{}}
 }
 
 // cacheMaxBytes bounds the bytes of the leader's entry cache besides its
@@ -540,12 +542,19 @@ const (
 // flight, waiting or held, every written index confirmed), a snapshot is
 // taken of every confirmed index, its truncation empties the log, and the
 // store is asked to pack it. A command that comes meanwhile is written as
-// before and the try fails; the next quiet moment tries again. Only a
-// group of one member moves: a member of a version without packs could
-// read and write its log no more (docs/rsm.md, "Packed logs").
-func (w *window) packNext(now time.Time, alone bool) packStep {
-	if !w.unpacked || w.packing || !alone || now.Before(w.packAfter) || !w.quiet() {
+// before and the try fails; the next quiet moment tries again. Only when
+// every member (the followers in the membership) has said, registering
+// with this leader, that its version reads a packed log: a member of a
+// version without packs could read and write the log no more (docs/rsm.md,
+// "Packed logs").
+func (w *window) packNext(now time.Time, members []followerInfo) packStep {
+	if !w.unpacked || w.packing || now.Before(w.packAfter) || !w.quiet() {
 		return packWait
+	}
+	for _, m := range members {
+		if !w.readsPacks[m.ID] {
+			return packWait
+		}
 	}
 	if w.snapEnd < w.confirmed {
 		return packSnapshot

@@ -245,9 +245,9 @@ func TestWindowSegmentPolicy(t *testing.T) {
 }
 
 // TestWindowPacksWhenQuiet: a log stored as separate objects is moved
-// into a pack only in a quiet group of one member: first a snapshot of
-// every confirmed index, then, once it is written and truncated, one try
-// at a time, tried again after a wait that doubles.
+// into a pack only in a quiet group whose members all read packs: first a
+// snapshot of every confirmed index, then, once it is written and
+// truncated, one try at a time, tried again after a wait that doubles.
 func TestWindowPacksWhenQuiet(t *testing.T) {
 	w := testWindow(1, 1)
 	w.cacheSize = 100
@@ -256,28 +256,35 @@ func TestWindowPacksWhenQuiet(t *testing.T) {
 	}
 	w.snapshotWritten(5, "v1", snapStats{base: 1000})
 	now := time.Unix(1000, 0)
-	if s := w.packNext(now, true); s != packWait {
+	if s := w.packNext(now, nil); s != packWait {
 		t.Fatalf("step %d for a log the store cannot pack", s)
 	}
 	w.unpacked = true
-	if s := w.packNext(now, false); s != packWait {
-		t.Fatalf("step %d in a group with followers", s)
+	members := []followerInfo{{ID: "b"}, {ID: "c"}}
+	w.readsPacks["b"] = true
+	w.readsPacks["d"] = true // not a member
+	if s := w.packNext(now, members); s != packWait {
+		t.Fatalf("step %d with member c of a version without packs (or not heard from)", s)
+	}
+	w.readsPacks["c"] = true
+	if s := w.packNext(now, members); s != packSnapshot {
+		t.Fatalf("step %d with every member reading packs; want a snapshot", s)
 	}
 	w.take(cmd(1), now)
-	if s := w.packNext(now, true); s != packWait {
+	if s := w.packNext(now, nil); s != packWait {
 		t.Fatalf("step %d with a command batched", s)
 	}
 	w.cmds, w.cmdBytes = nil, 0
 	w.next = 12 // 11 written, not confirmed
-	if s := w.packNext(now, true); s != packWait {
+	if s := w.packNext(now, nil); s != packWait {
 		t.Fatalf("step %d with a write unconfirmed", s)
 	}
 	w.next = 11
-	if s := w.packNext(now, true); s != packSnapshot {
+	if s := w.packNext(now, nil); s != packSnapshot {
 		t.Fatalf("step %d in a quiet group with entries after the snapshot; want a snapshot", s)
 	}
 	w.holdSegmentTo(w.confirmed)
-	if s := w.packNext(now, true); s != packWait {
+	if s := w.packNext(now, nil); s != packWait {
 		t.Fatalf("step %d with the snapshot held", s)
 	}
 	j := w.snapshotToWrite()
@@ -285,28 +292,28 @@ func TestWindowPacksWhenQuiet(t *testing.T) {
 		t.Fatalf("segment job %+v; want 6 to 10, every confirmed index", j)
 	}
 	w.snapshotWritten(10, "v2", snapStats{base: 1000, segs: 100, count: 1})
-	if s := w.packNext(now, true); s != packWait {
+	if s := w.packNext(now, nil); s != packWait {
 		t.Fatalf("step %d before the truncation ended", s)
 	}
 	w.snapBusy = false // truncated
-	if s := w.packNext(now, true); s != packTry {
+	if s := w.packNext(now, nil); s != packTry {
 		t.Fatalf("step %d with every index in the snapshot; want a try", s)
 	}
-	if s := w.packNext(now, true); s != packWait {
+	if s := w.packNext(now, nil); s != packWait {
 		t.Fatalf("step %d with a try under way", s)
 	}
 	for _, wait := range []time.Duration{packBackoffMin, 2 * packBackoffMin, 4 * packBackoffMin} {
 		w.packDone(false, now)
-		if s := w.packNext(now.Add(wait-time.Millisecond), true); s != packWait {
+		if s := w.packNext(now.Add(wait-time.Millisecond), nil); s != packWait {
 			t.Fatalf("step %d before %v after a failed try", s, wait)
 		}
 		now = now.Add(wait)
-		if s := w.packNext(now, true); s != packTry {
+		if s := w.packNext(now, nil); s != packTry {
 			t.Fatalf("step %d %v after a failed try; want another", s, wait)
 		}
 	}
 	w.packDone(true, now)
-	if s := w.packNext(now.Add(time.Hour), true); s != packWait || w.unpacked {
+	if s := w.packNext(now.Add(time.Hour), nil); s != packWait || w.unpacked {
 		t.Fatalf("step %d (unpacked %v) once packed", s, w.unpacked)
 	}
 }

@@ -960,13 +960,17 @@ func (x *FollowerInfo) GetApplyIndex() uint64 {
 }
 
 type FollowRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
-	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Addr          string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
-	ApplyIndex    uint64                 `protobuf:"varint,4,opt,name=apply_index,json=applyIndex,proto3" json:"apply_index,omitempty"`
-	Term          uint64                 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`              // the term the follower expects to follow
-	Incarnation   string                 `protobuf:"bytes,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // the follower process's, random at its start
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Group       string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	NodeId      string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Addr        string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	ApplyIndex  uint64                 `protobuf:"varint,4,opt,name=apply_index,json=applyIndex,proto3" json:"apply_index,omitempty"`
+	Term        uint64                 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`              // the term the follower expects to follow
+	Incarnation string                 `protobuf:"bytes,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // the follower process's, random at its start
+	// The follower's version reads and writes a packed log (store.Store.Pack);
+	// false from versions without packs, whose members keep a log of separate
+	// objects from being packed.
+	ReadsPacks    bool `protobuf:"varint,7,opt,name=reads_packs,json=readsPacks,proto3" json:"reads_packs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1041,6 +1045,13 @@ func (x *FollowRequest) GetIncarnation() string {
 		return x.Incarnation
 	}
 	return ""
+}
+
+func (x *FollowRequest) GetReadsPacks() bool {
+	if x != nil {
+		return x.ReadsPacks
+	}
+	return false
 }
 
 type FollowResponse struct {
@@ -1596,7 +1607,7 @@ const file_rsm_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1f\n" +
 	"\vapply_index\x18\x03 \x01(\x04R\n" +
-	"applyIndex\"\xa9\x01\n" +
+	"applyIndex\"\xca\x01\n" +
 	"\rFollowRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
@@ -1604,7 +1615,9 @@ const file_rsm_proto_rawDesc = "" +
 	"\vapply_index\x18\x04 \x01(\x04R\n" +
 	"applyIndex\x12\x12\n" +
 	"\x04term\x18\x05 \x01(\x04R\x04term\x12 \n" +
-	"\vincarnation\x18\x06 \x01(\tR\vincarnation\"\x9a\x02\n" +
+	"\vincarnation\x18\x06 \x01(\tR\vincarnation\x12\x1f\n" +
+	"\vreads_packs\x18\a \x01(\bR\n" +
+	"readsPacks\"\x9a\x02\n" +
 	"\x0eFollowResponse\x12-\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x15.tenure.rsm.v1.StatusR\x06status\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12!\n" +
