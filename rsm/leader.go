@@ -801,20 +801,24 @@ func (l *leaderRun) snapshotNow() {
 		l.w.holdSegmentTo(l.w.confirmed)
 		return
 	}
-	l.holdBase()
+	if !l.holdBase() {
+		l.w.packDone(false, time.Now()) // not again at once
+	}
 }
 
-// holdBase captures the state as a base, written once confirmed.
-func (l *leaderRun) holdBase() {
+// holdBase captures the state as a base, written once confirmed; it
+// reports whether the capture succeeded.
+func (l *leaderRun) holdBase() bool {
 	n := l.n
 	n.repMu.Lock()
 	snap, err := n.rep.capture()
 	n.repMu.Unlock()
 	if err != nil {
 		n.log.Error("snapshot failed", "err", err)
-		return
+		return false
 	}
 	l.w.hold(snap)
+	return true
 }
 
 // snapshot writes j over the stored snapshot, then truncates the log it
