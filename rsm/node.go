@@ -811,6 +811,19 @@ func (n *Node) lead(prev leaderState, version string) error {
 		n.log.Warn("could not ask the store to pack the log; it is stored as before", "err", err)
 	}
 	l := newLeaderRun(n, ls.Term, ls, v)
+	// The nodes of the term before (its leader and followers) may run a
+	// version without packs: the log stays as it is until each has told
+	// this leader its version, or is taken for gone (window.packNext).
+	var prevIDs []string
+	if prev.LeaderID != "" && prev.LeaderID != n.host.cfg.ID {
+		prevIDs = append(prevIDs, prev.LeaderID)
+	}
+	for _, f := range prev.Followers {
+		if f.ID != n.host.cfg.ID {
+			prevIDs = append(prevIDs, f.ID)
+		}
+	}
+	l.w.expectVersions(prevIDs, time.Now())
 	n.mu.Lock()
 	n.leader = l
 	n.mu.Unlock()

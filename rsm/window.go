@@ -54,11 +54,13 @@ type window struct {
 	snapHeld    *snapJob // waiting until every index it covers is confirmed
 
 	// Moving a log stored as separate objects into a pack (packNext).
-	unpacked    bool            // the store can pack the log, and has not
-	packing     bool            // a try is under way
-	packAfter   time.Time       // no try before (after a failed one)
-	packBackoff time.Duration   // the wait after the next failed try
-	readsPacks  map[string]bool // by member: its version reads a packed log, as it last registered
+	unpacked    bool                 // the store can pack the log, and has not
+	packing     bool                 // a try is under way
+	packAfter   time.Time            // no try before (after a failed one)
+	packBackoff time.Duration        // the wait after the next failed try
+	readsPacks  map[string]bool      // by member: its version reads a packed log, as it last registered
+	packHeard   map[string]time.Time // nodes of the term before, since this leadership began (expectVersions)
+	packGrace   time.Duration        // how long one of them is waited for
 
 	followers map[string]*follower
 
@@ -97,7 +99,8 @@ func newWindow(term uint64, o Options) *window {
 	return &window{term: term, depth: o.PipelineDepth, minBatch: o.BatchMinCount, cacheSize: o.LogCacheSize,
 		snapEvery: uint64(o.SnapshotThreshold), entryRoom: entryRoom(o.MaxMessageSize, "", ""),
 		cache: map[uint64]*rsmpb.Entry{}, cacheMax: cacheMaxBytes(o.MaxMessageSize), followers: map[string]*follower{},
-		readsPacks: map[string]bool{}}
+		readsPacks: map[string]bool{}, packHeard: map[string]time.Time{},
+		packGrace: packGraceFactor * time.Duration(o.MaxMissedHeartbeats) * o.HeartbeatInterval}
 }
 
 // cacheMaxBytes bounds the bytes of the leader's entry cache besides its
@@ -535,6 +538,21 @@ const (
 	packBackoffMax = 10 * time.Minute
 )
 
+// packGraceFactor times the failover bound (MaxMissedHeartbeats ×
+// HeartbeatInterval) is how long a node of the term before is waited for
+// to follow this leader and tell its version before it is taken for gone.
+const packGraceFactor = 5
+
+// expectVersions names the nodes of the term before (its leader and its
+// followers): each may run a version without packs, and follow this
+// leader soon. The log is not packed until each has told its version, or
+// packGrace has passed since now.
+func (w *window) expectVersions(ids []string, now time.Time) {
+	for _, id := range ids {
+		w.packHeard[id] = now
+	}
+}
+
 // packNext decides the next step of moving a log stored as separate
 // objects into a pack, on a store that can pack it (unpacked): a store
 // packs only an empty prefix, and a live log always holds the entries
@@ -544,15 +562,21 @@ const (
 // store is asked to pack it. A command that comes meanwhile is written as
 // before and the try fails; the next quiet moment tries again. Only when
 // every member (the followers in the membership) has said, registering
-// with this leader, that its version reads a packed log: a member of a
-// version without packs could read and write the log no more (docs/rsm.md,
-// "Packed logs").
+// with this leader, that its version reads a packed log, and so has every
+// node of the term before that registered, or packGrace passed without
+// it: a node of a version without packs could read and write the log no
+// more (docs/rsm.md, "Packed logs").
 func (w *window) packNext(now time.Time, members []followerInfo) packStep {
 	if !w.unpacked || w.packing || now.Before(w.packAfter) || !w.quiet() {
 		return packWait
 	}
 	for _, m := range members {
 		if !w.readsPacks[m.ID] {
+			return packWait
+		}
+	}
+	for id, since := range w.packHeard {
+		if !w.readsPacks[id] && now.Sub(since) < w.packGrace {
 			return packWait
 		}
 	}

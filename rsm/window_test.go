@@ -270,6 +270,21 @@ func TestWindowPacksWhenQuiet(t *testing.T) {
 	if s := w.packNext(now, members); s != packSnapshot {
 		t.Fatalf("step %d with every member reading packs; want a snapshot", s)
 	}
+	// Nodes of the term before are waited for, a while.
+	w.packGrace = 10 * time.Second
+	w.expectVersions([]string{"x", "y"}, now)
+	w.readsPacks["x"] = true
+	if s := w.packNext(now.Add(9*time.Second), members); s != packWait {
+		t.Fatalf("step %d with node y of the term before not heard from", s)
+	}
+	w.readsPacks["y"] = false // registered as a version without packs, then dropped
+	if s := w.packNext(now.Add(9*time.Second), members); s != packWait {
+		t.Fatalf("step %d with node y of the term before of a version without packs", s)
+	}
+	if s := w.packNext(now.Add(10*time.Second), members); s != packSnapshot {
+		t.Fatalf("step %d once node y is taken for gone; want a snapshot", s)
+	}
+	w.readsPacks["y"] = true
 	w.take(cmd(1), now)
 	if s := w.packNext(now, nil); s != packWait {
 		t.Fatalf("step %d with a command batched", s)
