@@ -81,14 +81,20 @@ func unframe(kind byte, b []byte) ([]byte, error) {
 // header in, as frame does: one buffer per entry, not a second one for the
 // frame.
 func encodeEntry(e *rsmpb.Entry) ([]byte, error) {
-	b := make([]byte, frameHeader, frameHeader+proto.Size(e))
+	return appendEntry(make([]byte, 0, frameHeader+proto.Size(e)), e)
+}
+
+// appendEntry appends e to b, framed as encodeEntry frames it.
+func appendEntry(b []byte, e *rsmpb.Entry) ([]byte, error) {
+	start := len(b)
+	b = append(b, make([]byte, frameHeader)...)
 	b, err := proto.MarshalOptions{}.MarshalAppend(b, e)
 	if err != nil {
 		return nil, err
 	}
-	copy(b, frameMagic)
-	b[len(frameMagic)] = kindEntry
-	binary.BigEndian.PutUint32(b[len(frameMagic)+1:], crc32.Checksum(b[frameHeader:], castagnoli))
+	copy(b[start:], frameMagic)
+	b[start+len(frameMagic)] = kindEntry
+	binary.BigEndian.PutUint32(b[start+len(frameMagic)+1:], crc32.Checksum(b[start+frameHeader:], castagnoli))
 	return b, nil
 }
 

@@ -10,21 +10,9 @@ import (
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 )
 
-// BenchmarkDecodeSegment decodes a full segment (segmentMax bytes) of
-// entries as a kv leader writes them under eight writers: seven session
-// commands of a 1 KiB value each.
+// BenchmarkDecodeSegment decodes a full segment (benchSegmentEntries).
 func BenchmarkDecodeSegment(b *testing.B) {
-	value := bytes.Repeat([]byte("v"), 1024)
-	var es []*rsmpb.Entry
-	size := 0
-	for i := uint64(1); size < segmentMax-16<<10; i++ {
-		e := &rsmpb.Entry{Index: i, Term: 3, Writer: "node-a", Nonce: []byte("0123456789ab"), Commit: i - 1, Group: "kv"}
-		for k := uint64(0); k < 7; k++ {
-			e.Commands = append(e.Commands, &rsmpb.Command{Session: k + 1, Seq: i, Machine: "kv", Data: value})
-		}
-		es = append(es, e)
-		size += 4 + frameHeader + proto.Size(e)
-	}
+	es := benchSegmentEntries()
 	seg, err := encodeSegment(es)
 	if err != nil {
 		b.Fatal(err)
@@ -42,6 +30,38 @@ func BenchmarkDecodeSegment(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// benchSegmentEntries are a full segment's entries (segmentMax bytes) as
+// a kv leader writes them under eight writers: seven session commands of a
+// 1 KiB value each.
+func benchSegmentEntries() []*rsmpb.Entry {
+	value := bytes.Repeat([]byte("v"), 1024)
+	var es []*rsmpb.Entry
+	size := 0
+	for i := uint64(1); size < segmentMax-16<<10; i++ {
+		e := &rsmpb.Entry{Index: i, Term: 3, Writer: "node-a", Nonce: []byte("0123456789ab"), Commit: i - 1, Group: "kv"}
+		for k := uint64(0); k < 7; k++ {
+			e.Commands = append(e.Commands, &rsmpb.Command{Session: k + 1, Seq: i, Machine: "kv", Data: value})
+		}
+		es = append(es, e)
+		size += 4 + frameHeader + proto.Size(e)
+	}
+	return es
+}
+
+// BenchmarkEncodeSegment encodes the segment BenchmarkDecodeSegment
+// decodes.
+func BenchmarkEncodeSegment(b *testing.B) {
+	es := benchSegmentEntries()
+	b.ReportAllocs()
+	for b.Loop() {
+		seg, err := encodeSegment(es)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(len(seg)))
 	}
 }
 

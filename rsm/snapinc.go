@@ -353,12 +353,13 @@ func encodeSegment(entries []*rsmpb.Entry) ([]byte, error) {
 	b = append(b, frameMagic...)
 	b = append(b, kindSegment)
 	for _, e := range entries {
-		eb, err := encodeEntry(e)
-		if err != nil {
+		at := len(b)
+		b = append(b, 0, 0, 0, 0) // the entry's length, once known
+		var err error
+		if b, err = appendEntry(b, e); err != nil {
 			return nil, err
 		}
-		b = binary.BigEndian.AppendUint32(b, uint32(len(eb)))
-		b = append(b, eb...)
+		binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
 	}
 	return b, nil
 }
