@@ -69,6 +69,7 @@ type pack struct {
 	durable int64 // the bytes of seg known to be durable
 	keys    map[string]packLoc
 	live    map[uint64]int // the puts in keys, by segment
+	frame   []byte         // the last batch's frame, its memory used again
 	closed  bool
 }
 
@@ -112,6 +113,10 @@ const (
 	// was reading are removed under it.
 	packGapTries = 8
 )
+
+// frameKeep bounds the frame buffer a pack keeps for its next batch: a
+// batch of large values allocates its own.
+const frameKeep = 1 << 20
 
 // packSegMax is the size at which a pack starts a new segment (a
 // variable for tests). A segment's blocks are freed all at once when it
@@ -673,7 +678,10 @@ func (p *pack) writeBatch(ops []*packOp) {
 		fail(err)
 		return
 	}
-	frame := appendFrame(nil, recs)
+	frame := appendFrame(p.frame[:0], recs)
+	if cap(frame) <= frameKeep {
+		p.frame = frame
+	}
 	f := p.segs[seg]
 	if _, err := f.WriteAt(frame, off); err != nil {
 		// Cut off again, under the lock: no one appended after it.
