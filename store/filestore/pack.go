@@ -63,7 +63,8 @@ type pack struct {
 	mu      sync.Mutex // guards what follows, and the files' use
 	headFD  int        // the head, opened by the first writer (-1 before)
 	segs    map[uint64]*os.File
-	first   uint64 // the oldest segment the index holds puts of
+	first   uint64 // the oldest segment this Store has not removed
+	shut    uint64 // the oldest segment this Store has not closed as dead (reclaim)
 	seg     uint64 // the segment read up to off; 0 before any
 	off     int64
 	durable int64 // the bytes of seg known to be durable
@@ -239,7 +240,7 @@ func (p *pack) reset() {
 	}
 	clear(p.keys)
 	clear(p.live)
-	p.first, p.seg, p.off, p.durable = 0, 0, 0, 0
+	p.first, p.shut, p.seg, p.off, p.durable = 0, 0, 0, 0, 0
 }
 
 // catchUp reads into the index what was appended since it last read,
@@ -273,7 +274,7 @@ func (p *pack) catchUpOnce(writer bool) error {
 		if err != nil || len(segs) == 0 {
 			return err
 		}
-		p.first, p.seg = segs[0], segs[0]
+		p.first, p.shut, p.seg = segs[0], segs[0], segs[0]
 	}
 	for reread := false; ; {
 		f, err := p.open(p.seg)
@@ -783,47 +784,55 @@ func (p *pack) appendTo() (uint64, int64, error) {
 	}
 	p.segs[n] = f
 	if p.seg == 0 {
-		p.first = n
+		p.first, p.shut = n, n
 	}
 	return n, 0, nil
 }
 
 // reclaim drops the oldest segments while none of their puts is live,
 // never the one read or appended to: a writer (remove, under the head's
-// lock) removes them, and every Store closes its descriptors of them, so
-// that a Store that only reads holds no removed segment's blocks. Their
+// lock) removes them, oldest first, and every Store closes its
+// descriptors of them, removed or not, so that a Store that only reads
+// holds no removed segment's blocks. Removal goes strictly from the
+// oldest: a reader takes a missing segment for the end of the pack, so
+// one left between removed ones would hide the segments after it. Their
 // removal needs no sync: a segment back after a crash holds only what
 // later frames override.
 //
 // Closing the last descriptor of a removed segment frees its blocks,
 // which took 18 ms for a 32 MiB segment on ext4 with online discard,
-// and every write of the Store waited for it. So a writer opens
-// a segment before it removes it (the unlink then frees nothing), and
-// the descriptors are closed by a goroutine of their own, off every
-// batch's and read's path.
+// and every write of the Store waited for it. So a writer opens a
+// segment before it removes it (the unlink then frees nothing), and the
+// descriptors are closed by a goroutine of their own, off every batch's
+// and read's path.
 func (p *pack) reclaim(remove bool) {
 	var drop []*os.File
-	defer func() {
-		if len(drop) > 0 {
-			go closeFiles(drop)
-		}
-	}()
-	for p.first != 0 && p.first < p.seg && p.live[p.first] <= 0 {
-		if remove {
-			_, err := p.open(p.first)
+	for remove && p.first != 0 && p.first < p.seg && p.live[p.first] <= 0 {
+		if _, open := p.segs[p.first]; !open {
+			f, err := os.Open(p.segPath(p.first))
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return
+				break
 			}
-			if err := os.Remove(p.segPath(p.first)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return
+			if f != nil {
+				drop = append(drop, f)
 			}
 		}
-		if f, ok := p.segs[p.first]; ok {
-			drop = append(drop, f)
-			delete(p.segs, p.first)
+		if err := os.Remove(p.segPath(p.first)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			break
 		}
-		delete(p.live, p.first)
 		p.first++
+	}
+	n := p.shut
+	for ; n != 0 && n < p.seg && (n < p.first || p.live[n] <= 0); n++ {
+		if f, ok := p.segs[n]; ok {
+			drop = append(drop, f)
+			delete(p.segs, n)
+		}
+		delete(p.live, n)
+	}
+	p.shut = n
+	if len(drop) > 0 {
+		go closeFiles(drop)
 	}
 }
 

@@ -508,6 +508,74 @@ func TestPackReleasesRemovedSegments(t *testing.T) {
 	wantValue(t, r, key(15), val)
 }
 
+// TestPackRemovalLeavesNoGap: segments left dead but not removed (a
+// writer killed between its frame and their removal) are removed, oldest
+// first, by the next Store that writes, even if it read them first: one
+// left between removed segments would hide every later segment from
+// readers, and with them acknowledged writes.
+func TestPackRemovalLeavesNoGap(t *testing.T) {
+	defer SetPackSegMax(256)()
+	ctx := t.Context()
+	dir := t.TempDir()
+	key := func(i int) string { return fmt.Sprintf("%s%04d", packPrefix, i) }
+	val := strings.Repeat("v", 100)
+	w := newPacked(t, dir)
+	for i := range 10 {
+		mustPutKey(t, w, key(i), val, create)
+	}
+	segDir := filepath.Join(dir, "g.d", "log.p")
+	saved := map[string][]byte{}
+	for _, name := range segFiles(t, dir)[:2] {
+		b, err := os.ReadFile(filepath.Join(segDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved[name] = b
+	}
+	for i := range 4 {
+		if err := w.Delete(ctx, key(i), driver.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	// As if the writer had been killed before it removed them.
+	for name, b := range saved {
+		if err := os.WriteFile(filepath.Join(segDir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newDriver(t, dir)
+	defer s.Close()
+	wantValue(t, s, key(9), val) // reads segments 1 and 2, dead
+	for i := 4; i < 8; i++ {
+		if err := s.Delete(ctx, key(i), driver.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs := segFiles(t, dir)
+	for i := 1; i < len(segs); i++ {
+		if prev, next := parseSeg(t, segs[i-1]), parseSeg(t, segs[i]); next != prev+1 {
+			t.Fatalf("segments %q: %d missing between others", segs, prev+1)
+		}
+	}
+	r := newDriver(t, dir)
+	defer r.Close()
+	wantValue(t, r, key(9), val)
+	wantValue(t, r, key(8), val)
+	if _, _, err := r.Get(ctx, key(5)); driver.Classify(nil, err) != driver.NotFound {
+		t.Fatalf("Get of a deleted key: %v", err)
+	}
+}
+
+func parseSeg(t *testing.T, name string) uint64 {
+	t.Helper()
+	var n uint64
+	if _, err := fmt.Sscanf(name, "%016x.s", &n); err != nil {
+		t.Fatalf("segment name %q: %v", name, err)
+	}
+	return n
+}
+
 // TestPackRaceStores: creates of the same keys from two Stores (each its
 // own file description, as two processes) let exactly one win each key,
 // and both Stores then read the winner's value.
