@@ -123,10 +123,10 @@ const frameKeep = 1 << 20
 // variable for tests). A segment's blocks are freed all at once when it
 // is removed, and a file system that discards what it frees (ext4 mounted
 // with -o discard, common on cloud disks) holds the disk meanwhile: 32
-// MiB segments gave eight writers of an RSM 39 to 61 puts slower than 10
-// ms in 20 s, 4 MiB ones 0 to 18 (docs/BENCHMARKS.md). Smaller ones
+// MiB segments gave eight writers of an RSM 43 to 62 puts slower than 10
+// ms in 20 s, 4 MiB ones 3 to 7 (docs/BENCHMARKS.md). Smaller ones
 // start a segment (a create, its allocation and a directory sync) more
-// often for no further gain.
+// often, and 2 and 1 MiB did no better in a first sitting.
 var packSegMax int64 = 4 << 20
 
 // packPrealloc is whether new segments' blocks are allocated at once (a
