@@ -405,6 +405,7 @@ func readSnapshot(r io.Reader) (rev uint64, tree *btree.BTreeG[entry], err error
 	tb := buildTree(tree)
 	defer tb.wait()
 	batch := tb.batch()
+	sr.retire = func(buf []byte) []byte { return tb.retire(batch, buf) }
 	var last string
 	for i := uint64(0); i < n && sr.err == nil; i++ {
 		kl := sr.uvarint()
@@ -416,7 +417,8 @@ func readSnapshot(r io.Reader) (rev uint64, tree *btree.BTreeG[entry], err error
 		if sr.err == nil && vl > maxSnapshotValue {
 			return 0, nil, corrupt("value %d is %d bytes long, more than %d", i, vl, maxSnapshotValue)
 		}
-		e := entry{key: k, value: sr.bytes(vl), create: sr.uvarint(), mod: sr.uvarint()}
+		v, lent := sr.value(vl)
+		e := entry{key: k, value: v, create: sr.uvarint(), mod: sr.uvarint()}
 		if sr.err != nil {
 			break
 		}
@@ -429,13 +431,12 @@ func readSnapshot(r io.Reader) (rev uint64, tree *btree.BTreeG[entry], err error
 		if e.create == 0 || e.create > e.mod || e.mod > rev {
 			return 0, nil, corrupt("key %q: revisions created %d, modified %d at snapshot revision %d", k, e.create, e.mod, rev)
 		}
-		if batch = append(batch, e); len(batch) == cap(batch) {
+		if batch.add(e, lent) {
 			tb.send(batch)
 			batch = tb.batch()
 		}
 		last = k
 	}
-	tb.send(batch)
 	if sr.ioErr {
 		return 0, nil, fmt.Errorf("kv: reading snapshot: %w", sr.err)
 	}
@@ -459,58 +460,155 @@ func readSnapshot(r io.Reader) (rev uint64, tree *btree.BTreeG[entry], err error
 	if sr.readErr != nil {
 		return 0, nil, fmt.Errorf("kv: reading snapshot: %w", sr.readErr)
 	}
+	// The last batch goes once nothing is left to read: the reads above
+	// may retire the buffer they refill into it.
+	tb.send(batch)
 	tb.wait()
 	return rev, tree, nil
 }
 
-// treeBuilder inserts the entries a restore has read and checked into its
-// tree, in a goroutine of its own, while the restore reads the next ones:
-// the inserts take about as long as reading and copying the values, and
-// a node has two cores or more.
+// treeBuilder takes the entries a restore has read and checked to its
+// tree in goroutines of their own while the restore reads the next ones:
+// copiers copy the values still lent from the read buffers (the first
+// writes to fresh memory, the largest part of a large restore), and one
+// goroutine inserts the batches into the tree in the order they were
+// read. Each side takes about as long, and a node has two cores or more.
 type treeBuilder struct {
-	in   chan []entry // batches to insert, in order
-	free chan []entry // batches inserted, to fill again
-	done chan struct{}
-	sent bool // in is closed
+	lent  chan *restoreBatch // batches read, their lent values to copy
+	order chan *restoreBatch // the same batches, in order, to insert once copied
+	free  chan *restoreBatch // batches inserted, to fill again
+	bufs  chan []byte        // read buffers no value borrows any more
+	done  chan struct{}
+	made  int  // batches made
+	sent  bool // lent and order are closed
+}
+
+// restoreBatch is a run of entries in key order. lent[i] says entries[i]'s
+// value is still in a read buffer; retired are the read buffers the
+// reader gave up while filling the batch, free to reuse once its values
+// and every earlier batch's are copied.
+type restoreBatch struct {
+	entries []entry
+	lent    []bool
+	retired [][]byte
+	copied  chan struct{}
+}
+
+// add appends e and reports whether the batch is full: of entries, or of
+// the read buffers its values may borrow from.
+func (b *restoreBatch) add(e entry, lent bool) bool {
+	b.entries = append(b.entries, e)
+	b.lent = append(b.lent, lent)
+	return len(b.entries) == cap(b.entries) || len(b.retired) >= restoreBatchBuffers
 }
 
 const (
-	restoreBatch   = 1024 // entries per batch
-	restoreBatches = 4    // batches in the pipeline
+	restoreBatchLen     = 1024 // entries per batch
+	restoreBatches      = 4    // batches waiting for a copier
+	restoreCopiers      = 2
+	restoreBatchBuffers = 16 // read buffers a batch retires, at most (and one more)
+	// restoreBatchCount bounds the batches of a restore: one being read,
+	// one per copier and one being inserted, and a few waiting on each
+	// side.
+	restoreBatchCount = 2*restoreBatches + restoreCopiers + 2
+	// restoreBuffers is how many read buffers the restore keeps for
+	// reuse: as many as the batches retire, so that none is allocated
+	// again (a fresh buffer's pages are new to the process).
+	restoreBuffers = restoreBatchCount * (restoreBatchBuffers + 1)
 )
 
 func buildTree(tree *btree.BTreeG[entry]) *treeBuilder {
-	b := &treeBuilder{in: make(chan []entry, restoreBatches), free: make(chan []entry, restoreBatches), done: make(chan struct{})}
-	for range restoreBatches {
-		b.free <- make([]entry, 0, restoreBatch)
+	b := &treeBuilder{
+		lent:  make(chan *restoreBatch, restoreBatches),
+		order: make(chan *restoreBatch, restoreBatchCount),
+		free:  make(chan *restoreBatch, restoreBatchCount),
+		bufs:  make(chan []byte, restoreBuffers),
+		done:  make(chan struct{}),
+	}
+	for range restoreCopiers {
+		go func() {
+			for batch := range b.lent {
+				for i, lent := range batch.lent {
+					if lent {
+						batch.entries[i].value = bytes.Clone(batch.entries[i].value)
+					}
+				}
+				batch.copied <- struct{}{}
+			}
+		}()
 	}
 	go func() {
 		defer close(b.done)
-		for batch := range b.in {
-			for _, e := range batch {
+		for batch := range b.order {
+			<-batch.copied
+			// Every batch before this one is copied too: no value borrows
+			// the buffers retired while it was read.
+			for _, buf := range batch.retired {
+				select {
+				case b.bufs <- buf:
+				default:
+				}
+			}
+			for _, e := range batch.entries {
 				tree.ReplaceOrInsert(e)
 			}
-			b.free <- batch[:0]
+			clear(batch.entries) // the values are the tree's now
+			clear(batch.retired)
+			batch.entries, batch.lent, batch.retired = batch.entries[:0], batch.lent[:0], batch.retired[:0]
+			b.free <- batch
 		}
 	}()
 	return b
 }
 
-// batch returns an empty batch to fill.
-func (b *treeBuilder) batch() []entry { return <-b.free }
-
-// send hands a batch over to be inserted.
-func (b *treeBuilder) send(batch []entry) {
-	if len(batch) > 0 {
-		b.in <- batch
+// batch returns an empty batch to fill: a new one while there are fewer
+// than restoreBatchCount (a small restore makes one), else one inserted.
+func (b *treeBuilder) batch() *restoreBatch {
+	select {
+	case batch := <-b.free:
+		return batch
+	default:
 	}
+	if b.made == restoreBatchCount {
+		return <-b.free
+	}
+	b.made++
+	return &restoreBatch{
+		entries: make([]entry, 0, restoreBatchLen),
+		lent:    make([]bool, 0, restoreBatchLen),
+		copied:  make(chan struct{}, 1),
+	}
+}
+
+// retire is the read buffer the reader gives up (its values are lent to
+// cur, the batch being filled, and to earlier ones) and the buffer it
+// reads into next.
+func (b *treeBuilder) retire(cur *restoreBatch, buf []byte) []byte {
+	cur.retired = append(cur.retired, buf)
+	select {
+	case next := <-b.bufs:
+		return next
+	default:
+		return make([]byte, len(buf))
+	}
+}
+
+// send hands a batch over to be copied and inserted.
+func (b *treeBuilder) send(batch *restoreBatch) {
+	if len(batch.entries) == 0 && len(batch.retired) == 0 {
+		b.free <- batch
+		return
+	}
+	b.lent <- batch
+	b.order <- batch
 }
 
 // wait waits for every batch sent to be inserted. It may be called again.
 func (b *treeBuilder) wait() {
 	if !b.sent {
 		b.sent = true
-		close(b.in)
+		close(b.lent)
+		close(b.order)
 	}
 	<-b.done
 }
@@ -524,9 +622,12 @@ const snapReadBuffer = 64 << 10
 // sticks. Values are copied out of the buffer whole, so their memory is
 // not cleared before it is written.
 type snapReader struct {
-	r        io.Reader
-	h        hash.Hash32
-	buf      []byte
+	r   io.Reader
+	h   hash.Hash32
+	buf []byte
+	// retire, if set, takes buf when it is refilled and returns the buffer
+	// to read into next: values may be lent from buf (see value).
+	retire   func(buf []byte) []byte
 	off, end int // buf[off:end] is read from r and not consumed yet
 	hashed   int // buf[hashed:off] is consumed and not hashed yet
 	eof      bool
@@ -542,9 +643,19 @@ func (s *snapReader) fill(n int) {
 		return
 	}
 	s.h.Write(s.buf[s.hashed:s.off])
-	s.end = copy(s.buf, s.buf[s.off:s.end])
-	s.off, s.hashed = 0, 0
-	for s.end < n && !s.eof && s.readErr == nil {
+	s.hashed = s.off
+	switch {
+	case s.retire != nil && len(s.buf)-s.off >= n:
+		// Room after off: values lent from before it stay where they are.
+	case s.retire != nil:
+		next := s.retire(s.buf)
+		s.end = copy(next, s.buf[s.off:s.end])
+		s.buf, s.off, s.hashed = next, 0, 0
+	default:
+		s.end = copy(s.buf, s.buf[s.off:s.end])
+		s.off, s.hashed = 0, 0
+	}
+	for s.end-s.off < n && !s.eof && s.readErr == nil {
 		m, err := s.r.Read(s.buf[s.end:])
 		s.end += m
 		switch {
@@ -612,30 +723,33 @@ func (s *snapReader) string(n uint64) string {
 	return k
 }
 
-// bytes reads n bytes. A value that fits in the buffer is one copy out of
+// value reads n bytes. A value that fits in the buffer is lent from it
+// (lent true) when the reader retires its buffers, else one copy out of
 // it; a larger one grows as data arrives, so that a corrupt length fails
 // at the end of the input, not in the allocator.
-func (s *snapReader) bytes(n uint64) []byte {
+func (s *snapReader) value(n uint64) (v []byte, lent bool) {
 	if s.err != nil {
-		return nil
+		return nil, false
 	}
 	if n <= uint64(len(s.buf)) {
 		if !s.need(int(n)) {
-			return nil
+			return nil, false
 		}
-		v := bytes.Clone(s.buf[s.off : s.off+int(n)])
+		v = s.buf[s.off : s.off+int(n) : s.off+int(n)]
 		s.off += int(n)
-		return v
+		if s.retire != nil {
+			return v, true
+		}
+		return bytes.Clone(v), false
 	}
-	var v []byte
 	for rest := n; rest > 0; {
 		if !s.need(1) {
-			return nil
+			return nil, false
 		}
 		m := min(rest, uint64(s.end-s.off))
 		v = append(v, s.buf[s.off:s.off+int(m)]...)
 		s.off += int(m)
 		rest -= m
 	}
-	return v
+	return v, false
 }

@@ -452,6 +452,42 @@ func TestRestoreValuesAcrossReadBuffers(t *testing.T) {
 	}
 }
 
+// TestRestoreReusesReadBuffers: a state many times larger than the read
+// buffers a restore keeps for reuse (values are lent from them until a
+// copier takes its own copy) restores with every value its own bytes.
+func TestRestoreReusesReadBuffers(t *testing.T) {
+	a := newDirect()
+	c := kv.NewClient(a)
+	const n = 12000
+	value := func(i int) []byte {
+		v := make([]byte, 500+(i*7919)%3500)
+		for j := range v {
+			v[j] = byte(i*31 + j*7)
+		}
+		return v
+	}
+	for i := range n {
+		if _, err := c.Put(t.Context(), fmt.Sprintf("key/%06d", i), value(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := snapshot(t, a.m)
+	if len(snap) < 20<<20 {
+		t.Fatalf("the snapshot is %d bytes, want it larger than the buffers kept", len(snap))
+	}
+	b := newDirect()
+	if err := b.m.Restore(bytes.NewReader(snap)); err != nil {
+		t.Fatal(err)
+	}
+	cb := kv.NewClient(b)
+	for i := range n {
+		got, err := cb.Get(t.Context(), fmt.Sprintf("key/%06d", i))
+		if err != nil || !bytes.Equal(got.Value, value(i)) {
+			t.Fatalf("key/%06d: %d bytes (%v); want its own %d", i, len(got.Value), err, len(value(i)))
+		}
+	}
+}
+
 // TestRestoreManyKeys: a state of several thousand keys (the tree is
 // built while the next keys are read) restores to the same snapshot, and
 // a snapshot that fails far into its keys (a flipped byte, a key out of
