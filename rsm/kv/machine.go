@@ -506,7 +506,7 @@ const (
 	restoreBatchLen     = 1024 // entries per batch
 	restoreBatches      = 4    // batches waiting for a copier
 	restoreCopiers      = 2
-	restoreBatchBuffers = 16 // read buffers a batch retires, at most (and one more)
+	restoreBatchBuffers = 4 // read buffers a batch retires, at most (and one more)
 	// restoreBatchCount bounds the batches of a restore: one being read,
 	// one per copier and one being inserted, and a few waiting on each
 	// side.
