@@ -405,7 +405,7 @@ func readSnapshot(r io.Reader) (rev uint64, tree *btree.BTreeG[entry], err error
 	tb := buildTree(tree)
 	defer tb.wait()
 	batch := tb.batch()
-	sr.retire = func(buf []byte) []byte { return tb.retire(batch, buf) }
+	lend := func(buf []byte) []byte { return tb.retire(batch, buf) }
 	var last string
 	for i := uint64(0); i < n && sr.err == nil; i++ {
 		kl := sr.uvarint()
@@ -434,6 +434,9 @@ func readSnapshot(r io.Reader) (rev uint64, tree *btree.BTreeG[entry], err error
 		if batch.add(e, lent) {
 			tb.send(batch)
 			batch = tb.batch()
+		}
+		if sr.retire == nil && sr.total >= restoreLendFrom {
+			sr.retire = lend // from now on, and with no value lent before
 		}
 		last = k
 	}
@@ -482,6 +485,12 @@ type treeBuilder struct {
 	made  int  // batches made
 	sent  bool // lent and order are closed
 }
+
+// restoreLendFrom: a restore lends values from its read buffers once it
+// has read this many bytes. Before, the reader copies them itself: a
+// small restore allocates no more read buffers than its first. A
+// variable for tests.
+var restoreLendFrom int64 = 4 << 20
 
 // restoreBatch is a run of entries in key order. lent[i] says entries[i]'s
 // value is still in a read buffer; retired are the read buffers the
@@ -628,8 +637,9 @@ type snapReader struct {
 	// retire, if set, takes buf when it is refilled and returns the buffer
 	// to read into next: values may be lent from buf (see value).
 	retire   func(buf []byte) []byte
-	off, end int // buf[off:end] is read from r and not consumed yet
-	hashed   int // buf[hashed:off] is consumed and not hashed yet
+	total    int64 // bytes read from r
+	off, end int   // buf[off:end] is read from r and not consumed yet
+	hashed   int   // buf[hashed:off] is consumed and not hashed yet
 	eof      bool
 	readErr  error // r's error other than io.EOF
 	err      error
@@ -658,6 +668,7 @@ func (s *snapReader) fill(n int) {
 	for s.end-s.off < n && !s.eof && s.readErr == nil {
 		m, err := s.r.Read(s.buf[s.end:])
 		s.end += m
+		s.total += int64(m)
 		switch {
 		case errors.Is(err, io.EOF):
 			s.eof = true

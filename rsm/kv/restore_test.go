@@ -10,6 +10,8 @@ import (
 // buffer refilled for them is handed on like any other (checked under
 // -race); large revisions make the fields long enough to reach it.
 func TestRestoreEndAcrossReadBuffers(t *testing.T) {
+	defer func(n int64) { restoreLendFrom = n }(restoreLendFrom)
+	restoreLendFrom = 0 // lend from the first value
 	retired := 0
 	for n := snapReadBuffer - 120; n <= snapReadBuffer; n++ {
 		m := New()
