@@ -512,10 +512,12 @@ func (b *restoreBatch) add(e entry, lent bool) bool {
 }
 
 const (
-	restoreBatchLen     = 1024 // entries per batch
-	restoreBatches      = 4    // batches waiting for a copier
-	restoreCopiers      = 2
-	restoreBatchBuffers = 4 // read buffers a batch retires, at most (and one more)
+	restoreBatchLen = 1024 // entries per batch
+	restoreBatches  = 4    // batches waiting for a copier
+	restoreCopiers  = 2
+	// restoreBatchBuffers: a batch is cut once it has retired this many
+	// read buffers (one value larger than a buffer retires several).
+	restoreBatchBuffers = 4
 	// restoreBatchCount bounds the batches of a restore: one being read,
 	// one per copier and one being inserted, and a few waiting on each
 	// side.
@@ -628,8 +630,8 @@ const snapReadBuffer = 64 << 10
 
 // snapReader reads a snapshot's fields through a buffer it refills,
 // hashing the bytes it has consumed in bulk as it refills; the first error
-// sticks. Values are copied out of the buffer whole, so their memory is
-// not cleared before it is written.
+// sticks. Values are lent from the buffer or copied out of it whole, so
+// their memory is not cleared before it is written.
 type snapReader struct {
 	r   io.Reader
 	h   hash.Hash32
