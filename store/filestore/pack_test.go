@@ -76,6 +76,24 @@ func (d inPack) CheckKey(key string) error {
 }
 
 // newPacked opens a Store on dir and makes packPrefix a pack.
+// smallSegments returns a packed Store writing segments of 256 bytes
+// under a new directory, and a second Store reading it, both closed (and
+// the segment size restored) when t ends.
+func smallSegments(t *testing.T) (dir string, w, r *Store) {
+	t.Helper()
+	t.Cleanup(SetPackSegMax(256))
+	dir = t.TempDir()
+	w, r = newPacked(t, dir), newDriver(t, dir)
+	t.Cleanup(func() {
+		w.Close()
+		r.Close()
+	})
+	return dir, w, r
+}
+
+// packKey is the packed prefix's i-th key, in order.
+func packKey(i int) string { return fmt.Sprintf("%s%04d", packPrefix, i) }
+
 func newPacked(t testing.TB, dir string) *Store {
 	t.Helper()
 	d := newDriver(t, dir)
@@ -387,15 +405,9 @@ func TestPackCorruption(t *testing.T) {
 // none of their puts is live; a Store that last read a removed segment
 // starts over from the oldest one left, and misses no delete.
 func TestPackSegments(t *testing.T) {
-	defer SetPackSegMax(256)()
 	ctx := t.Context()
-	dir := t.TempDir()
-	w := newPacked(t, dir)
-	defer w.Close()
-	r := newDriver(t, dir)
-	defer r.Close()
-	key := func(i int) string { return fmt.Sprintf("%s%04d", packPrefix, i) }
-	val := strings.Repeat("v", 100)
+	dir, w, r := smallSegments(t)
+	key, val := packKey, strings.Repeat("v", 100)
 	behind := newDriver(t, dir) // reads segment 1 only, then nothing until its removal
 	defer behind.Close()
 	for i := range 20 {
@@ -458,15 +470,9 @@ func TestPackReleasesRemovedSegments(t *testing.T) {
 	if _, err := os.Stat("/proc/self/fd"); err != nil {
 		t.Skip("needs /proc/self/fd:", err)
 	}
-	defer SetPackSegMax(256)()
 	ctx := t.Context()
-	dir := t.TempDir()
-	w := newPacked(t, dir)
-	defer w.Close()
-	r := newDriver(t, dir)
-	defer r.Close()
-	key := func(i int) string { return fmt.Sprintf("%s%04d", packPrefix, i) }
-	val := strings.Repeat("v", 100)
+	dir, w, r := smallSegments(t)
+	key, val := packKey, strings.Repeat("v", 100)
 	for i := range 20 {
 		mustPutKey(t, w, key(i), val, create)
 		wantValue(t, r, key(i), val) // r reads every segment as it is written
@@ -517,8 +523,7 @@ func TestPackRemovalLeavesNoGap(t *testing.T) {
 	defer SetPackSegMax(256)()
 	ctx := t.Context()
 	dir := t.TempDir()
-	key := func(i int) string { return fmt.Sprintf("%s%04d", packPrefix, i) }
-	val := strings.Repeat("v", 100)
+	key, val := packKey, strings.Repeat("v", 100)
 	w := newPacked(t, dir)
 	for i := range 10 {
 		mustPutKey(t, w, key(i), val, create)
