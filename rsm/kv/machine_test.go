@@ -488,8 +488,9 @@ func TestRestoreReusesReadBuffers(t *testing.T) {
 	}
 }
 
-// TestRestoreManyKeys: a state of several thousand keys (the tree is
-// built while the next keys are read) restores to the same snapshot, and
+// TestRestoreManyKeys: a state of several thousand keys, 10 MB (the tree
+// is built and the values copied while the next keys are read), restores
+// to the same snapshot, and
 // a snapshot that fails far into its keys (a flipped byte, a key out of
 // order, a read error) leaves the state as it was and no goroutine behind
 // (TestMain).
@@ -498,7 +499,9 @@ func TestRestoreManyKeys(t *testing.T) {
 	c := kv.NewClient(a)
 	const n = 5000
 	for i := range n {
-		if _, err := c.Put(t.Context(), fmt.Sprintf("key/%06d", i), []byte(fmt.Sprint(i))); err != nil {
+		// 2,000 bytes a value: key/004000 comes 8 MB in, where a restore
+		// lends values from its read buffers.
+		if _, err := c.Put(t.Context(), fmt.Sprintf("key/%06d", i), bytes.Repeat([]byte(fmt.Sprintf("%05d", i)), 400)); err != nil {
 			t.Fatal(err)
 		}
 	}
