@@ -56,13 +56,27 @@ func (c *Client) command(ctx context.Context, op string, cmd command, want byte)
 	if err := validKey(cmd.key); err != nil {
 		return reply{}, fmt.Errorf("kv: %s %q: %w", op, cmd.key, err)
 	}
-	res, err := c.s.Command(ctx, c.machine, cmd.encode())
+	return c.submit(ctx, op, cmd.key, cmd.encode(), want)
+}
+
+// putEncoded is Put of a command already encoded (a put of key).
+func (c *Client) putEncoded(ctx context.Context, key string, cmd []byte) (revision uint64, err error) {
+	if err := validKey(key); err != nil {
+		return 0, fmt.Errorf("kv: put %q: %w", key, err)
+	}
+	r, err := c.submit(ctx, "put", key, cmd, tagPutResult)
+	return r.rev, err
+}
+
+// submit submits an encoded command on key and checks its reply.
+func (c *Client) submit(ctx context.Context, op, key string, cmd []byte, want byte) (reply, error) {
+	res, err := c.s.Command(ctx, c.machine, cmd)
 	if err != nil {
-		return reply{}, fmt.Errorf("kv: %s %q: %w", op, cmd.key, err)
+		return reply{}, fmt.Errorf("kv: %s %q: %w", op, key, err)
 	}
 	r, err := expectReply(res, want)
 	if err != nil {
-		return reply{}, fmt.Errorf("kv: %s %q: %w", op, cmd.key, err)
+		return reply{}, fmt.Errorf("kv: %s %q: %w", op, key, err)
 	}
 	return r, nil
 }

@@ -65,6 +65,19 @@ func (c command) encode() []byte {
 	return b
 }
 
+// putHead is the encoding of a put of key up to its value, which is
+// length bytes: the value's bytes appended to it make the command.
+// nil if length is unknown (negative) or beyond max.
+func putHead(key string, length int64, max int) []byte {
+	if length < 0 || length > int64(max) {
+		return nil
+	}
+	b := make([]byte, 0, 1+2*binary.MaxVarintLen64+len(key))
+	b = append(b, tagPut)
+	b = appendString(b, key)
+	return binary.AppendUvarint(b, uint64(length))
+}
+
 // decodeCommand decodes a command; the value aliases b.
 func decodeCommand(b []byte) (command, error) {
 	d := decoder{b: b}

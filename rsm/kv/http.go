@@ -219,7 +219,10 @@ func (h *handler) put(w http.ResponseWriter, r *http.Request, key string) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
 		return
 	}
-	value, err := readBody(http.MaxBytesReader(w, r.Body, int64(h.opts.MaxValueSize)), r.ContentLength, h.opts.MaxValueSize)
+	// The body is read straight after the put's encoded head when its
+	// length is declared: the command is the buffer it was read into.
+	head := putHead(key, r.ContentLength, h.opts.MaxValueSize)
+	buf, err := readBody(http.MaxBytesReader(w, r.Body, int64(h.opts.MaxValueSize)), head, r.ContentLength, h.opts.MaxValueSize)
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("value larger than %d bytes", h.opts.MaxValueSize), map[string]any{"key": key})
@@ -229,7 +232,11 @@ func (h *handler) put(w http.ResponseWriter, r *http.Request, key string) {
 		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("reading the value: %v", err), nil)
 		return
 	}
-	rev, err := h.c.Put(r.Context(), key, value)
+	cmd := buf
+	if value := buf[len(head):]; head == nil || int64(len(value)) != r.ContentLength {
+		cmd = command{op: tagPut, key: key, value: value}.encode()
+	}
+	rev, err := h.c.putEncoded(r.Context(), key, cmd)
 	if err != nil {
 		h.fail(w, err, true)
 		return
@@ -244,18 +251,23 @@ type putReply struct {
 	Revision uint64 `json:"revision"`
 }
 
-// readBody reads a request's body into one buffer sized by its
-// Content-Length when the client sent one within max (io.ReadAll, and
-// bytes.Buffer.ReadFrom, grow their buffer as they go, copying the value
-// each time). A length beyond max is not trusted: the limited reader r
-// reports it.
-func readBody(r io.Reader, length int64, max int) ([]byte, error) {
+// readBody reads a request's body after head (nil or not) into one
+// buffer sized by its Content-Length when the client sent one within max
+// (io.ReadAll, and bytes.Buffer.ReadFrom, grow their buffer as they go,
+// copying the value each time). A length beyond max is not trusted: the
+// limited reader r reports it. The body is what follows head.
+func readBody(r io.Reader, head []byte, length int64, max int) ([]byte, error) {
 	if length < 0 || length > int64(max) {
-		return io.ReadAll(r)
+		b, err := io.ReadAll(r)
+		if len(head) == 0 {
+			return b, err
+		}
+		return append(head, b...), err
 	}
 	// One byte more than the length, so the read that finds the end has
 	// room and the buffer never grows.
-	buf := make([]byte, 0, length+1)
+	buf := make([]byte, len(head), int64(len(head))+length+1)
+	copy(buf, head)
 	for {
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
