@@ -117,7 +117,10 @@
 // the oldest segments are removed when no put in them is live any more;
 // every Store closes them then, and a removed segment's last descriptor is
 // closed off the path of reads and writes (freeing its blocks can hold
-// the disk for milliseconds).
+// the disk for milliseconds). Segments go oldest first, so a segment
+// missing while a later one exists (an operator's removal, a damaged
+// disk) is reported as a corrupt pack, by writers and readers alike: no
+// key after the gap is written before it or reported absent.
 //
 // A writer stopped (SIGSTOP) in its sync holds no lock. One stopped in the
 // tens of microseconds between taking the head's lock and writing its

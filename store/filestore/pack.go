@@ -66,6 +66,7 @@ type pack struct {
 	first   uint64 // the oldest segment this Store has not removed
 	shut    uint64 // the oldest segment this Store has not closed as dead (reclaim)
 	seg     uint64 // the segment read up to off; 0 before any
+	listed  uint64 // the last segment a listing found since the index began
 	off     int64
 	durable int64 // the bytes of seg known to be durable
 	keys    map[string]packLoc
@@ -240,7 +241,7 @@ func (p *pack) reset() {
 	}
 	clear(p.keys)
 	clear(p.live)
-	p.first, p.shut, p.seg, p.off, p.durable = 0, 0, 0, 0, 0
+	p.first, p.shut, p.seg, p.listed, p.off, p.durable = 0, 0, 0, 0, 0, 0
 }
 
 // catchUp reads into the index what was appended since it last read,
@@ -275,6 +276,7 @@ func (p *pack) catchUpOnce(writer bool) error {
 			return err
 		}
 		p.first, p.shut, p.seg = segs[0], segs[0], segs[0]
+		p.listed = segs[len(segs)-1]
 	}
 	for reread := false; ; {
 		f, err := p.open(p.seg)
@@ -294,17 +296,23 @@ func (p *pack) catchUpOnce(writer bool) error {
 			if unlinked(f) {
 				return errPackGap
 			}
+			// The segment read must be the last: one missing between is
+			// not a removal (those go oldest first, and f would be
+			// unlinked) but damage. A reader that took it for the last
+			// would answer that the keys after the gap are absent. A
+			// writer, about to append to it, lists the segments again;
+			// a reader goes by the listing its index began with.
 			if writer {
-				// The one segment appended to must be the last: one
-				// missing between is not a removal (those go oldest
-				// first) but damage.
 				segs, err := p.listSegs()
 				if err != nil {
 					return err
 				}
-				if len(segs) > 0 && segs[len(segs)-1] > p.seg {
-					return packCorrupt("segment %d of %s is missing, and segment %d exists", p.seg+1, p.segDir, segs[len(segs)-1])
+				if len(segs) > 0 {
+					p.listed = max(p.listed, segs[len(segs)-1])
 				}
+			}
+			if p.listed > p.seg {
+				return packCorrupt("segment %d of %s is missing, and segment %d exists", p.seg+1, p.segDir, p.listed)
 			}
 			if torn && writer {
 				// Under the head's lock: no writer is appending, so a

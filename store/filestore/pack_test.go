@@ -459,6 +459,16 @@ func TestPackSegments(t *testing.T) {
 	if _, err := fresh.Put(ctx, key(200), []byte("x"), create); err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Fatalf("Put with a segment missing: %v; want a corrupt pack error", err)
 	}
+	// A Store that only reads finds the gap too: the keys after it are
+	// not reported absent.
+	reader := newDriver(t, dir)
+	defer reader.Close()
+	if _, _, err := reader.Get(ctx, key(103)); err == nil || !strings.Contains(err.Error(), "missing") || driver.Classify(nil, err) != driver.Permanent {
+		t.Fatalf("Get of a key after a missing segment: %v; want a permanent corrupt pack error", err)
+	}
+	if keys, err := reader.ListKeys(ctx, packPrefix, "", 100); err == nil {
+		t.Fatalf("listing with a segment missing: %q; want a corrupt pack error", keys)
+	}
 }
 
 // TestPackReleasesRemovedSegments: once a truncation lets the writer
