@@ -220,6 +220,74 @@ func TestKVServeProcess(t *testing.T) {
 		}
 	})
 
+	// An operator removes a segment of the packed log from between
+	// others while the node is down (killed): the node restarted on the
+	// store says the pack is corrupt and serves nothing; no key is
+	// reported absent or with another value, and no put is acknowledged.
+	t.Run("pack segment removed", func(t *testing.T) {
+		data := filepath.Join(t.TempDir(), "data")
+		args := []string{"--store", "file://" + data, "--group", "p", "--id", "n1", "--request-timeout", "2s"}
+		p := startKVProcess(t, bin, nil, args...)
+		base := "http://" + p.listen
+		waitProbe(t, p, base+"/readyz", http.StatusOK, "")
+		value := func(i int) string { return strings.Repeat(fmt.Sprintf("%03d", i), 200<<10/3) }
+		const puts = 60 // 12 MB: three segments of 4 MiB, under the snapshot threshold
+		for i := range puts {
+			req, err := http.NewRequest(http.MethodPut, fmt.Sprintf("%s/v1/kv/k%d", base, i), strings.NewReader(value(i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("put %d: HTTP %d", i, resp.StatusCode)
+			}
+		}
+		p.stop(t, syscall.SIGKILL)
+		segs, err := filepath.Glob(filepath.Join(data, "p.d", "log.p", "*.s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(segs) < 3 {
+			t.Fatalf("%d log segments after %d puts of 200 KB; want 3 or more to remove one between others", len(segs), puts)
+		}
+		if err := os.Remove(segs[len(segs)-2]); err != nil {
+			t.Fatal(err)
+		}
+
+		p = startKVProcess(t, bin, nil, args...)
+		base = "http://" + p.listen
+		deadline := time.Now().Add(60 * time.Second)
+		last := fmt.Sprintf("%s/v1/kv/k%d", base, puts-1)
+		for !strings.Contains(p.output(), "corrupt pack") {
+			if code, body := httpGetQuiet(last, ""); code == http.StatusOK || code == http.StatusNotFound {
+				t.Fatalf("the restarted node answered a read with a log segment missing: %d %.80q\n%s", code, body, p.output())
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the restarted node did not report the missing segment within 60s:\n%s", p.output())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		for _, i := range []int{0, puts / 2, puts - 1} {
+			code, body := httpGetQuiet(fmt.Sprintf("%s/v1/kv/k%d", base, i), "")
+			if code == http.StatusNotFound || code == http.StatusOK || code == 0 {
+				t.Errorf("GET k%d with a log segment missing: %d %.80q; want an error, not an answer", i, code, body)
+			} else {
+				t.Logf("GET k%d: %d %s", i, code, body)
+			}
+		}
+		if code, out, _ := runCmd(t, "kv", "put", "k0", "new", "--server", base, "--timeout", "3s"); code == 0 {
+			t.Errorf("put with a log segment missing succeeded: %q", out)
+		}
+		if code, body := httpGetQuiet(base+"/readyz", ""); code == http.StatusOK {
+			t.Errorf("/readyz with a log segment missing: %d %s; want not ready", code, body)
+		}
+	})
+
 	// A permanent store error exits at once with its message, as JSON
 	// when the logs are.
 	t.Run("permanent store error exits", func(t *testing.T) {
