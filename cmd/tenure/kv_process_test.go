@@ -135,19 +135,7 @@ func TestKVServeProcess(t *testing.T) {
 		base := "http://" + p.listen
 		waitProbe(t, p, base+"/readyz", http.StatusOK, "")
 		for i := range 300 {
-			req, err := http.NewRequest(http.MethodPut, fmt.Sprintf("%s/v1/kv/k%d", base, i%5), strings.NewReader(fmt.Sprintf("v%d", i)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("put %d: HTTP %d", i, resp.StatusCode)
-			}
+			httpPut(t, fmt.Sprintf("%s/v1/kv/k%d", base, i%5), fmt.Sprintf("v%d", i))
 		}
 		if code := p.stop(t, syscall.SIGTERM); code != 0 {
 			t.Fatalf("exit %d after SIGTERM; want 0\n%s", code, p.output())
@@ -233,19 +221,7 @@ func TestKVServeProcess(t *testing.T) {
 		value := func(i int) string { return strings.Repeat(fmt.Sprintf("%03d", i), 200<<10/3) }
 		const puts = 60 // 12 MB: three segments of 4 MiB, under the snapshot threshold
 		for i := range puts {
-			req, err := http.NewRequest(http.MethodPut, fmt.Sprintf("%s/v1/kv/k%d", base, i), strings.NewReader(value(i)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("put %d: HTTP %d", i, resp.StatusCode)
-			}
+			httpPut(t, fmt.Sprintf("%s/v1/kv/k%d", base, i), value(i))
 		}
 		p.stop(t, syscall.SIGKILL)
 		segs, err := filepath.Glob(filepath.Join(data, "p.d", "log.p", "*.s"))
@@ -446,6 +422,24 @@ func httpGet(t *testing.T, url, token string) (int, string) {
 		t.Fatalf("GET %s: %s", url, body)
 	}
 	return code, body
+}
+
+// httpPut puts body at url and fails the test unless it answers 200.
+func httpPut(t *testing.T, url, body string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT %s: HTTP %d", url, resp.StatusCode)
+	}
 }
 
 // httpGetQuiet returns the status and body, or 0 and the error.
