@@ -119,8 +119,10 @@
 // closed off the path of reads and writes (freeing its blocks can hold
 // the disk for milliseconds). Segments go oldest first, so a segment
 // missing while a later one exists (an operator's removal, a damaged
-// disk) is reported as a corrupt pack, by writers and readers alike: no
-// key after the gap is written before it or reported absent.
+// disk) is reported as a corrupt pack: by a writer before it appends,
+// and by a reader that reaches the gap, since it lists the segments when
+// it first reads the pack and whenever the one it read is full. No key
+// after the gap is written before it or reported absent.
 //
 // A writer stopped (SIGSTOP) in its sync holds no lock. One stopped in the
 // tens of microseconds between taking the head's lock and writing its

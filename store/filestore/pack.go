@@ -138,6 +138,11 @@ var packPrealloc = true
 // and before it syncs its frame; tests stop a writer there.
 var beforePackSync func()
 
+// afterNextMissing, if set, runs when a Store has found the segment after
+// the one it read missing, before it decides whether that is the end of
+// the pack; writer says whether it holds the head's lock. Tests set it.
+var afterNextMissing func(writer bool)
+
 // errPackGone is a pack whose head was removed or replaced since the
 // Store found it (by hand: a pack never turns back into a directory).
 var errPackGone = errors.New("the pack's head was removed or replaced")
@@ -291,38 +296,25 @@ func (p *pack) catchUpOnce(writer bool) error {
 			return err
 		}
 		_, err = p.open(p.seg + 1)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			if unlinked(f) {
-				return errPackGap
+		if errors.Is(err, fs.ErrNotExist) {
+			if afterNextMissing != nil {
+				afterNextMissing(writer)
 			}
-			// The segment read must be the last: one missing between is
-			// not a removal (those go oldest first, and f would be
-			// unlinked) but damage. A reader that took it for the last
-			// would answer that the keys after the gap are absent. A
-			// writer, about to append to it, lists the segments again;
-			// a reader goes by the listing its index began with.
-			if writer {
-				segs, err := p.listSegs()
-				if err != nil {
-					return err
+			last, err := p.isLast(f, writer)
+			if err != nil {
+				return err
+			}
+			if last {
+				if torn && writer {
+					// Under the head's lock: no writer is appending, so a
+					// torn frame is one whose writer died, never synced.
+					if err := f.Truncate(p.off); err != nil {
+						return ioErr("cut a pack's torn tail", err)
+					}
 				}
-				if len(segs) > 0 {
-					p.listed = max(p.listed, segs[len(segs)-1])
-				}
+				return p.syncRead(f)
 			}
-			if p.listed > p.seg {
-				return packCorrupt("segment %d of %s is missing, and segment %d exists", p.seg+1, p.segDir, p.listed)
-			}
-			if torn && writer {
-				// Under the head's lock: no writer is appending, so a
-				// torn frame is one whose writer died, never synced.
-				if err := f.Truncate(p.off); err != nil {
-					return ioErr("cut a pack's torn tail", err)
-				}
-			}
-			return p.syncRead(f)
-		case err != nil:
+		} else if err != nil {
 			return ioErr("open pack segment", err)
 		}
 		if torn {
@@ -340,6 +332,45 @@ func (p *pack) catchUpOnce(writer bool) error {
 		}
 		p.seg, p.off, p.durable, reread = p.seg+1, 0, 0, false
 	}
+}
+
+// isLast reports whether segment p.seg, read through f, is the pack's
+// last, segment p.seg+1 having been found missing. It must be: a segment
+// missing between others is not a removal (those go oldest first, and f
+// would be unlinked) but damage, and a reader that took the segment
+// before the gap for the last would answer that the keys after it are
+// absent. A writer, about to append, lists the segments again, and so
+// does a reader that finds its segment full (a writer starts the next
+// one then); a reader otherwise goes by the listing its index began
+// with, or last took. A reader's listing may find a segment a writer
+// made after the reader looked: isLast reports false, and no error, if
+// segment p.seg+1 is there now.
+func (p *pack) isLast(f *os.File, writer bool) (bool, error) {
+	if unlinked(f) {
+		return false, errPackGap
+	}
+	if writer || p.off >= packSegMax {
+		segs, err := p.listSegs()
+		if err != nil {
+			return false, err
+		}
+		if len(segs) > 0 {
+			p.listed = max(p.listed, segs[len(segs)-1])
+		}
+	}
+	if p.listed <= p.seg {
+		return true, nil
+	}
+	_, err := p.open(p.seg + 1)
+	switch {
+	case err == nil:
+		return false, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, ioErr("open pack segment", err)
+	case unlinked(f):
+		return false, errPackGap
+	}
+	return false, packCorrupt("segment %d of %s is missing, and segment %d exists", p.seg+1, p.segDir, p.listed)
 }
 
 // syncRead makes durable the bytes of the current segment read but not
@@ -802,8 +833,9 @@ func (p *pack) appendTo() (uint64, int64, error) {
 // lock) removes them, oldest first, and every Store closes its
 // descriptors of them, removed or not, so that a Store that only reads
 // holds no removed segment's blocks. Removal goes strictly from the
-// oldest: a reader takes a missing segment for the end of the pack, so
-// one left between removed ones would hide the segments after it. Their
+// oldest: a segment missing after one that is still there is damage
+// (catchUpOnce), which a reader that has not listed the segments since
+// would take for the end of the pack. Their
 // removal needs no sync: a segment back after a crash holds only what
 // later frames override.
 //

@@ -471,6 +471,54 @@ func TestPackSegments(t *testing.T) {
 	}
 }
 
+// TestPackGapUnderReader: a segment removed from between others while a
+// Store that only reads has the pack open is found by that Store's next
+// read past it, not taken for the end of the pack.
+func TestPackGapUnderReader(t *testing.T) {
+	ctx := t.Context()
+	dir, w, r := smallSegments(t)
+	val := strings.Repeat("v", 100)
+	mustPutKey(t, w, packKey(0), val, create)
+	wantValue(t, r, packKey(0), val) // r's index begins at segment 1, the only one
+	for i := 1; i < 6; i++ {
+		mustPutKey(t, w, packKey(i), val, create)
+	}
+	segs := segFiles(t, dir)
+	if len(segs) < 3 {
+		t.Fatalf("segments after 6 puts of 100 bytes at 256 bytes a segment: %q; want 3", segs)
+	}
+	if err := os.Remove(filepath.Join(dir, "g.d", "log.p", segs[1])); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := r.Get(ctx, packKey(5))
+	if err == nil || !strings.Contains(err.Error(), "missing") || driver.Classify(nil, err) != driver.Permanent {
+		t.Fatalf("Get of a key after a segment removed under the reader: %v; want a permanent corrupt pack error", err)
+	}
+}
+
+// TestPackNextSegmentMadeWhileReaderLooks: a reader that finds the
+// segment after its full one missing, and then lists a next segment a
+// writer made meanwhile, reads on: a new segment is no gap.
+func TestPackNextSegmentMadeWhileReaderLooks(t *testing.T) {
+	_, w, r := smallSegments(t)
+	val := strings.Repeat("v", 100)
+	mustPutKey(t, w, packKey(0), val, create)
+	mustPutKey(t, w, packKey(1), val, create) // segment 1 is full: the next put starts segment 2
+	made := false
+	afterNextMissing = func(writer bool) {
+		if !writer && !made {
+			made = true
+			mustPutKey(t, w, packKey(2), val, create)
+		}
+	}
+	defer func() { afterNextMissing = nil }()
+	wantValue(t, r, packKey(0), val)
+	if !made {
+		t.Fatal("the reader never found the next segment missing: nothing tested")
+	}
+	wantValue(t, r, packKey(2), val)
+}
+
 // TestPackReleasesRemovedSegments: once a truncation lets the writer
 // remove the oldest segments, no Store keeps them open, the writer nor
 // one that only reads: an open descriptor of a removed file holds its
