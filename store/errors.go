@@ -35,6 +35,11 @@ var (
 	ErrReadOnly = errors.New("store: read-only")
 	// ErrUnknownScheme: Open was given a URL whose scheme no driver registered.
 	ErrUnknownScheme = errors.New("store: unknown URL scheme")
+	// ErrCorrupt: the store's own data is damaged, a value or something
+	// the driver keeps beside it (a file:// pack segment missing between
+	// others, a frame that fails its checksum). It comes with
+	// ErrPermanent; the call fails until the data is repaired.
+	ErrCorrupt = errors.New("store: corrupt data")
 )
 
 // Error is the error every Store method returns: the operation, the key, the

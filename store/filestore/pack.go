@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 )
 
@@ -169,8 +170,15 @@ func (p *pack) segPath(n uint64) string {
 }
 
 func packCorrupt(what string, args ...any) error {
-	return driver.Errorf(driver.Permanent, "filestore: corrupt pack: "+what, args...)
+	return &driver.Error{Kind: driver.Permanent, Err: corruptError("filestore: corrupt pack: " + fmt.Sprintf(what, args...))}
 }
+
+// corruptError is damage to the store's own data: it matches
+// store.ErrCorrupt.
+type corruptError string
+
+func (e corruptError) Error() string        { return string(e) }
+func (e corruptError) Is(target error) bool { return target == store.ErrCorrupt }
 
 // checkHead reads the head file and refuses a format it does not know.
 func checkHead(head string) error {

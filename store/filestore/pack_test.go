@@ -491,8 +491,8 @@ func TestPackGapUnderReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err := r.Get(ctx, packKey(5))
-	if err == nil || !strings.Contains(err.Error(), "missing") || driver.Classify(nil, err) != driver.Permanent {
-		t.Fatalf("Get of a key after a segment removed under the reader: %v; want a permanent corrupt pack error", err)
+	if err == nil || !strings.Contains(err.Error(), "missing") || driver.Classify(nil, err) != driver.Permanent || !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("Get of a key after a segment removed under the reader: %v; want a permanent corrupt pack error matching store.ErrCorrupt", err)
 	}
 }
 
