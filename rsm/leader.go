@@ -177,6 +177,9 @@ func (l *leaderRun) takeover() error {
 			if errors.Is(err, errDeposed) {
 				return err
 			}
+			// A store that reports its own data damaged (a missing pack
+			// segment) is refused as a corrupt object is.
+			n.recordProblem(err)
 			n.log.Warn("takeover: seal write failed", "index", index, "err", err)
 			continue
 		}

@@ -242,8 +242,22 @@ func (n *Node) noteCorrupt(err error) {
 // refused gauge counts it and requests fail at once with it, until the
 // node joins again.
 func (n *Node) recordProblem(err error) {
+	err = storeCorrupt(err)
 	n.noteCorrupt(err)
 	n.setProblem(err)
+}
+
+// storeCorrupt returns err as a *CorruptError naming its key if it is a
+// store's report of its own damaged data (store.ErrCorrupt: a file://
+// pack missing a segment between others), else err: such an object is
+// refused as a corrupt one is.
+func storeCorrupt(err error) error {
+	var c *CorruptError
+	var s *store.Error
+	if errors.Is(err, store.ErrCorrupt) && !errors.As(err, &c) && errors.As(err, &s) {
+		return &CorruptError{Key: s.Key, Err: err}
+	}
+	return err
 }
 
 // setProblem is recordProblem for an error already reported.

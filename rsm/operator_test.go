@@ -389,3 +389,33 @@ func TestDuplicateSeenOnlyAfterStart(t *testing.T) {
 		t.Fatalf("two nodes share incarnation %q", m.incarnation)
 	}
 }
+
+// damagedStore is a store's report of its own damaged data, as file://
+// gives for a pack missing a segment between others.
+type damagedStore string
+
+func (e damagedStore) Error() string        { return string(e) }
+func (e damagedStore) Is(target error) bool { return target == store.ErrCorrupt }
+
+// TestStoreCorruptIsRefused: a store error that reports the store's own
+// data damaged becomes a *CorruptError naming the key, which the node
+// refuses as a corrupt object; other store errors, and a *CorruptError
+// already, stay as they are.
+func TestStoreCorruptIsRefused(t *testing.T) {
+	damaged := &store.Error{Op: "get", Key: "g/log/00000000000000000007", Kind: driver.Permanent, Err: damagedStore("pack segment 2 is missing")}
+	var c *CorruptError
+	if err := storeCorrupt(damaged); !errors.As(err, &c) || c.Key != damaged.Key || !errors.Is(err, ErrCorrupt) || !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("storeCorrupt(a damaged store's error) = %v; want a *CorruptError naming %s", err, damaged.Key)
+	}
+	if kind, p := problemOf("g", storeCorrupt(damaged)); kind != "log" || p == nil {
+		t.Fatalf("problemOf a damaged log: %q, %v; want the log refused", kind, p)
+	}
+	other := &store.Error{Op: "get", Key: "g/log/00000000000000000007", Kind: driver.Permanent, Err: errors.New("access denied")}
+	if err := storeCorrupt(other); err != error(other) {
+		t.Fatalf("storeCorrupt(a permanent error) = %v; want it unchanged", err)
+	}
+	already := &CorruptError{Key: "g/leader_state.json", Err: damaged}
+	if err := storeCorrupt(already); err != error(already) {
+		t.Fatalf("storeCorrupt(a *CorruptError) = %v; want it unchanged", err)
+	}
+}
