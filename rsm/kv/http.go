@@ -85,7 +85,9 @@ func Handler(c *Client) http.Handler {
 // "unknown" (504 on a timeout after the command may have been committed:
 // read the key to find out), "applied" (500: applied once, result lost) or
 // "not_applied" (503). 400: invalid key or argument; 413: value too large;
-// 503 with Retry-After: no leader, busy, not committed, closing.
+// 503 with Retry-After: no leader, busy, not committed, closing; 503
+// "corrupt": the store holds an object of the group damaged or missing,
+// named in the error, and the group serves nothing until it is back.
 //
 // The handler is safe for concurrent use if c's Submitter is.
 func NewHandler(c *Client, opts HandlerOptions) (http.Handler, error) {
@@ -444,6 +446,10 @@ func (h *handler) fail(w http.ResponseWriter, err error, write bool) {
 		status, code, outcome = http.StatusRequestEntityTooLarge, "too_large", "not_applied"
 	case errors.Is(err, rsm.ErrUnknownOutcome):
 		status, code = http.StatusGatewayTimeout, "unknown_outcome"
+	case errors.Is(err, rsm.ErrCorrupt):
+		// The group refuses to serve over an object the store holds
+		// damaged or lost (docs/rsm.md, rule 12): an operator's matter.
+		status, code = http.StatusServiceUnavailable, "corrupt"
 	case errors.Is(err, rsm.ErrApplicationResultUnavailable):
 		status, code, outcome = http.StatusInternalServerError, "result_unavailable", "applied"
 	case errors.Is(err, rsm.ErrNotCommitted):
