@@ -259,7 +259,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	}
 
 	ops := newOpsState("kv serve", *id)
-	ks := newKVAPIServer(ops, gatherers, rsmReg)
+	ks := newKVAPIServer(ops, gatherers)
 	ks.token, ks.clientCerts = token, *httpClientCA != ""
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	srv := &http.Server{Handler: ks, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
@@ -427,14 +427,13 @@ type kvServer struct {
 	clientCerts bool               // require a verified client certificate
 	ops         *opsState
 	mux         *http.ServeMux // the probes, /status and /metrics
-	rsmReg      prometheus.Gatherer
 
 	status atomic.Pointer[func() rsm.Status] // the node's, once joined
 	api    atomic.Pointer[http.Handler]
 }
 
-func newKVAPIServer(ops *opsState, g, rsmReg prometheus.Gatherer) *kvServer {
-	s := &kvServer{ops: ops, rsmReg: rsmReg}
+func newKVAPIServer(ops *opsState, g prometheus.Gatherer) *kvServer {
+	s := &kvServer{ops: ops}
 	s.mux = opsMux(s.opsStatus, g)
 	return s
 }
@@ -508,7 +507,7 @@ func (s *kvServer) authorized(r *http.Request) bool {
 }
 
 func (s *kvServer) healthNow() kvHealth {
-	h := kvHealth{stopping: s.ops.stopping.Load(), storeErr: s.ops.health.err(), corrupt: gatheredSum(s.rsmReg, "tenure_rsm_corrupt_objects_total")}
+	h := kvHealth{stopping: s.ops.stopping.Load(), storeErr: s.ops.health.err()}
 	if p := s.ops.starting.Load(); p != nil {
 		h.starting = *p
 	}
@@ -525,21 +524,21 @@ type kvHealth struct {
 	stopping bool
 	starting string // why there is no node yet
 	status   rsm.Status
-	storeErr error   // the store's calls have been failing
-	corrupt  float64 // corrupt objects seen
+	storeErr error // the store's calls have been failing
 }
 
 // kvReadiness: ready while the node leads, or follows a leader it knows,
-// on a store that answers and holds nothing corrupt.
+// on a store that answers, and refuses nothing: a corrupt or missing
+// object the group needs (docs/rsm.md, rule 12) keeps it out of service,
+// named, until it is repaired and the node serves again.
 func kvReadiness(h kvHealth) (ready bool, reason string) {
 	switch {
 	case h.stopping:
 		return false, "shutting down"
 	case h.starting != "":
 		return false, h.starting
-	case h.corrupt > 0:
-		// A corrupt object stays until an operator repairs it.
-		return false, fmt.Sprintf("%g corrupt object(s) seen in the store (tenure_rsm_corrupt_objects_total); see the logs", h.corrupt)
+	case h.status.Problem != "":
+		return false, "refusing to serve: " + h.status.Problem
 	case h.storeErr != nil:
 		return false, "store unreachable: " + h.storeErr.Error()
 	case h.status.State != rsm.Joined.String():
@@ -552,24 +551,6 @@ func kvReadiness(h kvHealth) (ready bool, reason string) {
 		return false, "no leader known"
 	}
 	return false, "no role in the group (" + h.status.Role + ")"
-}
-
-// gatheredSum sums the samples of one counter or gauge family.
-func gatheredSum(g prometheus.Gatherer, name string) float64 {
-	mfs, err := g.Gather()
-	if err != nil {
-		return 0
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return sum
 }
 
 // kvAPITLS loads the HTTP API's TLS. With a client CA, a client

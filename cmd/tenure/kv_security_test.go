@@ -300,7 +300,7 @@ func TestKVReadiness(t *testing.T) {
 		{"joining", kvHealth{status: rsm.Status{State: "JOINING", Role: "NONE"}}, false, "joining"},
 		{"store unreachable at start", kvHealth{starting: "store unreachable: refused"}, false, "store unreachable: refused"},
 		{"store failing", kvHealth{status: leader, storeErr: errors.New("timeout")}, false, "store unreachable: timeout"},
-		{"corrupt object", kvHealth{status: leader, corrupt: 1}, false, "corrupt object"},
+		{"corrupt object", kvHealth{status: rsm.Status{State: "JOINING", Role: "NONE", Problem: `rsm: corrupt object "kv/log/1" in the store`}}, false, `refusing to serve: rsm: corrupt object "kv/log/1"`},
 		{"stopping", kvHealth{status: leader, stopping: true}, false, "shutting down"},
 	}
 	for _, c := range cases {
