@@ -191,6 +191,8 @@ func TestHTTPErrors(t *testing.T) {
 		{"too large", fmt.Errorf("%w: 600000 bytes", rsm.ErrTooLarge), 413, "too_large", "not_applied", false},
 		{"closed", rsm.ErrClosed, 503, "closed", "unknown", true},
 		{"unknown machine", rsm.ErrUnknownMachine, 500, "unknown_machine", "not_applied", false},
+		{"corrupt object", &rsm.CorruptError{Key: "g/log/00000000000000000007", Err: errors.New("checksum mismatch")}, 503, "corrupt", "unknown", false},
+		{"corrupt slot, outcome unknown", fmt.Errorf("%w: %w", rsm.ErrUnknownOutcome, &rsm.CorruptError{Key: "g/log/00000000000000000007", Err: errors.New("checksum mismatch")}), 504, "unknown_outcome", "unknown", false},
 		{"deadline", context.DeadlineExceeded, 504, "timeout", "unknown", false},
 		{"anything else", errors.New("rsm: disk on fire"), 500, "internal", "unknown", false},
 	}
