@@ -92,7 +92,7 @@ func newMetrics(reg prometheus.Registerer, node string) (*metrics, error) {
 		serverReady:   prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "tenure", Subsystem: "rsm", Name: "server_ready", Help: "1 while the RPC server serves.", ConstLabels: cl}),
 		backpressure: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "tenure", Subsystem: "rsm", Name: "backpressure_seconds", Help: "Time a request stream waited for room.", ConstLabels: cl,
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
-		corrupt:      c("corrupt_objects_total", "Objects in the store that failed their checksum or did not decode.", "object"),
+		corrupt:      c("corrupt_objects_total", "Objects in the store that failed their checksum, did not decode, or that the store reported damaged.", "object"),
 		confirmReads: c("confirm_reads_total", "Reads of leader_state.json that confirmed a round."),
 		refused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Subsystem: "rsm", Name: "refused", ConstLabels: cl,
 			Help: "1 while the node refuses to lead or serve because an object in the store is corrupt or missing, or leader_state.json shows another process using this node's ID (Status.Problem names it)."}, []string{"group", "object"}),
