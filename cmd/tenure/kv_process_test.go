@@ -255,15 +255,7 @@ func TestKVServeProcess(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		// The refusal is recorded after the report: wait for it.
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			_, body := httpGetQuiet(base+"/v1/status", "")
-			if strings.Contains(body, "corrupt pack") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/v1/status does not name the corrupt pack: %s", body)
-			}
-		}
+		waitProbe(t, p, base+"/v1/status", http.StatusOK, "corrupt pack")
 		for _, i := range []int{0, puts / 2, puts - 1} {
 			code, body := httpGetQuiet(fmt.Sprintf("%s/v1/kv/k%d", base, i), "")
 			t.Logf("GET k%d: %d %s", i, code, body)

@@ -842,10 +842,9 @@ func (p *pack) appendTo() (uint64, int64, error) {
 // descriptors of them, removed or not, so that a Store that only reads
 // holds no removed segment's blocks. Removal goes strictly from the
 // oldest: a segment missing after one that is still there is damage
-// (catchUpOnce), which a reader that has not listed the segments since
-// would take for the end of the pack. Their
-// removal needs no sync: a segment back after a crash holds only what
-// later frames override.
+// (isLast), which a reader that has not listed the segments since would
+// take for the end of the pack. Their removal needs no sync: a segment
+// back after a crash holds only what later frames override.
 //
 // Closing the last descriptor of a removed segment frees its blocks,
 // which took 18 ms for a 32 MiB segment on ext4 with online discard,
