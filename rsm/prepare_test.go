@@ -80,7 +80,7 @@ func TestSegmentCommandsPrepared(t *testing.T) {
 	large := *m
 	large.SegBytes = prepareFrom // as if the segments were that many bytes
 	snap := &storedSnapshot{Snapshot: &rsmpb.Snapshot{EndIndex: m.End}, man: &large}
-	feed := gs.startSegments(t.Context(), snap, m.segments())
+	feed := gs.startSegments(t.Context(), snap, m.segments(), 0)
 	defer feed.close()
 	n := 0
 	for {
@@ -106,7 +106,7 @@ func TestSegmentCommandsPrepared(t *testing.T) {
 		t.Fatalf("%d entries, %d prepared; want 50 of each", n, p.prepares.Load())
 	}
 	// A smaller load prepares nothing.
-	feed = gs.startSegments(t.Context(), &storedSnapshot{Snapshot: snap.Snapshot, man: m}, m.segments())
+	feed = gs.startSegments(t.Context(), &storedSnapshot{Snapshot: snap.Snapshot, man: m}, m.segments(), 0)
 	defer feed.close()
 	for {
 		entries, prepared, err := feed.next()
@@ -119,6 +119,21 @@ func TestSegmentCommandsPrepared(t *testing.T) {
 	}
 	if p.prepares.Load() != 50 {
 		t.Fatalf("%d prepared after a small load, want the 50 before", p.prepares.Load())
+	}
+	// The same segments after a large base: the load is large.
+	feed = gs.startSegments(t.Context(), &storedSnapshot{Snapshot: snap.Snapshot, man: m}, m.segments(), prepareFrom)
+	defer feed.close()
+	for {
+		entries, prepared, err := feed.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil || len(prepared) != len(entries) {
+			t.Fatalf("segments after a base of %d bytes: %d entries, %d prepared, %v; want all prepared", prepareFrom, len(entries), len(prepared), err)
+		}
+	}
+	if p.prepares.Load() != 100 {
+		t.Fatalf("%d prepared after a large base, want 100", p.prepares.Load())
 	}
 }
 

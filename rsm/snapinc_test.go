@@ -925,7 +925,7 @@ func TestLentSegmentsStayUntilApplied(t *testing.T) {
 	} {
 		budget, snap := c.budget, c.snap
 		gs.readAhead = budget
-		feed := gs.startSegments(t.Context(), snap, segs)
+		feed := gs.startSegments(t.Context(), snap, segs, 0)
 		mems := map[*byte]bool{}
 		applied := 0
 		for {
@@ -1000,7 +1000,7 @@ func testSegmentsDecodedAhead(t *testing.T, borrow bool) {
 	run := func(stopAt uint64) ([]uint64, error) {
 		var got []uint64
 		err := func() error {
-			feed := gs.startSegments(t.Context(), snap, segs)
+			feed := gs.startSegments(t.Context(), snap, segs, 0)
 			defer feed.close()
 			for {
 				entries, _, err := feed.next()

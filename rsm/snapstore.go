@@ -284,7 +284,9 @@ func (g *groupStore) listSnapObjects(ctx context.Context) ([]string, error) {
 func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, applied uint64,
 	restore func(cs *chunkedStream) error, apply func(e *rsmpb.Entry, prepared []any) error) error {
 	m := snap.man
+	var baseRead uint64 // the base's bytes, if this load restores it
 	if applied < m.Base.Index {
+		baseRead = m.Base.Bytes
 		keys := m.baseKeys()
 		or := g.openObjects(ctx, keys, true, 0)
 		pr := &partsReader{or: or}
@@ -322,7 +324,7 @@ func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, app
 	// After the base, not beside it: decoded ahead while a base is
 	// restored, segments raised a 100k-key cold start's peak RSS past
 	// twice the data, for no time saved on two cores (tenure bench kv).
-	feed := g.startSegments(ctx, snap, segs)
+	feed := g.startSegments(ctx, snap, segs, baseRead)
 	defer feed.close()
 	for {
 		entries, prepared, err := feed.next()
@@ -362,28 +364,30 @@ const segmentsAhead = 2
 const reuseSegmentsFrom = 16 * readAheadMax
 
 // lendAhead bounds the bytes of segments a load holds when it lends their
-// commands: one segment, or two once the segments to load reach
-// lendTwoFrom. From there the load also prepares the commands of
-// Preparers (prepareFrom). Held alone, a segment is read, decoded and
-// prepared only once the previous one is applied, and the applying
-// goroutine and the decoding ones take turns; a second lets them overlap:
-// a 1M-key cold start 17% faster. A 100k-key cold start's peak, near
-// twice the data, would grow by the segment and the values prepared
-// ahead of their apply, about 15 MiB (tenure bench kv, docs/BENCHMARKS.md).
-func lendAhead(segBytes uint64) int {
-	if segBytes >= lendTwoFrom {
+// commands: one segment, or two once the load (the base it restores, if
+// any, and the segments) reaches lendTwoFrom bytes. From there the load
+// also prepares the commands of Preparers (prepareFrom). Held alone, a
+// segment is read, decoded and prepared only once the previous one is
+// applied, and the applying goroutine and the decoding ones take turns; a
+// second lets them overlap: a 1M-key cold start 17% faster, and the
+// segments after a 1M-key base applied in a third less time. A 100k-key
+// cold start's peak, near twice the data, would grow by the segment and
+// the values prepared ahead of their apply, about 15 MiB (tenure bench
+// kv, docs/BENCHMARKS.md).
+func lendAhead(load uint64) int {
+	if load >= lendTwoFrom {
 		return 2 * segmentMax
 	}
 	return segmentMax
 }
 
-// lendTwoFrom is the segments' bytes from which a load holds two: a
+// lendTwoFrom is the bytes of a load from which it holds two segments: a
 // segment more is then at most 1/64 of what it loads.
 const lendTwoFrom = 64 * segmentMax
 
-// prepareFrom is the segments' bytes from which a load prepares commands
-// (Preparer): where it holds a segment ahead of the one applied, the one
-// place preparing saves time. Tests lower it.
+// prepareFrom is the bytes of a load (base and segments) from which it
+// prepares commands (Preparer): where it holds a segment ahead of the one
+// applied, the one place preparing saves time. Tests lower it.
 var prepareFrom uint64 = lendTwoFrom
 
 // segFeed hands out the decoded entries of a manifest's segments in
@@ -417,7 +421,10 @@ type segDecoded struct {
 // decodeWorkers is how many goroutines decode one segment's entries.
 func decodeWorkers() int { return min(4, runtime.GOMAXPROCS(0)) }
 
-func (g *groupStore) startSegments(ctx context.Context, snap *storedSnapshot, segs []segRef) *segFeed {
+// startSegments starts the load of segs, the segments of snap to apply;
+// baseRead is the bytes of the base the load restored before them (0 if
+// none): with the segments', the size of the load.
+func (g *groupStore) startSegments(ctx context.Context, snap *storedSnapshot, segs []segRef, baseRead uint64) *segFeed {
 	ctx, cancel := context.WithCancel(ctx)
 	keys := make([]string, len(segs))
 	for i, s := range segs {
@@ -430,13 +437,14 @@ func (g *groupStore) startSegments(ctx context.Context, snap *storedSnapshot, se
 	if snap.man != nil {
 		segBytes = snap.man.SegBytes
 	}
+	load := segBytes + baseRead
 	reuse := segBytes >= reuseSegmentsFrom
 	lend := 0
 	if g.borrow {
-		lend = lendAhead(segBytes)
+		lend = lendAhead(load)
 	}
 	f := &segFeed{g: g, ctx: ctx, cancel: cancel, snap: snap, segs: segs, or: g.openObjects(ctx, keys, reuse, lend)}
-	if segBytes >= prepareFrom {
+	if load >= prepareFrom {
 		f.prep = g.prep
 	}
 	if g.par <= 0 {
