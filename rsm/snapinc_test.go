@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -900,8 +899,11 @@ func TestLentSegmentsStayUntilApplied(t *testing.T) {
 	gs := &groupStore{st: store.New(readsInto{memstore.New()}), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: 4, borrow: true}
 	m := &manifest{Group: "g", Nonce: []byte{1}, End: 10, Base: baseRef{Index: 10, Term: 1, Nonce: "ab", Parts: 1}}
 	w := snapWriter{id: "a", term: 2, nonce: "cd"}
-	value := func(i uint64) string { return strings.Repeat(strconv.FormatUint(i, 10)+"/", 100) }
-	for first := uint64(11); first <= 110; first += 5 {
+	value := func(i uint64) string { return strings.Repeat(fmt.Sprintf("%04d/", i), 100) } // one length: segments fit each other's memory
+	// 40 segments, several times what a load holds at once (the reads in
+	// flight, the segments decoded ahead and the one applied), so that
+	// their memory is reused however the goroutines are scheduled.
+	for first := uint64(11); first <= 210; first += 5 {
 		var entries []*rsmpb.Entry
 		for i := first; i < first+5; i++ {
 			entries = append(entries, mkEntry(i, 2, sCmd(1, i, "a", value(i))))
@@ -936,7 +938,10 @@ func TestLentSegmentsStayUntilApplied(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mems[unsafe.SliceData(entries[0].Commands[0].Data)] = true
+			if feed.lent == nil {
+				t.Fatalf("budget %d: entry %d handed out with no segment lent", budget, entries[0].Index)
+			}
+			mems[unsafe.SliceData(feed.lent)] = true // the memory the segment was read into
 			time.Sleep(2 * time.Millisecond) // room for reads ahead to overwrite what they should not
 			for _, e := range entries {
 				if got := string(e.Commands[0].Data); got != value(e.Index) {
@@ -946,8 +951,8 @@ func TestLentSegmentsStayUntilApplied(t *testing.T) {
 			}
 		}
 		feed.close()
-		if applied != 100 {
-			t.Fatalf("budget %d: %d entries applied, want 100", budget, applied)
+		if applied != 200 {
+			t.Fatalf("budget %d: %d entries applied, want 200", budget, applied)
 		}
 		// Lent from reused memory: far fewer buffers than segments.
 		if len(mems) > len(segs)/2 {
