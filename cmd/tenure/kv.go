@@ -117,7 +117,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	tokenFile := fs.String("token-file", "", "require 'Authorization: Bearer TOKEN' on every request but the probes; the file holds TOKEN, at least 16 bytes")
 	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP on an --http address that is not loopback: the API's traffic, and any token, cross the network in clear")
 	metricsAddr := fs.String("metrics-http", "", "also serve Prometheus /metrics on this address, plain HTTP and without token or client certificate")
-	gcPercent := fs.Int("gc-percent", 0, "the Go collector's GOGC for this process: between collections the heap grows this many percent above the live state (Go's default is 100); -1 turns the collector off; 0 (the default): 10% above the live heap and at least 4 MiB, set as the state grows (the state's values hold no pointers, so collecting more often costs little). Without this flag, a GOGC environment variable wins")
+	gcPercent := fs.Int("gc-percent", 0, "the Go collector's GOGC for this process: between collections the heap grows this many percent above the live state (Go's default is 100); -1 turns the collector off; 0 (the default): 10% above the live heap (25% from 512 MiB of it) and at least 4 MiB, set as the state grows (the state's values hold no pointers, so a small state is collected often at little cost). Without this flag, a GOGC environment variable wins")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json (json: every line on stdout and stderr is JSON, gRPC's included)")
 	deprecatedAlias(fs, "listen", "http")

@@ -17,7 +17,13 @@ import (
 // fixed GOGC the headroom grows with the state (25% of a 1 GiB state is
 // 256 MiB more memory); this policy lets the heap grow kvGCGrowth percent
 // above the live heap, and at least kvGCFloor bytes, so that a small state
-// is not collected every few requests (docs/BENCHMARKS.md).
+// is not collected every few requests (docs/BENCHMARKS.md). From
+// kvLoadLargeFrom of live heap it lets it grow kvGCGrowthLarge percent: a
+// collection then marks millions of keys and values, some 250 ms of CPU
+// for a million, and at 10% a node under writes spent a fifth of its time
+// marking, its puts slowed by the marks; the process's own memory is then a
+// small part of the whole, and with values of a KiB a live heap of 1.14
+// times the data, plus 25%, stays well below twice the data.
 //
 // While the node loads a snapshot from the store, that policy would
 // collect the heap every 10% of the state's growth, some 40 times for a
@@ -40,8 +46,9 @@ import (
 // below twice the data, and a gigabyte load is collected about half as
 // often. The policy comes back when the load ends.
 const (
-	kvGCGrowth     = 10      // percent of the live heap
-	kvGCFloor      = 4 << 20 // bytes of headroom at least
+	kvGCGrowth      = 10      // percent of the live heap
+	kvGCGrowthLarge = 25      // percent, from kvLoadLargeFrom
+	kvGCFloor       = 4 << 20 // bytes of headroom at least
 	kvGCMaxPercent = 100     // Go's default, for the smallest heaps
 	kvGCEvery      = 10 * time.Millisecond
 
@@ -61,11 +68,14 @@ func kvLoadPercent(live uint64) uint64 {
 }
 
 // kvGCPercentFor is the GOGC that lets a live heap of live bytes grow by
-// kvGCGrowth percent of it, or kvGCFloor bytes if that is more, up to
-// kvGCMaxPercent.
+// kvGCGrowth percent of it (kvGCGrowthLarge from kvLoadLargeFrom), or
+// kvGCFloor bytes if that is more, up to kvGCMaxPercent.
 func kvGCPercentFor(live uint64) int {
 	if live == 0 {
 		return kvGCMaxPercent
+	}
+	if live >= kvLoadLargeFrom {
+		return kvGCGrowthLarge
 	}
 	p := (uint64(kvGCFloor)*100 + live - 1) / live
 	return int(min(kvGCMaxPercent, max(kvGCGrowth, p)))
