@@ -19,7 +19,7 @@ import (
 // above the live heap, and at least kvGCFloor bytes, so that a small state
 // is not collected every few requests (docs/BENCHMARKS.md). From
 // kvLoadLargeFrom of live heap it lets it grow kvGCGrowthLarge percent: a
-// collection then marks millions of keys and values, some 250 ms of CPU
+// collection then marks millions of keys and values, some 300 ms of CPU
 // for a million, and at 10% a node under writes spent a fifth of its time
 // marking, its puts slowed by the marks; the process's own memory is then a
 // small part of the whole, and with values of a KiB a live heap of 1.14
