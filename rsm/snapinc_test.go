@@ -941,7 +941,8 @@ func TestLentSegmentsStayUntilApplied(t *testing.T) {
 			if feed.lent == nil {
 				t.Fatalf("budget %d: entry %d handed out with no segment lent", budget, entries[0].Index)
 			}
-			mems[unsafe.SliceData(feed.lent)] = true // the memory the segment was read into
+			// The memory the segment was read into.
+			mems[unsafe.SliceData(feed.lent)] = true
 			time.Sleep(2 * time.Millisecond) // room for reads ahead to overwrite what they should not
 			for _, e := range entries {
 				if got := string(e.Commands[0].Data); got != value(e.Index) {

@@ -49,8 +49,8 @@ const (
 	kvGCGrowth      = 10      // percent of the live heap
 	kvGCGrowthLarge = 25      // percent, from kvLoadLargeFrom
 	kvGCFloor       = 4 << 20 // bytes of headroom at least
-	kvGCMaxPercent = 100     // Go's default, for the smallest heaps
-	kvGCEvery      = 10 * time.Millisecond
+	kvGCMaxPercent  = 100     // Go's default, for the smallest heaps
+	kvGCEvery       = 10 * time.Millisecond
 
 	kvLoadGrowth      = 20        // percent of the live heap, during a load
 	kvLoadGrowthLarge = 50        // percent, from kvLoadLargeFrom
