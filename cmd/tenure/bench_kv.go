@@ -119,6 +119,7 @@ type kvTenureSize struct {
 	BytesPerPut     float64            `json:"storeBytesPerPut"`
 	LogBytesPerPut  float64            `json:"logBytesPerPut"`
 	SnapBytesPerPut float64            `json:"snapshotBytesPerPut"`
+	BaseBytesPerPut float64            `json:"baseBytesPerPut"` // of SnapBytesPerPut, new bases'
 	RequestsPerPut  map[string]float64 `json:"requestsPerPut"`
 	DiskBytesPerPut float64            `json:"diskBytesPerPut"`
 	CPUPerPut       time.Duration      `json:"cpuPerPutNanos"` // over both phases
@@ -868,6 +869,7 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	ts.BytesPerPut = per(ts.BytesWritten)
 	ts.LogBytesPerPut = per(st2.LogBytes - st1.LogBytes)
 	ts.SnapBytesPerPut = per(st2.SnapshotBytes - st1.SnapshotBytes)
+	ts.BaseBytesPerPut = per(st2.BaseBytes - st1.BaseBytes)
 	ts.DiskBytesPerPut = per(io2.write - io0.write)
 	ts.CPUPerPut = time.Duration(per(int64(io2.cpu - io0.cpu)))
 	ts.RequestsPerPut = map[string]float64{}
@@ -1290,11 +1292,11 @@ func (r *kvBenchResult) print(w io.Writer) error {
 
 	fmt.Fprintln(w, "\nkv store: store traffic per put, snapshots, memory, cold start")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "keys\tstore B/put\tlog B/put\tsnap B/put\tPUT/put\tGET/put\tdisk B/put\tCPU/put\tsnaps\tsnap MiB\tsnap write\tsnap taken\tRSS MiB\tHWM MiB\theap MiB\tcold read\tserving\tcold MiB read\t\n")
+	fmt.Fprintf(tw, "keys\tstore B/put\tlog B/put\tsnap B/put\tbase B/put\tPUT/put\tGET/put\tdisk B/put\tCPU/put\tsnaps\tsnap MiB\tsnap write\tsnap taken\tRSS MiB\tHWM MiB\theap MiB\tcold read\tserving\tcold MiB read\t\n")
 	for _, t := range r.Tenure {
 		puts := t.RequestsPerPut["put-create"] + t.RequestsPerPut["put-cas"]
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.3f\t%.3f\t%.0f\t%v\t%d\t%s\t%v\t%v\t%s\t%s\t%s\t%v\t%v\t%s\t\n", t.Keys,
-			t.BytesPerPut, t.LogBytesPerPut, t.SnapBytesPerPut, puts, t.RequestsPerPut["get"], t.DiskBytesPerPut, roundDur(t.CPUPerPut),
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.3f\t%.3f\t%.0f\t%v\t%d\t%s\t%v\t%v\t%s\t%s\t%s\t%v\t%v\t%s\t\n", t.Keys,
+			t.BytesPerPut, t.LogBytesPerPut, t.SnapBytesPerPut, t.BaseBytesPerPut, puts, t.RequestsPerPut["get"], t.DiskBytesPerPut, roundDur(t.CPUPerPut),
 			t.Snapshots.Count, mib(t.Snapshots.LastBytes), roundDur(t.Snapshots.WriteMean), roundDur(t.Snapshots.TakeMean),
 			mib(t.RSS), mib(t.HWM), mib(int64(t.HeapLive)), roundDur(t.Cold.FirstRead), roundDur(t.Cold.Serving), mib(t.Cold.BytesRead))
 	}
@@ -1353,6 +1355,8 @@ func (r *kvBenchResult) print(w io.Writer) error {
 		}
 	}
 	fmt.Fprintln(w, "\nstore B/put: bytes of the objects the node put (log entries, snapshots, leader state) over the measured puts;")
+	fmt.Fprintln(w, "base B/put: the part of snap B/put that is new bases (the whole state, written once the segments since the last")
+	fmt.Fprintln(w, "base reach three times its size): a window that holds one counts all of it, one that does not counts none.")
 	fmt.Fprintln(w, "PUT/put and GET/put: store requests per put. disk B/put: the process's write_bytes (/proc/PID/io), per page.")
 	fmt.Fprintln(w, "CPU/put: the serving process's user and system time (/proc/PID/stat) over the measured puts, per put.")
 	fmt.Fprintln(w, "snap write: the snapshot object's store write; snap taken: from capturing the state to the end of that write.")

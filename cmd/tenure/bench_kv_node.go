@@ -109,6 +109,7 @@ type kvNodeStats struct {
 	LogBytes      int64            `json:"logBytes"`
 	SnapshotPuts  int64            `json:"snapshotPuts"`
 	SnapshotBytes int64            `json:"snapshotBytes"`
+	BaseBytes     int64            `json:"baseBytes"` // of SnapshotBytes, new bases' parts
 	OtherPuts     int64            `json:"otherPuts"`
 	OtherBytes    int64            `json:"otherBytes"`
 	Snapshots     []kvSnapEvent    `json:"snapshots"`
@@ -247,9 +248,12 @@ func (t *kvTracker) put(key string, n int, start, end time.Time) {
 		t.snapshots = append(t.snapshots, kvSnapEvent{Start: start.UnixNano(), End: end.UnixNano(), Bytes: int64(n)})
 		return
 	}
-	if strings.Contains(key, "/snap/") { // a snapshot's base part or log segment
+	if i := strings.Index(key, "/snap/"); i >= 0 { // a snapshot's base part or log segment
 		t.st.SnapshotPuts++
 		t.st.SnapshotBytes += int64(n)
+		if strings.HasPrefix(key[i+len("/snap/"):], "b") {
+			t.st.BaseBytes += int64(n)
+		}
 		return
 	}
 	t.st.OtherPuts++

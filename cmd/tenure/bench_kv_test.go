@@ -57,6 +57,9 @@ func TestBenchKV(t *testing.T) {
 		if ts.BytesWritten <= 0 || ts.LogBytesPerPut < 512 || ts.BytesPerPut < ts.LogBytesPerPut+ts.SnapBytesPerPut-1 {
 			t.Errorf("size %d: store bytes %d, %.0f/put (log %.0f, snapshot %.0f)", want, ts.BytesWritten, ts.BytesPerPut, ts.LogBytesPerPut, ts.SnapBytesPerPut)
 		}
+		if ts.BaseBytesPerPut < 0 || ts.BaseBytesPerPut > ts.SnapBytesPerPut {
+			t.Errorf("size %d: %.0f base bytes per put, of %.0f snapshot bytes", want, ts.BaseBytesPerPut, ts.SnapBytesPerPut)
+		}
 		if p := ts.RequestsPerPut["put-create"]; p <= 0 || p > 1.01 {
 			t.Errorf("size %d: %.3f create-if-absent puts per put; a batch holds one put or more", want, p)
 		}
@@ -206,6 +209,8 @@ func TestKVTrackerCapture(t *testing.T) {
 	}
 	tr.put("g/snapshot", 1000, at(100), at(120))
 	tr.put("g/leader_state.json", 7, at(121), at(122))
+	tr.put("g/snap/b00000000000000000004-00000000000000000002-ab/00000", 300, at(90), at(95))
+	tr.put("g/snap/s00000000000000000002-ab-00000000000000000004", 200, at(96), at(97))
 	// The truncation after the snapshot deletes entries 1 to 4: the state
 	// was captured after entry 4, written at 45ms.
 	for i := 1; i <= 4; i++ {
@@ -219,7 +224,8 @@ func TestKVTrackerCapture(t *testing.T) {
 		t.Errorf("window %d..%d", from, to)
 	}
 	st := tr.st
-	if st.LogPuts != 5 || st.LogBytes != 50 || st.SnapshotPuts != 1 || st.OtherPuts != 1 || st.OtherBytes != 7 || st.PutBytes != 1057 {
+	if st.LogPuts != 5 || st.LogBytes != 50 || st.SnapshotPuts != 3 || st.SnapshotBytes != 1500 || st.BaseBytes != 300 ||
+		st.OtherPuts != 1 || st.OtherBytes != 7 || st.PutBytes != 1557 {
 		t.Errorf("counts %+v", st)
 	}
 	if len(tr.logEnd) != 1 {
