@@ -249,8 +249,8 @@ func (n *Node) recordProblem(err error) {
 
 // storeCorrupt returns err as a *CorruptError naming its key if it is a
 // store's report of its own damaged data (store.ErrCorrupt: a file://
-// pack missing a segment between others), else err: such an object is
-// refused as a corrupt one is.
+// pack missing a segment between others, a Route 53 record tenure did not
+// write), else err: such an object is refused as a corrupt one is.
 func storeCorrupt(err error) error {
 	var c *CorruptError
 	var s *store.Error

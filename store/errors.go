@@ -37,7 +37,8 @@ var (
 	ErrUnknownScheme = errors.New("store: unknown URL scheme")
 	// ErrCorrupt: the store's own data is damaged, a value or something
 	// the driver keeps beside it (a file:// pack segment missing between
-	// others, a frame that fails its checksum). It comes with
+	// others, a frame that fails its checksum; a Route 53 TXT record at a
+	// key's name that the driver cannot decode). It comes with
 	// ErrPermanent; the call fails until the data is repaired.
 	ErrCorrupt = errors.New("store: corrupt data")
 )

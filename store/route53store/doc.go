@@ -137,7 +137,8 @@
 // lease records are; a replicated state machine's log is not a good fit).
 // Records under NAME that the driver did not write (other programs' names,
 // other record types) are skipped; a TXT record at a key's own name that
-// the driver cannot decode is an error matching store.ErrPermanent.
+// the driver cannot decode is an error matching store.ErrPermanent and
+// store.ErrCorrupt.
 //
 // # Permissions
 //

@@ -4,9 +4,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/tenure-io/tenure/store"
 )
 
 // Limits on a TXT record's value as Route 53 accepts it.
@@ -76,7 +77,15 @@ func encodeValue(data []byte) string {
 	return b.String()
 }
 
-var errNotOurs = errors.New("not a record written by tenure")
+// errNotOurs: a TXT record at a key's name that the driver cannot decode,
+// damaged or written by another program. It matches store.ErrCorrupt: the
+// key's value cannot be read until the record is repaired or removed.
+var errNotOurs error = notOurs{}
+
+type notOurs struct{}
+
+func (notOurs) Error() string        { return "not a record written by tenure" }
+func (notOurs) Is(target error) bool { return target == store.ErrCorrupt }
 
 // decodeValue returns the data held in a TXT Value element that
 // encodeValue produced.

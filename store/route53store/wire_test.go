@@ -280,10 +280,12 @@ func TestForeignRecordAtAKeysName(t *testing.T) {
 	f := newFakeRoute53(t)
 	s, _ := newStore(t, f, "tenure", unpaced)
 	f.put(fakeSet{Name: route53store.RecordName("k", "tenure.example.test."), Type: "TXT", TTL: 60, Values: []string{`"hello world"`}})
-	if _, _, err := s.Get(ctx(t), "k"); !errors.Is(err, store.ErrPermanent) || !strings.Contains(err.Error(), "not a record written by tenure") {
+	// Refused as the key's damaged data (store.ErrCorrupt), which a
+	// replicated state machine refuses to serve past (docs/rsm.md rule 12).
+	if _, _, err := s.Get(ctx(t), "k"); !errors.Is(err, store.ErrPermanent) || !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), "not a record written by tenure") {
 		t.Errorf("Get: %v", err)
 	}
-	if _, err := s.List(ctx(t), "", "", 10); !errors.Is(err, store.ErrPermanent) {
+	if _, err := s.List(ctx(t), "", "", 10); !errors.Is(err, store.ErrPermanent) || !errors.Is(err, store.ErrCorrupt) {
 		t.Errorf("List: %v", err)
 	}
 }
