@@ -73,7 +73,14 @@
 // rsm.Preparer: a cold start lends it the commands of a snapshot's log
 // segments where they were read, and the goroutines that decode them call
 // Prepare, which decodes a command and copies the value a put or a swap
-// stores; ApplyPrepared then only updates the tree, in log order.
+// stores; ApplyPrepared then only updates the state, in log order. A put's
+// reply is its revision whatever the state, so ApplyPrepared records a put
+// and replies at once; the puts go to the tree in runs sorted by key, by a
+// goroutine of their own while the next run fills (a run is at most
+// 32 MiB of values, or a sixteenth of the keys), and a delete, a swap or
+// any other call puts them all there first. In key order a put finds its
+// way through the tree in the cache: a cold start after sustained writes
+// to a million keys took a quarter less time (docs/BENCHMARKS.md).
 //
 // # Errors
 //

@@ -3,12 +3,14 @@ package kv
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash"
 	"hash/crc32"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 
@@ -66,7 +68,39 @@ type Machine struct {
 	mu   sync.RWMutex
 	rev  uint64
 	tree *btree.BTreeG[entry]
+	// deferred are puts ApplyPrepared applied and the tree does not hold
+	// yet, in revision order, and deferredBytes their values' bytes; every
+	// other method puts them in the tree first (settle).
+	deferred      []deferredPut
+	deferredBytes int
+	// inserting, while a goroutine puts the run sent before in the tree,
+	// is closed once it is there; spare is that run's slice, to reuse, and
+	// treeLen about the tree's length then.
+	inserting chan struct{}
+	spare     []deferredPut
+	treeLen   int
 }
+
+// deferredPut is a put ApplyPrepared applied at revision rev.
+type deferredPut struct {
+	key   string
+	value []byte
+	rev   uint64
+}
+
+// A cold start's puts (ApplyPrepared) go to the tree in runs, each sorted
+// by key and put there by a goroutine of its own while the next run fills:
+// in key order, consecutive puts find their path through the tree in the
+// cache, and an existing key's second search costs little. A run is sent
+// once it holds deferPutsMax puts, deferBytesMax bytes of values, or a
+// sixteenth of the keys in the tree (and at least deferPutsMin). Its
+// values replace others only once it is in, so two runs' bytes bound the
+// memory the deferral holds besides the state. Variables for tests.
+var (
+	deferPutsMin  = 1024
+	deferPutsMax  = 65536
+	deferBytesMax = 32 << 20
+)
 
 var (
 	_ rsm.StateMachine = (*Machine)(nil)
@@ -87,9 +121,89 @@ func (m *Machine) Revision() uint64 {
 
 // Len is the number of keys.
 func (m *Machine) Len() int {
-	m.mu.RLock()
+	m.rlock()
 	defer m.mu.RUnlock()
 	return m.tree.Len()
+}
+
+// rlock read-locks the machine with every deferred put in the tree.
+func (m *Machine) rlock() {
+	for {
+		m.mu.RLock()
+		if len(m.deferred) == 0 && m.inserting == nil {
+			return
+		}
+		m.mu.RUnlock()
+		m.mu.Lock()
+		m.settle()
+		m.mu.Unlock()
+	}
+}
+
+// settle puts every deferred put in the tree: the run being filled, and
+// the one a goroutine of its own may be putting there (sendRun). Under the
+// write lock.
+func (m *Machine) settle() {
+	m.sendRun()
+	m.waitRun()
+}
+
+// waitRun waits for the run sent to be in the tree. Under the write lock.
+func (m *Machine) waitRun() {
+	if m.inserting != nil {
+		<-m.inserting
+		m.inserting = nil
+	}
+}
+
+// sendRun hands the deferred puts over to a goroutine that puts them in the
+// tree, once the run sent before is in it, and starts a new run. Until it
+// is, only ApplyPrepared's puts run, which do not read the tree. Under the
+// write lock.
+func (m *Machine) sendRun() {
+	m.waitRun()
+	run := m.deferred
+	if len(run) == 0 {
+		return
+	}
+	m.deferred, m.spare = m.spare[:0], nil
+	m.deferredBytes = 0
+	m.treeLen = m.tree.Len() + len(run) // about; for the next run's size
+	done := make(chan struct{})
+	m.inserting = done
+	go func(tree *btree.BTreeG[entry]) {
+		insertRun(tree, run)
+		clear(run)
+		m.spare = run[:0] // read by sendRun after done is closed
+		close(done)
+	}(m.tree)
+}
+
+// insertRun puts a run of deferred puts in tree: sorted by key, then
+// revision, each key's last put replaces its entry with the create
+// revision the entry had, or the key's first deferred put's if it had none
+// (no delete comes between deferred puts).
+func insertRun(tree *btree.BTreeG[entry], d []deferredPut) {
+	slices.SortFunc(d, func(a, b deferredPut) int {
+		if c := strings.Compare(a.key, b.key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.rev, b.rev)
+	})
+	for i := 0; i < len(d); {
+		j := i + 1
+		for j < len(d) && d[j].key == d[i].key {
+			j++
+		}
+		last := d[j-1]
+		e := entry{key: last.key, value: last.value, create: d[i].rev, mod: last.rev}
+		if old, ok := tree.ReplaceOrInsert(e); ok {
+			// The key's string the entry had, as put does.
+			e.create, e.key = old.create, old.key
+			tree.ReplaceOrInsert(e)
+		}
+		i = j
+	}
 }
 
 // BorrowsCommands makes the Machine an rsm.Borrower: Apply copies what it
@@ -137,7 +251,13 @@ func (m *Machine) Prepare(cmd []byte) any {
 }
 
 // ApplyPrepared applies cmd as Apply does, with what Prepare returned for
-// it.
+// it. A put's reply is its revision whatever the state, so a put is only
+// recorded, and goes into the tree later in a run of them sorted by key
+// (sendRun): a cold start applies the puts of its segments in the random
+// key order they were written in, each put two searches of a tree that no
+// longer fits in the cache, some 3 µs at a million keys, the most of its
+// time. A delete, a swap and every other method put them all in the tree
+// first (settle), so none sees the state without them.
 func (m *Machine) ApplyPrepared(cmd []byte, p any) []byte {
 	pc, ok := p.(*prepared)
 	if !ok {
@@ -146,7 +266,18 @@ func (m *Machine) ApplyPrepared(cmd []byte, p any) []byte {
 	if pc.err != nil {
 		return errorReply(pc.err)
 	}
-	return m.apply(pc.c, true)
+	if pc.c.op != tagPut {
+		return m.apply(pc.c, true)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rev++
+	m.deferred = append(m.deferred, deferredPut{key: pc.c.key, value: pc.c.value, rev: m.rev})
+	m.deferredBytes += len(pc.c.value)
+	if n := len(m.deferred); n >= deferPutsMax || m.deferredBytes >= deferBytesMax || (n >= deferPutsMin && n >= m.treeLen/16) {
+		m.sendRun()
+	}
+	return reply{tag: tagPutResult, rev: m.rev}.encode()
 }
 
 // apply applies c, decoded and checked; owned says its value is a copy
@@ -154,6 +285,7 @@ func (m *Machine) ApplyPrepared(cmd []byte, p any) []byte {
 func (m *Machine) apply(c command, owned bool) []byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.settle()
 	switch c.op {
 	case tagPut:
 		return reply{tag: tagPutResult, rev: m.put(c.key, c.value, owned)}.encode()
@@ -192,9 +324,13 @@ func (m *Machine) put(key string, value []byte, owned bool) uint64 {
 	}
 	m.rev++
 	// One search for a new key, a second for one that existed (its
-	// create revision stays).
+	// create revision stays). The entry keeps the key's string it had:
+	// a restore allocates the keys in their order, and a tree whose
+	// neighbouring keys lie together in memory is searched with fewer
+	// cache misses: a cold start after sustained writes to a million keys
+	// took an eighth less time.
 	if old, ok := m.tree.ReplaceOrInsert(entry{key: key, value: value, create: m.rev, mod: m.rev}); ok {
-		m.tree.ReplaceOrInsert(entry{key: key, value: value, create: old.create, mod: m.rev})
+		m.tree.ReplaceOrInsert(entry{key: old.key, value: value, create: old.create, mod: m.rev})
 	}
 	return m.rev
 }
@@ -210,7 +346,7 @@ func (m *Machine) Query(b []byte) ([]byte, error) {
 	if err != nil {
 		return errorReply(err), nil
 	}
-	m.mu.RLock()
+	m.rlock()
 	defer m.mu.RUnlock()
 	if q.op == tagGet {
 		e, ok := m.tree.Get(entry{key: q.key})
@@ -306,6 +442,7 @@ func (m *Machine) Snapshot(w io.Writer) error {
 func (m *Machine) Capture() rsm.StateView {
 	m.mu.Lock() // Clone changes the tree's ownership marks
 	defer m.mu.Unlock()
+	m.settle()
 	return &view{rev: m.rev, tree: m.tree.Clone()}
 }
 
@@ -379,7 +516,9 @@ func (m *Machine) Restore(r io.Reader) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.rev, m.tree = rev, tree
+	m.waitRun()
+	clear(m.deferred)
+	m.rev, m.tree, m.deferred, m.deferredBytes, m.treeLen = rev, tree, m.deferred[:0], 0, tree.Len()
 	return nil
 }
 
