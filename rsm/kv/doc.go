@@ -93,9 +93,11 @@
 //
 // # What it does not guarantee
 //
-// The whole state lives in memory and every snapshot writes all of it: it
-// is meant for configuration, locks and metadata (thousands to about a
-// million keys), not bulk data. Puts, deletes and gets cost O(log n); a
+// The whole state lives in memory, and a snapshot writes all of it again
+// each time the log written since the last such base reaches three times
+// its size (docs/rsm.md); a node that starts applies every put written
+// since: it is meant for configuration, locks and metadata (thousands to
+// about a million keys), not bulk data. Puts, deletes and gets cost O(log n); a
 // list costs O(log n) plus the keys it returns. There are no watches,
 // leases (TTLs), transactions over several keys or reads at past
 // revisions. Exactly-once writes are the rsm node's guarantee and carry
