@@ -438,7 +438,10 @@ func (m *Machine) Snapshot(w io.Writer) error {
 
 // Capture returns the state as it is now, in constant time: the view
 // shares the machine's tree, which copies the nodes it changes from then
-// on (copy on write). See rsm.Capturer.
+// on (copy on write). See rsm.Capturer. Right after a cold start's
+// prepared commands, with no command applied since, it first puts the
+// deferred puts in the tree: at most two runs, bounded in bytes and in
+// puts whatever the state's size.
 func (m *Machine) Capture() rsm.StateView {
 	m.mu.Lock() // Clone changes the tree's ownership marks
 	defer m.mu.Unlock()
