@@ -16,15 +16,6 @@ func smallRuns(t *testing.T) {
 	t.Cleanup(func() { deferPutsMin, deferPutsMax = minPuts, maxPuts })
 }
 
-func snapshotBytes(t *testing.T, m *Machine) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	if err := m.Snapshot(&b); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
 // TestPreparedPutsDeferred: a machine applying prepared commands, whose
 // puts go to its tree later in sorted runs, replies as one applying them
 // with Apply, and every read in between (get, list, length, capture)
@@ -40,7 +31,7 @@ func TestPreparedPutsDeferred(t *testing.T) {
 			for i := range 30 {
 				want.Apply(command{op: tagPut, key: fmt.Sprintf("k%02d", i*2), value: []byte{byte(i)}}.encode())
 			}
-			if err := got.Restore(bytes.NewReader(snapshotBytes(t, want))); err != nil {
+			if err := got.Restore(bytes.NewReader(snap(t, want))); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -98,12 +89,12 @@ func TestPreparedPutsDeferred(t *testing.T) {
 				if _, err := got.Capture().WriteTo(&gv); err != nil {
 					t.Fatal(err)
 				}
-				if !bytes.Equal(gv.Bytes(), snapshotBytes(t, want)) {
+				if !bytes.Equal(gv.Bytes(), snap(t, want)) {
 					t.Fatalf("seed %d, after command %d: the captured state differs from Apply's", seed, i)
 				}
 			}
 		}
-		if !bytes.Equal(snapshotBytes(t, got), snapshotBytes(t, want)) {
+		if !bytes.Equal(snap(t, got), snap(t, want)) {
 			t.Fatalf("seed %d: the state differs from Apply's", seed)
 		}
 	}
@@ -116,7 +107,7 @@ func TestRestoreDropsDeferredPuts(t *testing.T) {
 	smallRuns(t)
 	src := New()
 	src.Apply(command{op: tagPut, key: "kept", value: []byte("v")}.encode())
-	snap := snapshotBytes(t, src)
+	snap := snap(t, src)
 	m := New()
 	for i := range 37 { // two runs of 16 sent, 5 puts deferred
 		cmd := command{op: tagPut, key: fmt.Sprintf("k%02d", i), value: []byte("x")}.encode()
@@ -125,7 +116,7 @@ func TestRestoreDropsDeferredPuts(t *testing.T) {
 	if err := m.Restore(bytes.NewReader(snap)); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(snapshotBytes(t, m), snap) {
+	if !bytes.Equal(snap(t, m), snap) {
 		t.Fatalf("after Restore: %d keys at revision %d, want the snapshot's 1 at 1", m.Len(), m.Revision())
 	}
 }
