@@ -107,16 +107,16 @@ func TestRestoreDropsDeferredPuts(t *testing.T) {
 	smallRuns(t)
 	src := New()
 	src.Apply(command{op: tagPut, key: "kept", value: []byte("v")}.encode())
-	snap := snap(t, src)
+	stored := snap(t, src)
 	m := New()
 	for i := range 37 { // two runs of 16 sent, 5 puts deferred
 		cmd := command{op: tagPut, key: fmt.Sprintf("k%02d", i), value: []byte("x")}.encode()
 		m.ApplyPrepared(cmd, m.Prepare(cmd))
 	}
-	if err := m.Restore(bytes.NewReader(snap)); err != nil {
+	if err := m.Restore(bytes.NewReader(stored)); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(snap(t, m), snap) {
+	if !bytes.Equal(snap(t, m), stored) {
 		t.Fatalf("after Restore: %d keys at revision %d, want the snapshot's 1 at 1", m.Len(), m.Revision())
 	}
 }
