@@ -179,3 +179,35 @@ func TestDeferredPutsConcurrentReads(t *testing.T) {
 		t.Fatalf("revision %d with %d keys, want %d with 8", m.Revision(), m.Len(), puts)
 	}
 }
+
+// TestDeferredPutsBounded: the puts a machine holds out of its tree stay
+// within a run's bounds, in bytes of values and in puts, whatever the
+// state's size: a run is sent as soon as it reaches either.
+func TestDeferredPutsBounded(t *testing.T) {
+	minPuts, maxPuts, maxBytes := deferPutsMin, deferPutsMax, deferBytesMax
+	deferPutsMin, deferPutsMax, deferBytesMax = 1000, 50, 1000
+	t.Cleanup(func() { deferPutsMin, deferPutsMax, deferBytesMax = minPuts, maxPuts, maxBytes })
+	m := New()
+	sent := 0
+	for i := range 2000 {
+		size := 300 // bytes bound the first half, puts the second
+		if i >= 1000 {
+			size = 1
+		}
+		cmd := command{op: tagPut, key: fmt.Sprintf("k%04d", i%700), value: bytes.Repeat([]byte{'v'}, size)}.encode()
+		before := len(m.deferred)
+		m.ApplyPrepared(cmd, m.Prepare(cmd))
+		if len(m.deferred) <= before {
+			sent++
+		}
+		if m.deferredBytes >= deferBytesMax || len(m.deferred) >= deferPutsMax {
+			t.Fatalf("after put %d: %d puts and %d bytes deferred, bounds %d and %d", i, len(m.deferred), m.deferredBytes, deferPutsMax, deferBytesMax)
+		}
+	}
+	if sent < 1000/4+1000/50 {
+		t.Fatalf("%d runs sent for 2,000 puts; want one per 4 puts of 300 bytes and per 50 puts", sent)
+	}
+	if m.Len() != 700 || m.Revision() != 2000 {
+		t.Fatalf("%d keys at revision %d, want 700 at 2000", m.Len(), m.Revision())
+	}
+}
