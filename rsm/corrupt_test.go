@@ -80,6 +80,13 @@ func (r *logRecorder) Write(p []byte) (int, error) {
 	return r.b.Write(p)
 }
 
+// bytes returns a copy of the lines so far.
+func (r *logRecorder) bytes() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return bytes.Clone(r.b.Bytes())
+}
+
 func (r *logRecorder) contains(s string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -6,32 +6,12 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net"
-	"sync"
 	"testing"
 
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/memstore"
 )
-
-// lockedBuffer is a bytes.Buffer a logger writes to from several
-// goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Clone(l.b.Bytes())
-}
 
 // TestSnapshotLoadLogged: a node that starts on a stored snapshot logs
 // what it loaded, at Info: the end index, the bytes of the base and of
@@ -43,7 +23,7 @@ func TestSnapshotLoadLogged(t *testing.T) {
 	const pad = 64 << 10 // a base large enough that later snapshots add segments
 	writeGroupOf(t, mem, opts, &paddedCounter{pad: pad})
 
-	var logs lockedBuffer
+	var logs logRecorder
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +44,7 @@ func TestSnapshotLoadLogged(t *testing.T) {
 		t.Fatal("the node loaded no snapshot")
 	}
 	var found []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(logs.lines()))
+	sc := bufio.NewScanner(bytes.NewReader(logs.bytes()))
 	for sc.Scan() {
 		var rec map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
@@ -75,7 +55,7 @@ func TestSnapshotLoadLogged(t *testing.T) {
 		}
 	}
 	if len(found) == 0 {
-		t.Fatalf("no \"snapshot loaded\" line in the log:\n%s", logs.lines())
+		t.Fatalf("no \"snapshot loaded\" line in the log:\n%s", logs.bytes())
 	}
 	rec := found[len(found)-1]
 	num := func(k string) float64 {
