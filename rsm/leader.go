@@ -832,7 +832,7 @@ func (l *leaderRun) snapshot(j *snapJob) {
 	out, err := n.gs.writeSnapshot(l.ctx, j, snapWriter{id: n.host.cfg.ID, term: l.term, nonce: l.segNonce})
 	n.m.snapshotUpload.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
 	if err == nil {
-		n.setSnapshotIndex(out.end)
+		n.setSnapshot(out.end, out.stats())
 	}
 	l.report(snapshotResult{end: out.end, version: out.version, stats: out.stats(), err: err})
 	if err != nil {

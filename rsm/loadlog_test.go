@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/store"
@@ -70,5 +73,104 @@ func TestSnapshotLoadLogged(t *testing.T) {
 	}
 	if num("base_bytes") < pad || num("segment_bytes") <= 0 || num("took") <= 0 {
 		t.Fatalf("logged %v; want a base of at least %d bytes, some segment bytes and a duration", rec, pad)
+	}
+}
+
+// TestSnapshotSizesReported: a node's Status and its gauges size the
+// snapshot it last loaded or wrote, its base and its segments, which
+// is what a cold start reads: after a cold start, as the load logged
+// them; as the leader adds segments; and after it writes a new base (the
+// segments then none).
+func TestSnapshotSizesReported(t *testing.T) {
+	mem := memstore.New()
+	opts := fastOptions()
+	const pad = 4 << 10 // a base small enough that the leader soon writes another
+	writeGroupOf(t, mem, opts, &paddedCounter{pad: pad})
+
+	var logs logRecorder
+	reg := prometheus.NewRegistry()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := rsm.NewHost(t.Context(), store.New(mem), rsm.HostConfig{ID: "b", Addr: lis.Addr().String(), Listener: lis, Registerer: reg,
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": &paddedCounter{pad: pad}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, n)
+	gauge := func(name string) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("no gauge %s of one group", name)
+		return 0
+	}
+	// check compares s with the gauges, read while the node's snapshot
+	// stays the one s names (the leader may write the next meanwhile).
+	check := func(s rsm.Status) {
+		t.Helper()
+		for try := 0; ; try++ {
+			b, sg := gauge("tenure_rsm_snapshot_base_bytes"), gauge("tenure_rsm_snapshot_segment_bytes")
+			if now := n.Status(); now.SnapshotIndex != s.SnapshotIndex && try < 100 {
+				s = now
+				continue
+			}
+			if uint64(b) != s.SnapshotBaseBytes || uint64(sg) != s.SnapshotSegmentBytes {
+				t.Fatalf("gauges: base %v, segments %v bytes; status: %+v", b, sg, s)
+			}
+			break
+		}
+		if s.SnapshotBaseBytes < pad || (s.SnapshotSegments == 0) != (s.SnapshotSegmentBytes == 0) {
+			t.Fatalf("status %+v: want a base of at least %d bytes, and segment bytes if and only if segments", s, pad)
+		}
+	}
+
+	loaded := n.Status()
+	check(loaded)
+	var rec map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(logs.bytes()))
+	for sc.Scan() {
+		var r map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &r); err == nil && r["msg"] == "snapshot loaded" {
+			rec = r
+		}
+	}
+	if rec == nil || rec["base_bytes"] != float64(loaded.SnapshotBaseBytes) || rec["segment_bytes"] != float64(loaded.SnapshotSegmentBytes) || loaded.SnapshotSegments == 0 {
+		t.Fatalf("status %+v after a cold start that logged %v", loaded, rec)
+	}
+
+	// Commands until the leader has written a segment, then a new base.
+	grew, rebased := false, false
+	for i := 0; i < 5000 && !rebased; i++ {
+		if _, err := n.Command(ctxT(t, 10*time.Second), "counter", nil); err != nil {
+			t.Fatal(err)
+		}
+		s := n.Status()
+		if s.SnapshotIndex == loaded.SnapshotIndex {
+			continue
+		}
+		check(s)
+		switch {
+		case s.SnapshotSegments == 0:
+			rebased = true
+		case s.SnapshotBaseBytes == loaded.SnapshotBaseBytes && s.SnapshotSegmentBytes > loaded.SnapshotSegmentBytes && s.SnapshotSegments > loaded.SnapshotSegments:
+			grew = true
+		}
+	}
+	if !grew || !rebased {
+		t.Fatalf("segments grew: %v; a new base: %v; status %+v", grew, rebased, n.Status())
 	}
 }

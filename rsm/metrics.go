@@ -44,6 +44,8 @@ type metrics struct {
 	role           *prometheus.GaugeVec     // 0 joining, 1 follower, 2 leader
 	term           *prometheus.GaugeVec
 	applyIndex     *prometheus.GaugeVec
+	snapBase       *prometheus.GaugeVec // the stored snapshot's base, as this node last loaded or wrote it
+	snapSegs       *prometheus.GaugeVec // and its segments
 }
 
 func newMetrics(reg prometheus.Registerer, node string) (*metrics, error) {
@@ -99,6 +101,10 @@ func newMetrics(reg prometheus.Registerer, node string) (*metrics, error) {
 		role:       gv("role", "0 joining, 1 follower, 2 leader."),
 		term:       gv("term", "The term this node knows."),
 		applyIndex: gv("apply_index", "Last log index applied."),
+		snapBase: gv("snapshot_base_bytes",
+			"Bytes of the base (the whole state at an index) of the snapshot this node last loaded or wrote; a cold start reads it."),
+		snapSegs: gv("snapshot_segment_bytes",
+			"Bytes of the log segments of the snapshot this node last loaded or wrote, applied after its base; a cold start reads and applies them, and a new base is written once they reach three times the base."),
 	}
 	if reg == nil {
 		return m, nil
@@ -107,7 +113,7 @@ func newMetrics(reg prometheus.Registerer, node string) (*metrics, error) {
 		m.synchronizers, m.logAppend, m.logTruncate, m.logReads, m.logCacheMiss, m.logAppendFail, m.handle, m.application,
 		m.committed, m.handledBatches, m.handled, m.follows, m.syncs, m.concurrent, m.submit, m.snapshotUpload, m.snapshotLoad,
 		m.ioErrors, m.handshake, m.badHandshakes, m.unknownGroup, m.serverReady, m.backpressure, m.corrupt, m.confirmReads, m.refused,
-		m.role, m.term, m.applyIndex} {
+		m.role, m.term, m.applyIndex, m.snapBase, m.snapSegs} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("rsm: register metrics of node %q: %w", node, err)
 		}

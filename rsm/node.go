@@ -59,6 +59,7 @@ type Node struct {
 	joiningAt  time.Time      // when the node last entered JOINING
 	peers      []followerInfo // the group's followers, from heartbeats
 	snapIndex  uint64
+	snapStats  snapStats // the sizes of the snapshot ending at snapIndex
 	left       bool
 	following  uint64 // the term of the leader we follow
 	listed     uint64 // a term whose leader's heartbeats listed us as a follower
@@ -128,7 +129,8 @@ func (n *Node) start() {
 func (n *Node) Status() Status {
 	n.mu.Lock()
 	s := Status{Group: n.group, ID: n.host.cfg.ID, State: n.state.String(), Role: n.role.String(), Term: n.term,
-		LeaderID: n.leaderID, LeaderAddr: n.leaderAddr, SnapshotIndex: n.snapIndex}
+		LeaderID: n.leaderID, LeaderAddr: n.leaderAddr, SnapshotIndex: n.snapIndex,
+		SnapshotBaseBytes: n.snapStats.base, SnapshotSegmentBytes: n.snapStats.segs, SnapshotSegments: n.snapStats.count}
 	l := n.leader
 	n.mu.Unlock()
 	if l != nil {
@@ -206,12 +208,17 @@ func (n *Node) setStateLocked(st State, role Role) {
 	n.m.role.WithLabelValues(n.group).Set(v)
 }
 
-func (n *Node) setSnapshotIndex(i uint64) {
+// setSnapshot records the snapshot this node loaded or wrote, ending at
+// end, of the sizes st, unless it knows of one ending later.
+func (n *Node) setSnapshot(end uint64, st snapStats) {
 	n.mu.Lock()
-	if i > n.snapIndex {
-		n.snapIndex = i
+	defer n.mu.Unlock()
+	if end <= n.snapIndex {
+		return
 	}
-	n.mu.Unlock()
+	n.snapIndex, n.snapStats = end, st
+	n.m.snapBase.WithLabelValues(n.group).Set(float64(st.base))
+	n.m.snapSegs.WithLabelValues(n.group).Set(float64(st.segs))
 }
 
 // observeLeader records a leader seen in the store or an RPC.
@@ -1003,7 +1010,7 @@ func (n *Node) loadSnapshot(ctx context.Context, snap *storedSnapshot) error {
 	}
 	took := time.Since(start)
 	n.m.snapshotLoad.WithLabelValues(n.group).Observe(took.Seconds())
-	n.setSnapshotIndex(snap.EndIndex)
+	n.setSnapshot(snap.EndIndex, snap.man.stats())
 	// A restart's time is mostly this load: what it read says why.
 	if r != nil {
 		n.log.Info("snapshot loaded", "end", snap.EndIndex, "base_bytes", r.Base, "segment_bytes", r.Segments, "took", took)

@@ -50,6 +50,16 @@ type Status struct {
 	// SnapshotIndex is the end index of the snapshot this node last loaded
 	// or wrote.
 	SnapshotIndex uint64 `json:"snapshotIndex"`
+	// SnapshotBaseBytes, SnapshotSegmentBytes and SnapshotSegments size
+	// that snapshot: its base (the whole state at an index) and the log
+	// segments applied after it. A cold start reads both and applies the
+	// segments' commands, so its time follows them; the leader writes a
+	// new base once the segments reach three times the base (docs/rsm.md,
+	// "What it costs"). All zero for a snapshot in the whole-object
+	// format.
+	SnapshotBaseBytes    uint64 `json:"snapshotBaseBytes,omitempty"`
+	SnapshotSegmentBytes uint64 `json:"snapshotSegmentBytes,omitempty"`
+	SnapshotSegments     int    `json:"snapshotSegments,omitempty"`
 	// Followers are the leader's registered followers (leader only).
 	Followers []FollowerStatus `json:"followers,omitempty"`
 	// Problem, if set, is why the node neither leads nor serves: an object

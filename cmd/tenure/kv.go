@@ -1174,6 +1174,11 @@ func runKVStatus(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(w, "apply index\t%d\n", s.ApplyIndex)
 	fmt.Fprintf(w, "snapshot index\t%d\n", s.SnapshotIndex)
+	if s.SnapshotBaseBytes > 0 || s.SnapshotSegments > 0 {
+		// What a cold start reads: its time follows these.
+		fmt.Fprintf(w, "snapshot base\t%d bytes\n", s.SnapshotBaseBytes)
+		fmt.Fprintf(w, "snapshot segments\t%d, %d bytes\n", s.SnapshotSegments, s.SnapshotSegmentBytes)
+	}
 	for _, f := range s.Followers {
 		fmt.Fprintf(w, "follower\t%s at %s, apply index %d\n", f.ID, f.Addr, f.ApplyIndex)
 	}

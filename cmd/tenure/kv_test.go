@@ -291,6 +291,52 @@ func TestKVServe(t *testing.T) {
 	}
 }
 
+// TestKVStatusSnapshotSizes: kv status prints the sizes of the node's
+// snapshot, its base and its segments, as the JSON status gives them:
+// what a cold start reads.
+func TestKVStatusSnapshotSizes(t *testing.T) {
+	addr, _ := startKVServe(t, "--store", "mem://kvsnapsizes"+randomSuffix(), "--snapshot-threshold", "2")
+	var st rsm.Status
+	for i := 0; i < 200 && st.SnapshotSegments == 0; i++ {
+		if code, _, errs := runCmd(t, "kv", "put", fmt.Sprintf("k%03d", i), "value", "--server", addr); code != 0 {
+			t.Fatalf("put: exit %d, stderr %q", code, errs)
+		}
+		code, out, errs := runCmd(t, "kv", "status", "--server", addr, "--json")
+		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+			t.Fatalf("status --json: exit %d, stdout %q, stderr %q", code, out, errs)
+		}
+	}
+	if st.SnapshotBaseBytes == 0 || st.SnapshotSegments == 0 || st.SnapshotSegmentBytes == 0 {
+		t.Fatalf("status after 200 puts at --snapshot-threshold 2: %+v; want a base and segments", st)
+	}
+	// The text form, read between two JSON ones that name the same
+	// snapshot (the last put's may still be being written).
+	var out string
+	var again rsm.Status
+	for try := 0; ; try++ {
+		code, text, errs := runCmd(t, "kv", "status", "--server", addr)
+		_, jout, _ := runCmd(t, "kv", "status", "--server", addr, "--json")
+		if code != 0 || json.Unmarshal([]byte(jout), &again) != nil {
+			t.Fatalf("status: exit %d, stdout %q, stderr %q", code, text, errs)
+		}
+		out = text
+		if again.SnapshotIndex == st.SnapshotIndex || try == 50 {
+			break
+		}
+		st = again
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("snapshot index     %d\n", again.SnapshotIndex),
+		fmt.Sprintf("snapshot base      %d bytes\n", again.SnapshotBaseBytes),
+		fmt.Sprintf("snapshot segments  %d, %d bytes\n", again.SnapshotSegments, again.SnapshotSegmentBytes),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kv status lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // TestKVServeTwoNodes runs two nodes with mutual TLS between them: a
 // write through either is read through the other.
 func TestKVServeTwoNodes(t *testing.T) {
