@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
@@ -186,6 +187,8 @@ func (g *groupStore) collect(ctx context.Context, old, cur *manifest, term uint6
 				del = append(del, k)
 			}
 		}
+		// In a fixed order: the simulator replays a seed the same way.
+		slices.Sort(del)
 	}
 	dropped = len(del)
 	if sweep {
