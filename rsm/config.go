@@ -66,7 +66,8 @@ type Options struct {
 	// SnapshotThreshold: the leader snapshots after this many log entries
 	// since the last snapshot, then truncates the log. A snapshot is a
 	// segment of those entries, or a new base of the whole state once the
-	// segments have grown to three times the base (docs/rsm.md). Default
+	// segments have grown to three times the base, or to 1.5 times once
+	// the group took no command for an idle period (docs/rsm.md). Default
 	// 100.
 	SnapshotThreshold int
 	// FlushInterval: a partial batch is cut at the latest this long after

@@ -701,6 +701,10 @@ func (l *leaderRun) progress() {
 		id := r.id
 		l.goWork(func() { l.report(roundResult{id: id, err: l.confirmRound()}) })
 	}
+	if w.quietBaseDue() {
+		w.calm = false // once per quiet period, whether or not the capture succeeds
+		l.holdBase()
+	}
 	switch w.packNext(time.Now(), l.ls.Followers) {
 	case packSnapshot:
 		l.snapshotNow()

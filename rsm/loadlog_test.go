@@ -174,3 +174,77 @@ func TestSnapshotSizesReported(t *testing.T) {
 		t.Fatalf("segments grew: %v; a new base: %v; status %+v", grew, rebased, n.Status())
 	}
 }
+
+// TestQuietBase: a leader whose group goes quiet (no command for an idle
+// period) writes a new base once the segments reach 1.5 times the base,
+// below the three times that call for one under writes, so that a
+// restart after a busy period reads the base alone; a node started
+// then loads no segment.
+func TestQuietBase(t *testing.T) {
+	mem := memstore.New()
+	opts := fastOptions()
+	const pad = 16 << 10 // a base many segments large
+	writeGroupOf(t, mem, opts, &paddedCounter{pad: pad})
+	h := startHost(t, store.New(mem), "b")
+	n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": &paddedCounter{pad: pad}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, n)
+	command := func() {
+		t.Helper()
+		if _, err := n.Command(ctxT(t, 10*time.Second), "counter", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Segments of at least 1.5 times the base, below three times (past
+	// them, as a segment written late may take them, the next due
+	// snapshot is a base: go on to the next).
+	st := n.Status()
+	for i := 0; st.SnapshotBaseBytes == 0 || 2*st.SnapshotSegmentBytes < 3*st.SnapshotBaseBytes ||
+		st.SnapshotSegmentBytes >= 3*st.SnapshotBaseBytes; i++ {
+		if i == 20000 {
+			t.Fatalf("segments did not come to between 1.5 and 3 times the base: %+v", st)
+		}
+		command()
+		st = n.Status()
+	}
+	// Quiet from here: a new base, with no segments, within a few idle
+	// periods (4 × 50 ms here). A snapshot that took every entry leaves
+	// none for a base to add: one command more then.
+	rebased := func() bool {
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if s := n.Status(); s.SnapshotSegments == 0 && s.SnapshotIndex > st.SnapshotIndex {
+				return true
+			}
+		}
+		return false
+	}
+	if !rebased() {
+		if s := n.Status(); s.ApplyIndex != s.SnapshotIndex {
+			t.Fatalf("no base written in a quiet group: %+v, segments at 1.5 times the base then: %+v", s, st)
+		}
+		command()
+		if !rebased() {
+			t.Fatalf("no base written in a quiet group: %+v", n.Status())
+		}
+	}
+	base := n.Status()
+
+	// A node started now loads the base alone.
+	h2 := startHost(t, store.New(mem), "c")
+	n2, err := h2.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": &paddedCounter{pad: pad}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for n2.Status().SnapshotIndex < base.SnapshotIndex {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second node did not load the new base: %+v", n2.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := n2.Status(); s.SnapshotSegments != 0 || s.SnapshotBaseBytes != base.SnapshotBaseBytes {
+		t.Fatalf("the second node loaded %+v; the leader's snapshot: %+v", s, base)
+	}
+}

@@ -123,6 +123,7 @@ type simCoverage struct {
 	unknown          int // commands of unknown outcome
 	segments         int // snapshots written as a segment appended to the manifest
 	rebases          int // a new base written over a manifest with segments
+	quietBases       int // a new base taken while the group was quiet (window.quietBaseDue)
 	dropped          int // objects an old manifest referenced, deleted after a swap
 	swept            int // leftovers (a failed write's, an earlier leader's) deleted
 	snapMoved        int // a reader found a referenced object gone and read the snapshot again
@@ -142,6 +143,7 @@ func (c *simCoverage) add(o simCoverage) {
 	c.unknown += o.unknown
 	c.segments += o.segments
 	c.rebases += o.rebases
+	c.quietBases += o.quietBases
 	c.dropped += o.dropped
 	c.swept += o.swept
 	c.snapMoved += o.snapMoved
@@ -887,6 +889,16 @@ func (l *simLeader) progress() {
 			l.post(func() { l.roundDone(id, err) })
 		})
 	}
+	if w.quietBaseDue() {
+		w.calm = false
+		snap, err := n.rep.capture()
+		if err != nil {
+			s.failf("snapshot: %v", err)
+			return
+		}
+		w.hold(snap)
+		s.cover.quietBases++
+	}
 	if j := w.snapshotToWrite(); j != nil {
 		n.spawn(func(p *simProc) { l.snapshot(p, j) })
 	}
@@ -1587,6 +1599,7 @@ func TestSimulation(t *testing.T) {
 			"a command of an expired session":                    cover.expired,
 			"a snapshot written as a segment":                    cover.segments,
 			"a new base over a manifest with segments":           cover.rebases,
+			"a new base taken in a quiet spell":                  cover.quietBases,
 			"an old manifest's objects collected":                cover.dropped,
 			"leftovers swept":                                    cover.swept,
 			"a reader racing the collection, starting over":      cover.snapMoved,
@@ -1631,16 +1644,17 @@ func TestSimulationFamilies(t *testing.T) {
 		reached func(simCoverage) int
 	}{
 		{"a candidate meeting a higher term before its seal", 60, func(c simCoverage) int { return c.sealMetHigher }},
-		{"a stale create on a truncated slot", 60, func(c simCoverage) int { return c.lateCreates }},
-		{"a takeover taken again after a snapshot passed what it read", 39, func(c simCoverage) int { return c.takeoverRetries }},
-		{"catch-up under truncation (rule 8)", 42, func(c simCoverage) int { return c.catchUpSupersede }},
-		{"a slot taken by a stale writer", 42, func(c simCoverage) int { return c.skipped }},
-		{"a command of an evicted session", 42, func(c simCoverage) int { return c.expired }},
-		{"a snapshot written as a segment", 42, func(c simCoverage) int { return c.segments }},
-		{"a new base over a manifest with segments", 42, func(c simCoverage) int { return c.rebases }},
-		{"an old manifest's objects collected", 42, func(c simCoverage) int { return c.dropped }},
+		{"a stale create on a truncated slot", 46, func(c simCoverage) int { return c.lateCreates }},
+		{"a takeover taken again after a snapshot passed what it read", 46, func(c simCoverage) int { return c.takeoverRetries }},
+		{"catch-up under truncation (rule 8)", 5, func(c simCoverage) int { return c.catchUpSupersede }},
+		{"a slot taken by a stale writer", 5, func(c simCoverage) int { return c.skipped }},
+		{"a command of an evicted session", 5, func(c simCoverage) int { return c.expired }},
+		{"a snapshot written as a segment", 5, func(c simCoverage) int { return c.segments }},
+		{"a new base over a manifest with segments", 5, func(c simCoverage) int { return c.rebases }},
+		{"an old manifest's objects collected", 5, func(c simCoverage) int { return c.dropped }},
 		{"leftovers swept", 60, func(c simCoverage) int { return c.swept }},
-		{"a reader racing the collection, starting over", 42, func(c simCoverage) int { return c.snapMoved }},
+		{"a reader racing the collection, starting over", 4, func(c simCoverage) int { return c.snapMoved }},
+		{"a new base taken in a quiet spell", 4, func(c simCoverage) int { return c.quietBases }},
 		{"a snapshot object landing after its writer crashed", 44, func(c simCoverage) int { return c.lateParts }},
 		{"a batch waiting for the clients just answered", 6, func(c simCoverage) int { return c.lingered }},
 	} {

@@ -50,6 +50,12 @@ const (
 	// command ≈ log + segment + base/baseFactor; a cold start reads up to
 	// (1 + baseFactor) × the base (docs/rsm.md, "What it costs").
 	baseFactor = 3
+	// quietBaseFactor: a leader whose group is quiet (no command for an
+	// idle period) writes a new base once the segments reach
+	// quietBaseFactor times the base (window.quietBaseDue), so that a
+	// restart after a busy period reads the base alone. Store bytes per
+	// command stay at most log + segment + base/quietBaseFactor.
+	quietBaseFactor = 1.5
 	// maxSegments bounds the segments of a manifest: a base is written
 	// instead of another segment beyond it, which bounds a cold start's
 	// requests. A decoded manifest may hold up to maxManifestSegments.

@@ -39,6 +39,9 @@ type window struct {
 	roundID uint64
 	probe   bool // a round is wanted even with no waiter (idle check, follower saw a newer term)
 	issued  int  // rounds issued since the last idle tick
+	taken   int  // commands taken since the last idle tick
+	ticked  bool // an idle tick came in this leadership
+	calm    bool // no command was taken in the last whole idle period
 
 	cache      map[uint64]*rsmpb.Entry
 	cacheLow   uint64
@@ -188,6 +191,7 @@ func (w *window) take(p *pending, now time.Time) (read, started, full, tooLarge 
 	}
 	w.cmds = append(w.cmds, p)
 	w.cmdBytes += size
+	w.taken, w.calm = w.taken+1, false
 	if w.lg.back < w.lg.expect {
 		if d := now.Sub(w.lg.at); d >= 0 && d < maxTurn {
 			w.lg.turn = average(w.lg.turn, d)
@@ -440,6 +444,8 @@ func (w *window) idleTick() {
 		w.probe = true
 	}
 	w.issued = 0
+	// The first tick ends a part of a period only.
+	w.calm, w.taken, w.ticked = w.ticked && w.taken == 0, 0, true
 }
 
 // snapshotDue says a snapshot should be taken now: SnapshotThreshold
@@ -454,6 +460,18 @@ func (w *window) snapshotDue() bool {
 // to maxSegments.
 func (w *window) wantsBase() bool {
 	return w.snapBase == 0 || w.snapSegs >= baseFactor*w.snapBase || w.snapSegN >= maxSegments
+}
+
+// quietBaseDue says a new base should be taken now, though the segments
+// are below baseFactor times the base: the group took no command in the
+// last whole idle period and is quiet, entries were confirmed since the
+// stored snapshot, and its segments have reached quietBaseFactor times
+// its base. A restart after a busy period then reads the base alone,
+// while the store bytes per command stay at most log + segment +
+// base/quietBaseFactor (docs/rsm.md, "What it costs").
+func (w *window) quietBaseDue() bool {
+	return w.calm && w.quiet() && w.confirmed > w.snapEnd && w.snapBase > 0 &&
+		float64(w.snapSegs) >= quietBaseFactor*float64(w.snapBase)
 }
 
 // snapJob is a snapshot to write: a new base, or a segment of the

@@ -244,6 +244,59 @@ func TestWindowSegmentPolicy(t *testing.T) {
 	}
 }
 
+// TestWindowQuietBase: a base is taken below baseFactor once the group
+// took no command for a whole idle period (the first tick of a
+// leadership ends a part of one) and is quiet, with entries confirmed
+// since the stored snapshot and segments of at least quietBaseFactor
+// times the base; a command clears it until a whole period passes again.
+func TestWindowQuietBase(t *testing.T) {
+	w := testWindow(1, 1)
+	w.snapshotWritten(20, "v1", snapStats{base: 1000, segs: 1500, count: 3})
+	w.next, w.confirmed = 26, 25
+	if w.wantsBase() {
+		t.Fatal("a base wanted below baseFactor")
+	}
+	w.idleTick()
+	if w.quietBaseDue() {
+		t.Fatal("due after the first tick of a leadership")
+	}
+	w.idleTick()
+	if !w.quietBaseDue() {
+		t.Fatal("not due after a whole quiet period, segments at 1.5 times the base")
+	}
+	w.snapSegs = 1499
+	if w.quietBaseDue() {
+		t.Fatal("due with segments below 1.5 times the base")
+	}
+	w.snapSegs = 1500
+	w.confirmed = 20
+	w.next = 21
+	if w.quietBaseDue() {
+		t.Fatal("due with nothing confirmed since the stored snapshot")
+	}
+	w.next, w.confirmed = 26, 25
+	w.take(&pending{req: &rsmpb.StateRequest{Type: rsmpb.RequestType_COMMAND, Data: []byte("x")}}, time.Time{})
+	if w.quietBaseDue() {
+		t.Fatal("due with a command batched")
+	}
+	w.cmds, w.cmdBytes = nil, 0 // as if committed
+	if w.quietBaseDue() {
+		t.Fatal("due right after a command")
+	}
+	w.idleTick() // the period held the command
+	if w.quietBaseDue() {
+		t.Fatal("due after a period that held a command")
+	}
+	w.idleTick()
+	if !w.quietBaseDue() {
+		t.Fatal("not due after a whole quiet period again")
+	}
+	w.hold(&captured{head: &rsmpb.Snapshot{EndIndex: 25}})
+	if w.quietBaseDue() {
+		t.Fatal("due while a snapshot is held")
+	}
+}
+
 // TestWindowPacksWhenQuiet: a log stored as separate objects is moved
 // into a pack only in a quiet group whose members all read packs: first a
 // snapshot of every confirmed index, then, once it is written and

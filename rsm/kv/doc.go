@@ -95,8 +95,8 @@
 //
 // The whole state lives in memory, and a snapshot writes all of it again
 // each time the log written since the last such base reaches three times
-// its size (docs/rsm.md); a node that starts applies every put written
-// since: it is meant for configuration, locks and metadata (thousands to
+// its size, or 1.5 times once the group is quiet (docs/rsm.md); a node
+// that starts applies every put written since: it is meant for configuration, locks and metadata (thousands to
 // about a million keys), not bulk data. Puts, deletes and gets cost O(log n); a
 // list costs O(log n) plus the keys it returns. There are no watches,
 // leases (TTLs), transactions over several keys or reads at past
