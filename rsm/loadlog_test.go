@@ -26,22 +26,7 @@ func TestSnapshotLoadLogged(t *testing.T) {
 	const pad = 64 << 10 // a base large enough that later snapshots add segments
 	writeGroupOf(t, mem, opts, &paddedCounter{pad: pad})
 
-	var logs logRecorder
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := rsm.NewHost(t.Context(), store.New(mem), rsm.HostConfig{ID: "b", Addr: lis.Addr().String(), Listener: lis,
-		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Close() })
-	n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": &paddedCounter{pad: pad}}, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitLeader(t, n)
+	n, logs := startLoggedLeader(t, mem, opts, pad, nil)
 	snapIndex := n.Status().SnapshotIndex
 	if snapIndex == 0 {
 		t.Fatal("the node loaded no snapshot")
@@ -76,6 +61,30 @@ func TestSnapshotLoadLogged(t *testing.T) {
 	}
 }
 
+// startLoggedLeader starts node "b" of group g1 on mem, a padded counter
+// of pad bytes, its Info log recorded (and its metrics on reg, if not
+// nil), and waits for it to lead.
+func startLoggedLeader(t *testing.T, mem *memstore.Store, opts rsm.Options, pad int, reg prometheus.Registerer) (*rsm.Node, *logRecorder) {
+	t.Helper()
+	logs := &logRecorder{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := rsm.NewHost(t.Context(), store.New(mem), rsm.HostConfig{ID: "b", Addr: lis.Addr().String(), Listener: lis, Registerer: reg,
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": &paddedCounter{pad: pad}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, n)
+	return n, logs
+}
+
 // TestSnapshotSizesReported: a node's Status and its gauges size the
 // snapshot it last loaded or wrote, its base and its segments, which
 // is what a cold start reads: after a cold start, as the load logged
@@ -87,23 +96,8 @@ func TestSnapshotSizesReported(t *testing.T) {
 	const pad = 4 << 10 // a base small enough that the leader soon writes another
 	writeGroupOf(t, mem, opts, &paddedCounter{pad: pad})
 
-	var logs logRecorder
 	reg := prometheus.NewRegistry()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := rsm.NewHost(t.Context(), store.New(mem), rsm.HostConfig{ID: "b", Addr: lis.Addr().String(), Listener: lis, Registerer: reg,
-		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Close() })
-	n, err := h.Join(t.Context(), "g1", map[string]rsm.StateMachine{"counter": &paddedCounter{pad: pad}}, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitLeader(t, n)
+	n, logs := startLoggedLeader(t, mem, opts, pad, reg)
 	gauge := func(name string) float64 {
 		t.Helper()
 		mfs, err := reg.Gather()
