@@ -55,8 +55,8 @@ type Status struct {
 	// segments applied after it. A cold start reads both and applies the
 	// segments' commands, so its time follows them; the leader writes a
 	// new base once the segments reach three times the base, or 1.5 times
-	// once the group is quiet (docs/rsm.md, "What it costs"). All zero for a snapshot in the whole-object
-	// format.
+	// once the group is quiet (docs/rsm.md, "What it costs"). All zero
+	// for a snapshot in the whole-object format.
 	SnapshotBaseBytes    uint64 `json:"snapshotBaseBytes,omitempty"`
 	SnapshotSegmentBytes uint64 `json:"snapshotSegmentBytes,omitempty"`
 	SnapshotSegments     int    `json:"snapshotSegments,omitempty"`
