@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/internal/testutil"
+	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/store/filestore"
 )
 
@@ -205,6 +207,79 @@ func TestKVServeProcess(t *testing.T) {
 		}
 		if len(entries) == 0 || len(entries) > 20 {
 			t.Errorf("%d log entries left after 300 puts at --snapshot-threshold 2; want a few", len(entries))
+		}
+	})
+
+	// A node at its defaults whose group goes quiet writes a new base once
+	// the segments reach 1.5 times the base; killed after it, the node
+	// started again loads the base alone and serves every value.
+	t.Run("a quiet group's base, loaded alone after SIGKILL", func(t *testing.T) {
+		data := "file://" + filepath.Join(t.TempDir(), "data")
+		args := []string{"--store", data, "--group", "p", "--id", "n1", "--snapshot-threshold", "5", "--log-format", "json"}
+		p := startKVProcess(t, bin, nil, args...)
+		base := "http://" + p.listen
+		waitProbe(t, p, base+"/readyz", http.StatusOK, "")
+		status := func(base string) rsm.Status {
+			t.Helper()
+			var st rsm.Status
+			if code, body := httpGet(t, base+"/v1/status", ""); code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
+				t.Fatalf("status: %d %s", code, body)
+			}
+			return st
+		}
+		// Ten keys of 1 KiB overwritten until the segments are between
+		// 1.5 and 3 times the base.
+		value := func(i int) string { return fmt.Sprintf("%04d", i) + strings.Repeat("v", 1020) }
+		last := map[int]string{}
+		var st rsm.Status
+		for i := 0; st.SnapshotBaseBytes == 0 || 2*st.SnapshotSegmentBytes < 3*st.SnapshotBaseBytes || st.SnapshotSegmentBytes >= 3*st.SnapshotBaseBytes; i++ {
+			if i == 5000 {
+				t.Fatalf("segments did not come to between 1.5 and 3 times the base: %+v", st)
+			}
+			last[i%10] = value(i)
+			httpPut(t, fmt.Sprintf("%s/v1/kv/k%d", base, i%10), last[i%10])
+			st = status(base)
+		}
+		// Quiet: the base comes after a whole idle period of 2 s. With
+		// every entry already in a segment, it waits for one more.
+		waited := time.Now()
+		for nudged := false; ; time.Sleep(50 * time.Millisecond) {
+			now := status(base)
+			if now.SnapshotSegments == 0 && now.SnapshotIndex > st.SnapshotIndex {
+				break
+			}
+			if time.Since(waited) > 20*time.Second {
+				t.Fatalf("no base in a quiet group within 20 s: %+v; segments at 1.5 times the base then: %+v", now, st)
+			}
+			if !nudged && now.ApplyIndex == now.SnapshotIndex && time.Since(waited) > 5*time.Second {
+				nudged = true
+				last[0] = value(-1)
+				httpPut(t, base+"/v1/kv/k0", last[0])
+			}
+		}
+		p.stop(t, syscall.SIGKILL)
+
+		p = startKVProcess(t, bin, nil, args...)
+		base = "http://" + p.listen
+		waitProbe(t, p, base+"/readyz", http.StatusOK, "")
+		for k, v := range last {
+			if code, out, errs := runCmd(t, "kv", "get", fmt.Sprintf("k%d", k), "--server", base); code != 0 || out != v {
+				t.Fatalf("k%d after the restart: exit %d, %.12q, stderr %q; want %.12q", k, code, out, errs, v)
+			}
+		}
+		p.stop(t, syscall.SIGTERM)
+		loaded := 0
+		for _, l := range p.jsonLines(t) {
+			if l["msg"] != "snapshot loaded" {
+				continue
+			}
+			loaded++
+			if l["segment_bytes"] != float64(0) || l["base_bytes"] == float64(0) {
+				t.Errorf("the restart loaded %v; want the base alone", l)
+			}
+		}
+		if loaded != 1 {
+			t.Errorf("%d \"snapshot loaded\" lines; want 1:\n%s", loaded, p.output())
 		}
 	})
 
