@@ -77,6 +77,8 @@ type Elector struct {
 	notes      *notify.Queue
 	peer       *peerServer
 	httpClient *http.Client // configured peer client (PeerClientTLS, or system roots)
+	// testPeerClient, if set (tests only), asks every leader instead.
+	testPeerClient *http.Client
 	// pinClient accepts only the leader's key pinKey; owned by the loop.
 	pinClient *http.Client
 	pinKey    string

@@ -23,4 +23,4 @@ func (t Transition) Deadline() time.Time { return t.deadline }
 // SetPeerHTTPClient makes the elector ask the leader through c instead of
 // the client it would build from PeerClientTLS, so that a test can put a
 // fault-injecting transport between a follower and the leader.
-func SetPeerHTTPClient(e *Elector, c *http.Client) { e.httpClient = c }
+func SetPeerHTTPClient(e *Elector, c *http.Client) { e.testPeerClient = c }

@@ -195,8 +195,10 @@ func (c *core) peerable() bool {
 
 // peerClient returns the client that asks a leader whose record names key:
 // the configured one (PeerClientTLS, or system roots when the record names
-// no key), else one that accepts only that key. Only the loop goroutine
-// calls it.
+// no key), else one that accepts only that key. The choice is made for
+// each leadership from its own record: a client made for a leader that
+// named no key is never used for one that names a key. Only the loop
+// goroutine calls it.
 func (e *Elector) peerClient(key string) *http.Client {
 	newClient := func(tc *tls.Config) *http.Client {
 		return &http.Client{Transport: &http.Transport{
@@ -207,7 +209,10 @@ func (e *Elector) peerClient(key string) *http.Client {
 			TLSHandshakeTimeout: e.cfg.PeerTimeout,
 		}}
 	}
-	if e.httpClient != nil || e.cfg.PeerClientTLS != nil || key == "" {
+	if e.testPeerClient != nil {
+		return e.testPeerClient
+	}
+	if e.cfg.PeerClientTLS != nil || key == "" {
 		if e.httpClient == nil {
 			e.httpClient = newClient(e.cfg.PeerClientTLS)
 		}
@@ -225,7 +230,7 @@ func (e *Elector) peerClient(key string) *http.Client {
 }
 
 func (e *Elector) closePeerClients() {
-	for _, c := range []*http.Client{e.httpClient, e.pinClient} {
+	for _, c := range []*http.Client{e.testPeerClient, e.httpClient, e.pinClient} {
 		if c != nil {
 			c.CloseIdleConnections()
 		}

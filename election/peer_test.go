@@ -531,3 +531,87 @@ func TestPeerFollowerWithoutClientTLSChecksAConfiguredLeaderByKey(t *testing.T) 
 		t.Fatalf("record names %q; a serves %q", rec.PeerKey, servedKey(t, a))
 	}
 }
+
+func TestPeerKeyPinnedAfterALeaderWithoutKey(t *testing.T) {
+	// A follower in PeerMode asks a leader whose record names no key (an
+	// S3lect lockfile, an older version) through the system roots. The
+	// next leadership names a key: the follower must check that leader
+	// by it, and so long-poll it with no store reads, whatever the
+	// earlier leader's record said.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var dialled atomic.Int64
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dialled.Add(1)
+			conn.Close()
+		}
+	}()
+	defer func() { ln.Close(); <-acceptDone }()
+
+	c := newCluster(t, zeroConfig())
+	t.Cleanup(c.stopAll)
+	ctx, cancel := context.WithCancel(t.Context())
+	aDone := make(chan struct{})
+	fakeA := &fakeLeader{}
+	go func() {
+		defer close(aDone)
+		fakeA.run(ctx, t, c, election.Record{LeaderID: "a", LeaderAddr: ln.Addr().String(), Term: 1,
+			LeaseMillis: 6000, Session: "fake-a"})
+	}()
+	stopA := sync.OnceFunc(func() { cancel(); <-aDone })
+	defer stopA()
+	waitFor(t, "a's first write", 5*time.Second, func() bool { _, v := fakeA.current(); return v != "" })
+
+	b := c.add("b", func(cfg *election.Config) {
+		cfg.ServerAddr, cfg.PeerDisabled, cfg.PeerMode = "127.0.0.1:0", false, true
+	})
+	waitFor(t, "b asks a, whose record names no key", 10*time.Second, func() bool { return dialled.Load() > 0 })
+	if id, _, ok := b.e.Leader(); !ok || id != "a" {
+		t.Fatalf("b follows %q (%v); want a", id, ok)
+	}
+
+	// d takes over from a with a record that names its server's key.
+	stopA()
+	var asked atomic.Int64
+	fakeD := &fakeLeader{}
+	fakeD.rec, fakeD.version = fakeA.current()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		fakeD.ServeHTTP(w, r)
+	}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes refused on today's code
+	srv.StartTLS()
+	defer srv.Close()
+	ctxD, cancelD := context.WithCancel(t.Context())
+	dDone := make(chan struct{})
+	go func() {
+		defer close(dDone)
+		fakeD.run(ctxD, t, c, election.Record{LeaderID: "d", LeaderAddr: srv.Listener.Addr().String(), Term: 2,
+			LeaseMillis: 6000, Session: "fake-d", PeerKey: election.PeerKeyOf(srv.Certificate())})
+	}()
+	defer func() { cancelD(); <-dDone }()
+
+	waitFor(t, "b follows d", 10*time.Second, func() bool { id, _, ok := b.e.Leader(); return ok && id == "d" })
+	waitFor(t, "b asks d", 10*time.Second, func() bool { return asked.Load() > 0 })
+	// Once b long-polls d, each of d's renewals reaches b over the
+	// pinned key: five of them pass with no store read.
+	b.fs.Reset()
+	from := asked.Load()
+	waitFor(t, "five more long-poll answers from d", 10*time.Second, func() bool { return asked.Load() >= from+5 })
+	if n := b.fs.Counts().Total(); n != 0 {
+		t.Fatalf("b made %d store requests while d was stable (%v); want none, only long-polls over d's key", n, b.fs.Counts())
+	}
+	if st := b.e.Status(); st.Mode != "peer" || st.LeaderID != "d" {
+		t.Fatalf("b's view %+v; want d followed in peer mode", st)
+	}
+}
