@@ -135,9 +135,22 @@ var packSegMax int64 = 4 << 20
 // variable for benchmarks).
 var packPrealloc = true
 
+// packSync makes a segment's appended frames durable, and packSyncDir a
+// new segment's name (variables for tests that check no crash, to run
+// many seeds in seconds).
+var (
+	packSync    = fdatasync
+	packSyncDir = syncDir
+)
+
 // beforePackSync, if set, runs after a writer releases the head's lock
 // and before it syncs its frame; tests stop a writer there.
 var beforePackSync func()
+
+// afterSegmentRead, if set, runs when a Store has read the segment it
+// reads up to its end, before it looks for the next one; writer says
+// whether it holds the head's lock. Tests set it.
+var afterSegmentRead func(writer bool)
 
 // afterNextMissing, if set, runs when a Store has found the segment after
 // the one it read missing, before it decides whether that is the end of
@@ -291,7 +304,7 @@ func (p *pack) catchUpOnce(writer bool) error {
 		p.first, p.shut, p.seg = segs[0], segs[0], segs[0]
 		p.listed = segs[len(segs)-1]
 	}
-	for reread := false; ; {
+	for {
 		f, err := p.open(p.seg)
 		if errors.Is(err, fs.ErrNotExist) {
 			return errPackGap
@@ -302,6 +315,9 @@ func (p *pack) catchUpOnce(writer bool) error {
 		torn, err := p.readSegment(f)
 		if err != nil {
 			return err
+		}
+		if afterSegmentRead != nil {
+			afterSegmentRead(writer)
 		}
 		_, err = p.open(p.seg + 1)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -325,20 +341,24 @@ func (p *pack) catchUpOnce(writer bool) error {
 		} else if err != nil {
 			return ioErr("open pack segment", err)
 		}
+		// Segment p.seg+1 exists: no writer appends to p.seg any more, but
+		// one may have appended since the read above, filling it before it
+		// started the next (another Store, which this one's stat did not
+		// see). Read it again to its end before moving on, or a key put
+		// there would be missed: read as absent, created again over its
+		// value, its segment reclaimed. A writer starts a segment only
+		// after the last frame of the one before is whole, so what looks
+		// torn now is corruption.
+		if torn, err = p.readSegment(f); err != nil {
+			return err
+		}
 		if torn {
-			// A writer starts a segment only after the last frame of the
-			// one before is synced: what looked torn was being written.
-			// Read it again; torn twice is corruption.
-			if reread {
-				return packCorrupt("%s ends in a torn frame at %d, and a later segment exists", p.segPath(p.seg), p.off)
-			}
-			reread = true
-			continue
+			return packCorrupt("%s ends in a torn frame at %d, and a later segment exists", p.segPath(p.seg), p.off)
 		}
 		if err := p.syncRead(f); err != nil {
 			return err
 		}
-		p.seg, p.off, p.durable, reread = p.seg+1, 0, 0, false
+		p.seg, p.off, p.durable = p.seg+1, 0, 0
 	}
 }
 
@@ -388,7 +408,7 @@ func (p *pack) syncRead(f *os.File) error {
 	if p.off <= p.durable {
 		return nil
 	}
-	if err := fdatasync(f); err != nil {
+	if err := packSync(f); err != nil {
 		return ioErr("sync pack segment", err)
 	}
 	p.durable = p.off
@@ -752,7 +772,7 @@ func (p *pack) writeBatch(ops []*packOp) {
 	if beforePackSync != nil {
 		beforePackSync()
 	}
-	if err := fdatasync(f); err != nil {
+	if err := packSync(f); err != nil {
 		// Others may have appended after it, and their syncs (or a
 		// reader's) may yet make it durable: not a definite failure.
 		fail(driver.Errorf(driver.Transient, "filestore: sync of pack %s after an append (it may be lost in a crash): %w", p.head, err))
@@ -825,7 +845,7 @@ func (p *pack) appendTo() (uint64, int64, error) {
 	if packPrealloc {
 		preallocate(f, packSegMax)
 	}
-	if err := syncDir(p.segDir); err != nil {
+	if err := packSyncDir(p.segDir); err != nil {
 		_ = f.Close()
 		return 0, 0, ioErr("sync pack segments directory", err)
 	}

@@ -1,0 +1,409 @@
+package filestore
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/driver"
+)
+
+// packModelSeeds is how many seeds TestPackModel runs; TENURE_PACK_SEEDS
+// sets another number, TENURE_PACK_SEED runs one seed alone.
+const packModelSeeds = 1000
+
+// TestPackModel runs seeded random interleavings of creates,
+// compare-and-swaps, deletes, reads, listings and reopenings by three
+// Stores on one directory, whose pack starts a segment every frame or
+// two (so that writers reclaim old segments all the time), against a
+// map. While a Store reads the pack (between its read of a segment and
+// its look at the next one, or as it finds the next one missing), other
+// Stores write and read: what a Store returns must be what the map held
+// at some moment of its call, and after it, every read must see every
+// acknowledged write. A failure names its seed.
+func TestPackModel(t *testing.T) {
+	t.Cleanup(SetPackSegMax(96))
+	t.Cleanup(SetPackNoSync())
+	seeds := make([]uint64, 0, packModelSeeds)
+	if s := os.Getenv("TENURE_PACK_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("TENURE_PACK_SEED=%q: %v", s, err)
+		}
+		seeds = append(seeds, seed)
+	} else {
+		n := packModelSeeds
+		if s := os.Getenv("TENURE_PACK_SEEDS"); s != "" {
+			var err error
+			if n, err = strconv.Atoi(s); err != nil {
+				t.Fatalf("TENURE_PACK_SEEDS=%q: %v", s, err)
+			}
+		}
+		for i := range n {
+			seeds = append(seeds, uint64(i))
+		}
+	}
+	for _, seed := range seeds {
+		if err := runPackModel(t, seed, 30); err != nil {
+			t.Fatalf("seed %d (rerun it alone with TENURE_PACK_SEED=%d): %v", seed, seed, err)
+		}
+	}
+}
+
+// packModel is one seed's run.
+type packModel struct {
+	t      *testing.T
+	rng    *rand.Rand
+	dir    string
+	stores []*Store
+	model  map[string]string // key -> value
+	// seen is every value written, for stale versions.
+	seen []string
+	// reads are the reads in progress, each with the maps it may
+	// return: the one when it began and one after each write since.
+	reads []*[]map[string]string
+	// before is the map before the write in progress, until that write
+	// appends its frame: what reads meanwhile see.
+	before map[string]string
+	cur    int  // the Store whose operation is in progress
+	nested bool // in another Store's operation: no more injections
+	seq    int
+	trace  []string
+	err    error
+}
+
+const packModelKeys = 5
+
+func runPackModel(t *testing.T, seed uint64, ops int) error {
+	m := &packModel{
+		t:     t,
+		rng:   rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		dir:   t.TempDir(),
+		model: map[string]string{},
+	}
+	// The pack made as Pack makes it, without its syncs.
+	if err := os.MkdirAll(filepath.Join(m.dir, "g.d", "log.p"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(m.dir, "g.d", "log.d"), []byte(packHeadText), 0o644); err != nil {
+		return err
+	}
+	m.stores = []*Store{newDriver(t, m.dir), newDriver(t, m.dir), newDriver(t, m.dir)}
+	defer func() {
+		for _, s := range m.stores {
+			s.Close()
+		}
+	}()
+	// Where a Store reads the pack, holding no lock, others may write;
+	// where it reads under the head's lock, others only read (their
+	// writes would wait for the lock).
+	afterSegmentRead = func(writer bool) { m.inject(!writer) }
+	afterNextMissing = func(writer bool) { m.inject(!writer) }
+	beforePackSync = func() {
+		if !m.nested {
+			m.before = nil // the frame is appended
+		}
+		m.inject(true)
+	}
+	defer func() { afterSegmentRead, afterNextMissing, beforePackSync = nil, nil, nil }()
+	for range ops {
+		m.cur = m.rng.IntN(len(m.stores))
+		m.step(m.cur, true)
+		if m.err != nil {
+			return m.fail()
+		}
+	}
+	// Every Store, and one that starts from the files, reads the map.
+	m.stores = append(m.stores, newDriver(t, m.dir))
+	for i := range m.stores {
+		m.cur = i
+		for k := range packModelKeys {
+			m.get(i, m.key(k))
+		}
+		m.list(i)
+		if m.err != nil {
+			return m.fail()
+		}
+	}
+	return nil
+}
+
+func (m *packModel) fail() error {
+	return fmt.Errorf("%w\nlast operations:\n  %s", m.err, strings.Join(m.trace[max(0, len(m.trace)-30):], "\n  "))
+}
+
+func (m *packModel) errorf(format string, args ...any) {
+	if m.err == nil {
+		m.err = fmt.Errorf(format, args...)
+	}
+}
+
+func (m *packModel) key(k int) string { return fmt.Sprintf("%sk%d", packPrefix, k) }
+
+// inject runs, half the time, one to three operations of Stores other
+// than the one in progress.
+func (m *packModel) inject(writes bool) {
+	if m.nested || m.err != nil || m.rng.IntN(2) == 0 {
+		return
+	}
+	m.nested = true
+	defer func() { m.nested = false }()
+	for range 1 + m.rng.IntN(3) {
+		i := m.rng.IntN(len(m.stores) - 1)
+		if i >= m.cur {
+			i++
+		}
+		m.step(i, writes)
+	}
+}
+
+// step runs one random operation of Store i (a read unless writes).
+func (m *packModel) step(i int, writes bool) {
+	key := m.key(m.rng.IntN(packModelKeys))
+	op := m.rng.IntN(100)
+	if !writes {
+		op %= 40
+	}
+	switch {
+	case op < 25:
+		m.get(i, key)
+	case op < 35:
+		m.list(i)
+	case op < 40 && !m.nested:
+		m.reopen(i)
+	case op < 40:
+		m.get(i, key)
+	case op < 60:
+		m.put(i, key, driver.Cond{Kind: driver.IfAbsent})
+	case op < 80:
+		m.put(i, key, driver.Cond{Kind: driver.IfMatch, Version: m.someVersion(key)})
+	case op < 88:
+		m.del(i, key, driver.Cond{})
+	default:
+		m.del(i, key, driver.Cond{Kind: driver.IfMatch, Version: m.someVersion(key)})
+	}
+}
+
+// someVersion is key's version, or mostly so: a stale one or one never
+// written a quarter of the time.
+func (m *packModel) someVersion(key string) string {
+	if v, ok := m.model[key]; ok && m.rng.IntN(4) > 0 {
+		return Version([]byte(v))
+	}
+	if len(m.seen) > 0 && m.rng.IntN(2) == 0 {
+		return Version([]byte(m.seen[m.rng.IntN(len(m.seen))]))
+	}
+	return Version([]byte("never written"))
+}
+
+func (m *packModel) logf(format string, args ...any) {
+	indent := ""
+	if m.nested {
+		indent = "    (meanwhile) "
+	}
+	m.trace = append(m.trace, indent+fmt.Sprintf(format, args...))
+}
+
+// begin starts a read: it may return any state from now to its end,
+// which returns them.
+func (m *packModel) begin() (end func() []map[string]string) {
+	start := m.model
+	if m.before != nil {
+		start = m.before
+	}
+	states := []map[string]string{maps(start)}
+	m.reads = append(m.reads, &states)
+	return func() []map[string]string {
+		m.reads = m.reads[:len(m.reads)-1]
+		return states
+	}
+}
+
+func maps(m map[string]string) map[string]string {
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// writing notes that a write of the Store in progress is about to
+// change the map: until it appends its frame, others read the map as it
+// was.
+func (m *packModel) writing() {
+	if !m.nested {
+		m.before = maps(m.model)
+	}
+}
+
+func (m *packModel) written() {
+	if !m.nested {
+		m.before = nil
+	}
+}
+
+// changed records a write: reads in progress may see the new state.
+func (m *packModel) changed() {
+	for _, r := range m.reads {
+		*r = append(*r, maps(m.model))
+	}
+}
+
+func (m *packModel) get(i int, key string) {
+	end := m.begin()
+	data, version, err := m.stores[i].Get(m.t.Context(), key)
+	mine := end()
+	got := "absent"
+	switch {
+	case err == nil:
+		got = fmt.Sprintf("%q", data)
+		if version != Version(data) {
+			m.errorf("store %d: Get(%q) = %q with version %s; want %s", i, key, data, version, Version(data))
+		}
+	case errors.Is(err, store.ErrNotFound) || driver.Classify(nil, err) == driver.NotFound:
+	default:
+		m.errorf("store %d: Get(%q): %v", i, key, err)
+		return
+	}
+	m.logf("store %d: get %s: %s", i, key, got)
+	for _, s := range mine {
+		v, ok := s[key]
+		if ok == (err == nil) && (!ok || v == string(data)) {
+			return
+		}
+	}
+	m.errorf("store %d: Get(%q) = %s; the map held %s%s", i, key, got, describe(mine, key), m.state())
+}
+
+func describe(states []map[string]string, key string) string {
+	var out []string
+	for _, s := range states {
+		if v, ok := s[key]; ok {
+			out = append(out, fmt.Sprintf("%q", v))
+		} else {
+			out = append(out, "absent")
+		}
+	}
+	return strings.Join(out, " then ")
+}
+
+func (m *packModel) list(i int) {
+	end := m.begin()
+	items, err := m.stores[i].List(m.t.Context(), packPrefix, "", 1000)
+	mine := end()
+	if err != nil {
+		m.errorf("store %d: List: %v", i, err)
+		return
+	}
+	got := map[string]string{}
+	for _, it := range items {
+		got[it.Key] = it.Version
+	}
+	m.logf("store %d: list: %d keys", i, len(got))
+	for _, s := range mine {
+		want := map[string]string{}
+		for k, v := range s {
+			want[k] = Version([]byte(v))
+		}
+		if mapsEqual(got, want) {
+			return
+		}
+	}
+	m.errorf("store %d: List = %v; the map held %v%s", i, got, mine, m.state())
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// put writes key under cond, and the map with it if cond holds there.
+func (m *packModel) put(i int, key string, cond driver.Cond) {
+	m.seq++
+	value := fmt.Sprintf("%d:%s", m.seq, strings.Repeat("v", m.rng.IntN(48)))
+	cur, ok := m.model[key]
+	holds := cond.Kind == driver.IfAbsent && !ok || cond.Kind == driver.IfMatch && ok && Version([]byte(cur)) == cond.Version
+	// Decided before the call: no other Store writes before this one's
+	// frame is appended (the hooks inject only reads until then).
+	if holds {
+		m.writing()
+		m.model[key] = value
+		m.seen = append(m.seen, value)
+		m.changed()
+	}
+	m.logf("store %d: put %s %s %q (want ok=%t)", i, key, cond.Kind, value, holds)
+	version, err := m.stores[i].Put(m.t.Context(), key, []byte(value), cond)
+	m.written()
+	switch {
+	case holds && err != nil:
+		m.errorf("store %d: Put(%q, %s): %v; the map held %q", i, key, cond.Kind, err, cur)
+	case holds && version != Version([]byte(value)):
+		m.errorf("store %d: Put(%q) = version %s; want %s", i, key, version, Version([]byte(value)))
+	case !holds && err == nil:
+		m.errorf("store %d: Put(%q, %s) succeeded; the map held %s (present %t): a write overwritten", i, key, cond.Kind, cur, ok)
+	case !holds && driver.Classify(nil, err) != driver.PreconditionFailed:
+		m.errorf("store %d: Put(%q, %s): %v; want a failed precondition", i, key, cond.Kind, err)
+	}
+}
+
+// del deletes key under cond, and from the map if cond holds there.
+func (m *packModel) del(i int, key string, cond driver.Cond) {
+	cur, ok := m.model[key]
+	holds := cond.Kind == driver.Unconditional || ok && Version([]byte(cur)) == cond.Version
+	if holds && ok {
+		m.writing()
+		delete(m.model, key)
+		m.changed()
+	}
+	m.logf("store %d: delete %s %s (want ok=%t)", i, key, cond.Kind, holds)
+	err := m.stores[i].Delete(m.t.Context(), key, cond)
+	m.written()
+	switch {
+	case holds && err != nil:
+		m.errorf("store %d: Delete(%q, %s): %v", i, key, cond.Kind, err)
+	case !holds && err == nil:
+		m.errorf("store %d: Delete(%q, %s) succeeded; the map held %q (present %t)", i, key, cond.Kind, cur, ok)
+	case !holds && driver.Classify(nil, err) != driver.PreconditionFailed:
+		m.errorf("store %d: Delete(%q, %s): %v; want a failed precondition", i, key, cond.Kind, err)
+	}
+}
+
+// reopen closes Store i and opens it again: its index starts over.
+func (m *packModel) reopen(i int) {
+	m.logf("store %d: reopen", i)
+	if err := m.stores[i].Close(); err != nil {
+		m.errorf("store %d: Close: %v", i, err)
+	}
+	m.stores[i] = newDriver(m.t, m.dir)
+}
+
+// state describes the segments on disk and each Store's index, for a
+// failure's message.
+func (m *packModel) state() string {
+	var b strings.Builder
+	ents, _ := os.ReadDir(filepath.Join(m.dir, "g.d", "log.p"))
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil {
+			fmt.Fprintf(&b, "\n segment %s: %d bytes", e.Name(), fi.Size())
+		}
+	}
+	for i, s := range m.stores {
+		for _, p := range s.packs.m {
+			fmt.Fprintf(&b, "\n store %d: first %d, seg %d, listed %d, off %d, live %v, keys %v", i, p.first, p.seg, p.listed, p.off, p.live, p.keys)
+		}
+	}
+	return b.String()
+}
