@@ -26,6 +26,9 @@ type Node struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// gone is closed once Leave's work is done: the node's goroutines
+	// have ended, its followers were told and the host forgot it.
+	gone chan struct{}
 
 	// repMu serializes every use of the state machines: applies, reads,
 	// snapshots and restores happen strictly one at a time.
@@ -110,6 +113,7 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 		joined:  make(chan struct{}),
 		heard:   make(chan struct{}, 1),
 		refused: make(chan struct{}),
+		gone:    make(chan struct{}),
 
 		incarnation: newNonceHex(),
 	}
@@ -1180,44 +1184,50 @@ func (n *Node) accept(req *rsmpb.StateRequest) *pending {
 }
 
 // Leave stops the node; a leader steps down so another may take over at
-// once. It waits for the node's goroutines.
+// once. It waits for the node's goroutines, or returns ctx's error first;
+// the node stops all the same, and a later Leave (or the host's Close)
+// waits for it again.
 func (n *Node) Leave(ctx context.Context) error {
 	n.mu.Lock()
-	if n.left {
-		n.mu.Unlock()
-		return nil
-	}
+	first := !n.left
 	n.left = true
 	l := n.leader
 	n.mu.Unlock()
-	if l != nil {
-		l.depose(errors.New("rsm: leaving"))
+	if first {
+		if l != nil {
+			l.depose(errors.New("rsm: leaving"))
+		}
+		n.cancel()
+		// Waited for through gone, by every Leave and by Host.Close.
+		go n.finishLeave(l)
 	}
-	n.cancel()
-	done := make(chan struct{})
-	go func() {
-		n.wg.Wait()
-		close(done)
-	}()
 	select {
-	case <-done:
+	case <-n.gone:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// finishLeave waits for the node's goroutines, then closes its stream to
+// the leader, tells the followers of l (its leadership, if any) that it
+// ended, and removes the node from its host; gone is closed last.
+func (n *Node) finishLeave(l *leaderRun) {
+	defer close(n.gone)
+	n.wg.Wait()
 	n.subMu.Lock()
 	if n.fwd != nil {
 		n.fwd.close()
 		n.fwd = nil
 	}
 	n.subMu.Unlock()
-	n.host.removeGroup(n)
 	if l != nil {
 		// Let the followers take over without waiting for missed
 		// heartbeats.
-		n.tellLeaving(ctx, l)
+		n.tellLeaving(context.Background(), l)
 		n.log.Info("left the group as leader", "term", l.term)
 	}
-	return nil
+	n.host.removeGroup(n)
 }
 
 // tellLeaving tells l's followers that its leadership ended, so they check
