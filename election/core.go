@@ -193,6 +193,9 @@ func (c *core) termProblem() error {
 	switch {
 	case !c.haveObs:
 		return nil
+	case o.found && o.corrupt && errors.Is(o.derr, ErrForeignRecord):
+		// Another kind of record: not ours to repair either.
+		return fmt.Errorf("version %s: %w", o.version, o.derr)
 	case o.found && o.corrupt:
 		return fmt.Errorf("version %s: %w: %w", o.version, ErrUnreadableRecord, o.derr)
 	case o.found:

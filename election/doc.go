@@ -137,6 +137,25 @@
 // continues from the highest it saw, but one started later begins again at
 // 1. If it was deleted, Repair the absent key with a floor.
 //
+// # Records of another kind
+//
+// Every record a member writes carries "kind": "tenure.lock" (RecordKind).
+// DecodeRecord, and so every member, Repair and tenure status, refuses
+// with ErrForeignRecord, naming the key and what it found, a record whose
+// kind is anything else (another tenure record, or a kind this version
+// does not know), and a record without a kind that has a field only
+// another tenure record has: a replicated state machine group's
+// leader_state.json (followers, commitIndex, checksum, incarnation; it
+// also has a leaderID and a term), a shard-lease member record (ownerID)
+// or assignment record (epoch, shards, updatedBy). Such a record is
+// reported as RecordProblem is, never taken over, asked for or written
+// over, and Repair refuses to replace it: give the lock a key of its own.
+// A record without a kind and without those fields is a lock: S3lect's
+// lockfile, or a lock written by the previous version. Members of the
+// previous version ignore the kind field (unknown fields are ignored), so
+// a group can be upgraded one member at a time; they do not refuse other
+// kinds of record, though.
+//
 // S3lect members write records without a term, so they cannot share a lock
 // with tenure members: once one writes the lock, tenure members follow
 // that leader but never take the lock over. Switch every member over, stop

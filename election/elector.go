@@ -481,9 +481,19 @@ func (e *Elector) read(ctx context.Context) {
 		e.log.Warn("reading the lock failed", "err", err)
 		e.core.failed(opRead, now, now, nil)
 	default:
-		rec, derr := DecodeRecord(data)
+		rec, derr := e.decode(data)
 		e.core.observe(now, true, rec, derr, version)
 	}
+}
+
+// decode decodes the lock record read from the store; its error names the
+// key.
+func (e *Elector) decode(data []byte) (Record, error) {
+	rec, err := DecodeRecord(data)
+	if err != nil {
+		return Record{}, fmt.Errorf("%s: %w", e.cfg.LockfilePath, err)
+	}
+	return rec, nil
 }
 
 // watchWait waits for the store to notify a change of the lock, at most
@@ -523,7 +533,7 @@ func (e *Elector) watchWait(ctx context.Context, until time.Time) {
 			c.observe(now, false, Record{}, nil, "")
 			return
 		}
-		rec, derr := DecodeRecord(ev.Data)
+		rec, derr := e.decode(ev.Data)
 		c.observe(now, true, rec, derr, ev.Version)
 	}
 }
@@ -671,8 +681,13 @@ func (e *Elector) sync(now time.Time, loopErr error) {
 	if k := (obsKey{c.obs.found, c.obs.version}); problem != nil && k != e.reported {
 		e.reported = k
 		p.lastErr = problem
-		e.log.Error("the lock record cannot be taken over; an operator must repair it with a term floor above every term used (tenure lock repair --term-floor N)",
-			"err", problem)
+		if errors.Is(problem, ErrForeignRecord) {
+			e.log.Error("the object at LockfilePath is not a lock record; it is never taken over or written: use a key of its own for the lock",
+				"err", problem)
+		} else {
+			e.log.Error("the lock record cannot be taken over; an operator must repair it with a term floor above every term used (tenure lock repair --term-floor N)",
+				"err", problem)
+		}
 	} else if problem == nil {
 		e.reported = obsKey{}
 	}
@@ -935,8 +950,10 @@ type Status struct {
 	DuplicateServerID bool   `json:"duplicateServerID,omitempty"`
 	// RecordProblem, when set, says why no member can take the lock over:
 	// the record's term cannot be read (its bytes do not decode, or it has
-	// no term) or it is at its maximum. The lock stays with its holder, or
-	// with nobody, until an operator repairs it (Repair).
+	// no term) or it is at its maximum, and the lock stays with its holder,
+	// or with nobody, until an operator repairs it (Repair); or the object
+	// is another kind of record (ErrForeignRecord), which no member and no
+	// repair ever writes over.
 	RecordProblem string `json:"recordProblem,omitempty"`
 	LastError     string `json:"lastError,omitempty"`
 }
@@ -971,8 +988,9 @@ func (e *Elector) Status() Status {
 }
 
 // RecordProblem returns why no member can take the lock over, as last
-// observed, or nil: an error matching ErrUnreadableRecord or
-// ErrTermExhausted. See the package documentation for the repair.
+// observed, or nil: an error matching ErrUnreadableRecord,
+// ErrTermExhausted or ErrForeignRecord. See the package documentation for
+// the repair.
 func (e *Elector) RecordProblem() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

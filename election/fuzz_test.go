@@ -14,6 +14,10 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte(`{"leaderID":"a","peerKey":7}`))
 	f.Add([]byte(`{"leaderID":"a","term":18446744073709551615}`))
 	f.Add([]byte(`{"released":true}`))
+	f.Add([]byte(`{"kind":"tenure.lock","leaderID":"a","term":3,"session":"s","nonce":"n"}`))
+	f.Add([]byte(`{"kind":"tenure.rsm.leader_state","leaderID":"a","term":3}`))
+	f.Add([]byte(`{"leaderID":"a","term":3,"followers":[],"checksum":"00000000"}`))
+	f.Add([]byte(`{"kind":7,"leaderID":"a"}`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(``))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tenure-io/tenure/internal/recordkind"
 )
 
 // MaxRecordSize is the largest lock record Decode accepts. Real records are
@@ -19,6 +22,10 @@ const MaxRecordSize = 64 << 10
 // lockfile (leaderID, leaderAddr, lastUpdated), so S3lect's tools can read
 // it.
 type Record struct {
+	// Kind says what the record is: Encode writes RecordKind. S3lect's
+	// lockfile and the previous version's records have none; DecodeRecord
+	// refuses a record of any other kind (ErrForeignRecord).
+	Kind       string `json:"kind,omitempty"`
 	LeaderID   string `json:"leaderID"`
 	LeaderAddr string `json:"leaderAddr"`
 	// LastUpdated is the writer's wall-clock time, for people only: no
@@ -62,8 +69,19 @@ type Record struct {
 	PeerKey string `json:"peerKey,omitempty"`
 }
 
-// Encode returns the record's JSON.
+// RecordKind is the kind field of every lock record tenure writes.
+const RecordKind = recordkind.Lock
+
+// ErrForeignRecord: the object where the lock record belongs is another
+// kind of record (a replicated state machine group's leader_state.json, a
+// shard-lease record, a record of a kind this version does not know). A
+// member never takes it over, asks for it or writes over it; Repair
+// refuses it. Point LockfilePath at a key of its own.
+var ErrForeignRecord = errors.New("election: the object is not a lock record")
+
+// Encode returns the record's JSON, with Kind set to RecordKind.
 func (r Record) Encode() []byte {
+	r.Kind = RecordKind
 	b, err := json.Marshal(r)
 	if err != nil {
 		// Record has only strings, numbers, booleans and a time: Marshal
@@ -74,9 +92,13 @@ func (r Record) Encode() []byte {
 }
 
 // DecodeRecord parses a lock record. It accepts records written by S3lect
-// (no term, session or nonce) and ignores unknown fields, and refuses
+// (no kind, term, session or nonce) and ignores unknown fields, and refuses
 // anything that is not a JSON object of the right shape, with an error that
-// says why.
+// says why. A record whose kind field is not RecordKind, or that has no
+// kind field but the fields of another tenure record (a group's
+// leader_state.json: followers, commitIndex, checksum; a shard-lease member
+// or assignment record: ownerID, epoch, shards), is refused with an error
+// matching ErrForeignRecord that names what it is.
 func DecodeRecord(data []byte) (Record, error) {
 	var r Record
 	if len(data) > MaxRecordSize {
@@ -85,6 +107,9 @@ func DecodeRecord(data []byte) (Record, error) {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return r, fmt.Errorf("election: lock record is not a JSON object: %q", truncate(data))
+	}
+	if err := recordkind.Check(trimmed, RecordKind); err != nil {
+		return r, fmt.Errorf("%w: %w", ErrForeignRecord, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	if err := dec.Decode(&r); err != nil {

@@ -46,9 +46,12 @@ type RepairOptions struct {
 // renews it makes Repair return ErrLockInUse, and must be stopped first.
 // Repair refuses a floor below the term it can read (ErrTermFloorTooLow),
 // a floor of 0, and the largest term, which leaves no next term: a lock
-// whose term reached it cannot be used again. An absent record is created
-// released with the floor. The write is a compare-and-swap on the version
-// read, so a concurrent change makes Repair fail rather than overwrite it.
+// whose term reached it cannot be used again. It never replaces another
+// kind of record (ErrForeignRecord): a group's leader_state.json, a
+// shard-lease record, a record of a kind it does not know. An absent
+// record is created released with the floor. The write is a
+// compare-and-swap on the version read, so a concurrent change makes
+// Repair fail rather than overwrite it.
 func Repair(ctx context.Context, st *store.Store, key string, termFloor uint64, opts RepairOptions) error {
 	if termFloor == 0 || termFloor == math.MaxUint64 {
 		return fmt.Errorf("election: repair %s: term floor %d: must be between 1 and %d", key, termFloor, uint64(math.MaxUint64-1))
@@ -75,6 +78,10 @@ func Repair(ctx context.Context, st *store.Store, key string, termFloor uint64, 
 		return fmt.Errorf("election: repair %s: %w", key, err)
 	}
 	old, derr := DecodeRecord(data)
+	if errors.Is(derr, ErrForeignRecord) {
+		// Not a lock at all: replacing it would destroy what it is.
+		return fmt.Errorf("election: repair %s: %w", key, derr)
+	}
 	lease := opts.Lease
 	if derr == nil {
 		if old.Term > termFloor {

@@ -241,3 +241,105 @@ func TestRepair(t *testing.T) {
 		})
 	})
 }
+
+// Records of other kinds, as tenure writes them now (with a kind field) and
+// as the previous version wrote them (without one), and records of kinds
+// this version does not know.
+var foreignRecords = []struct {
+	name, found string
+	data        []byte
+}{
+	{"leader_state.json of the previous version", `without a kind field, with the field "followers"`, []byte(`{
+  "term": 3,
+  "leaderID": "node-1",
+  "leaderAddr": "127.0.0.1:7001",
+  "group": "test",
+  "incarnation": "5f0c",
+  "followers": [],
+  "commitIndex": 12,
+  "lastUpdated": "2026-11-29T05:00:00Z",
+  "nonce": "a93e",
+  "counter": 4,
+  "checksum": "1c2d3e4f"
+}`)},
+	{"leader_state.json", `of kind "tenure.rsm.leader_state"`, []byte(`{"kind":"tenure.rsm.leader_state","term":3,"leaderID":"node-1","leaderAddr":"127.0.0.1:7001","followers":[],"commitIndex":12,"nonce":"a93e","counter":4,"checksum":"1c2d3e4f"}`)},
+	{"member record of the previous version", `without a kind field, with the field "ownerID"`, []byte(`{"ownerID":"m1","session":"s1","lastUpdated":"2026-11-29T05:00:00Z","leaseMillis":15000,"nonce":"n","counter":2}`)},
+	{"member record", `of kind "tenure.lease.member"`, []byte(`{"kind":"tenure.lease.member","ownerID":"m1","session":"s1","leaseMillis":15000,"nonce":"n","counter":2}`)},
+	{"assignment record of the previous version", `without a kind field, with the field "epoch"`, []byte(`{"epoch":4,"shards":{"a":{"owner":"m1","session":"s1","term":2}},"updatedBy":"m1","lastUpdated":"2026-11-29T05:00:00Z","nonce":"n"}`)},
+	{"assignment record", `of kind "tenure.lease.assignment"`, []byte(`{"kind":"tenure.lease.assignment","epoch":4,"shards":{},"updatedBy":"m1","lastUpdated":"2026-11-29T05:00:00Z","nonce":"n"}`)},
+	{"another program's record with a lock's fields", `of kind "com.example.job", which this version does not know`, []byte(`{"kind":"com.example.job","leaderID":"worker-3","term":9,"session":"s","nonce":"n"}`)},
+}
+
+// TestDecodeRecordRefusesOtherKinds: a record of another kind, with or
+// without a kind field, is refused with an error that says what it is;
+// S3lect's lockfile and locks of the previous version (no kind) and of
+// this one are accepted.
+func TestDecodeRecordRefusesOtherKinds(t *testing.T) {
+	for _, tc := range foreignRecords {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := election.DecodeRecord(tc.data)
+			if !errors.Is(err, election.ErrForeignRecord) || !strings.Contains(err.Error(), tc.found) {
+				t.Fatalf("DecodeRecord = %v; want ErrForeignRecord saying it is a record %s", err, tc.found)
+			}
+		})
+	}
+	for name, data := range map[string]string{
+		"S3lect's lockfile":       `{"leaderID":"server-001","leaderAddr":"10.0.1.42:8443","lastUpdated":"2026-11-21T10:30:45Z"}`,
+		"previous version's lock": `{"leaderID":"a","leaderAddr":"","lastUpdated":"2026-11-21T10:30:45Z","term":7,"leaseMillis":15000,"session":"s","nonce":"n","counter":1,"released":false}`,
+		"this version's lock":     string(election.Record{LeaderID: "a", Term: 7, Session: "s", Nonce: "n"}.Encode()),
+	} {
+		rec, err := election.DecodeRecord([]byte(data))
+		if err != nil || rec.LeaderID == "" {
+			t.Errorf("%s: DecodeRecord = %+v, %v; want it accepted", name, rec, err)
+		}
+	}
+	if got := string(election.Record{LeaderID: "a"}.Encode()); !strings.HasPrefix(got, `{"kind":"tenure.lock",`) {
+		t.Errorf("Encode = %s; want the kind first", got)
+	}
+}
+
+// TestForeignRecordIsNeverWritten: a member pointed at another kind of
+// record (a group's leader_state.json, which has a leaderID and a term;
+// a shard-lease record; another program's) never takes it over, however
+// long it stays unchanged, reports it with ErrForeignRecord naming the key
+// and what it found, and Repair refuses to replace it: the bytes in the
+// store stay as they were.
+func TestForeignRecordIsNeverWritten(t *testing.T) {
+	key := "kv/test/leader_state.json"
+	for _, tc := range foreignRecords {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var logs lockedBuffer
+				c := newCluster(t, election.Config{LockfilePath: key})
+				if _, err := c.raw.Put(t.Context(), key, tc.data, store.IfAbsent()); err != nil {
+					t.Fatal(err)
+				}
+				a := c.add("a", func(cfg *election.Config) {
+					cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+				})
+				time.Sleep(time.Hour)
+				if a.e.IsLeader() {
+					t.Fatalf("after an hour: leader with term %d; want the record left alone", a.e.Term())
+				}
+				err := a.e.RecordProblem()
+				if !errors.Is(err, election.ErrForeignRecord) || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), tc.found) {
+					t.Fatalf("RecordProblem = %v; want ErrForeignRecord naming %s and saying it is a record %s", err, key, tc.found)
+				}
+				if st := a.e.Status(); st.RecordProblem != err.Error() {
+					t.Fatalf("Status.RecordProblem = %q; want %q", st.RecordProblem, err)
+				}
+				if got := logs.String(); !strings.Contains(got, "level=ERROR") || !strings.Contains(got, "not a lock record") {
+					t.Fatalf("the problem was not logged at ERROR:\n%s", got)
+				}
+				if err := election.Repair(t.Context(), c.raw, key, 100, election.RepairOptions{}); !errors.Is(err, election.ErrForeignRecord) || !strings.Contains(err.Error(), key) {
+					t.Fatalf("Repair = %v; want ErrForeignRecord naming %s", err, key)
+				}
+				data, _, err := c.raw.Get(t.Context(), key)
+				if err != nil || !bytes.Equal(data, tc.data) {
+					t.Fatalf("the record was changed: %q, %v", data, err)
+				}
+				c.stopAll()
+			})
+		})
+	}
+}

@@ -53,7 +53,9 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	if problem == nil {
 		problem = rec.CheckTerm()
 	}
-	if problem != nil {
+	if errors.Is(derr, election.ErrForeignRecord) {
+		problem = fmt.Errorf("%s (version %s) is not a lock: %w; no member takes it over or writes over it, and no repair replaces it: use a key of its own for the lock", pos[0], version, derr)
+	} else if problem != nil {
 		problem = fmt.Errorf("the lock at %s (version %s) cannot be taken over: %w; no member will lead it until an operator runs: tenure lock repair --term-floor N %s (N at least every term it handed out)",
 			pos[0], version, problem, pos[0])
 	}
