@@ -38,22 +38,37 @@ func leaderOf(t *testing.T, n *testNode) *leaderRun {
 }
 
 // waitLeaderGone waits until n's leadership has ended and its run is
-// cleaned up.
+// cleaned up: the goroutine leadInBackground started has returned.
 func waitLeaderGone(t *testing.T, n *testNode) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		n.mu.Lock()
-		l := n.leader
-		n.mu.Unlock()
-		if l == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the leader run did not end")
-		}
-		time.Sleep(time.Millisecond)
+	done := make(chan struct{})
+	go func() {
+		n.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the leader run did not end")
 	}
+}
+
+// answersBeforeRelease collects the answers to ps, which the deposed
+// leader's loop gives at once, while the write it blocked is still in
+// flight; then it lets the write land.
+func answersBeforeRelease(t *testing.T, ps []*pending, release chan struct{}) []*rsmpb.StateResponse {
+	t.Helper()
+	defer close(release)
+	var rs []*rsmpb.StateResponse
+	for i, p := range ps {
+		select {
+		case r := <-p.done:
+			rs = append(rs, r)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("request %d got no answer while the write was in flight: the deposed leader did not answer it at once", i)
+		}
+	}
+	return rs
 }
 
 func newCommand(client string, seq uint64) *pending {
@@ -76,17 +91,10 @@ func TestDeposedWithWriteInFlightAnswers(t *testing.T) {
 	l.enqueue(p)
 	<-reached
 	l.depose(errors.New("deposed by the test"))
-	// Let every goroutine of the deposed leader see the end before the
-	// write lands.
-	time.Sleep(20 * time.Millisecond)
-	close(release)
-	select {
-	case r := <-p.done:
-		if r.Status != rsmpb.Status_UNKNOWN_OUTCOME {
-			t.Fatalf("answer %v %q, want UNKNOWN_OUTCOME (the write landed)", r.Status, r.Message)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no answer: the request was lost by the deposed leader")
+	// The write lands only after the deposed leader answered.
+	r := answersBeforeRelease(t, []*pending{p}, release)[0]
+	if r.Status != rsmpb.Status_UNKNOWN_OUTCOME {
+		t.Fatalf("answer %v %q, want UNKNOWN_OUTCOME (the write may land)", r.Status, r.Message)
 	}
 	waitLeaderGone(t, a)
 	if g := testutil.ToFloat64(a.m.concurrent.WithLabelValues(testGroup)); g != 0 {
@@ -118,16 +126,9 @@ func TestDeposedAnswersEveryRequest(t *testing.T) {
 	ps = append(ps, read)
 	<-reached
 	l.depose(errors.New("deposed by the test"))
-	time.Sleep(20 * time.Millisecond)
-	close(release)
-	for i, p := range ps {
-		select {
-		case r := <-p.done:
-			if r.Status == rsmpb.Status_OK {
-				t.Fatalf("request %d answered OK by a deposed leader", i)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("request %d got no answer", i)
+	for i, r := range answersBeforeRelease(t, ps, release) {
+		if r.Status == rsmpb.Status_OK {
+			t.Fatalf("request %d answered OK by a deposed leader", i)
 		}
 	}
 	waitLeaderGone(t, a)
