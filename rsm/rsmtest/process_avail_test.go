@@ -19,11 +19,13 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/internal/testutil"
+	"github.com/tenure-io/tenure/rsm"
 )
 
 // The availability measurement: three `tenure kv serve` processes on
 // MinIO; for each single-node fault of the leader and of a follower, the
-// longest stretch without a successful write through a node left working.
+// longest stretch without a successful write through a node left working,
+// which fails the test beyond the failover bound (availTiming.failover).
 // After a peer partition heals, the time to the first write through the
 // node that was cut off; with the leader cut off while no write comes, the
 // leaderships taken and the first write's time. Figures in
@@ -252,11 +254,14 @@ func TestAvailabilityProcesses(t *testing.T) {
 	srv.SetEnv(t)
 	bin := buildTenure(t)
 	profiles := []struct {
-		name  string
-		flags []string
+		name   string
+		flags  []string
+		timing availTiming
 	}{
-		{"fast (--heartbeat 100ms --max-missed-heartbeats 4 --leadership-delay 50ms)", []string{"--heartbeat", "100ms", "--max-missed-heartbeats", "4", "--leadership-delay", "50ms"}},
-		{"defaults (heartbeat 500ms x 4, leadership delay 250ms)", nil},
+		{"fast (--heartbeat 100ms --max-missed-heartbeats 4 --leadership-delay 50ms)", []string{"--heartbeat", "100ms", "--max-missed-heartbeats", "4", "--leadership-delay", "50ms"},
+			availTiming{heartbeat: 100 * time.Millisecond, missed: 4, delay: 50 * time.Millisecond}},
+		{"defaults (heartbeat 500ms x 4, leadership delay 250ms)", nil,
+			availTiming{heartbeat: rsm.DefaultHeartbeatInterval, missed: rsm.DefaultMaxMissedHeartbeats, delay: rsm.DefaultLeadershipDelay}},
 	}
 	faults := []string{"SIGKILL", "SIGSTOP", "store black hole", "peer partition", "peer partition, refused", "idle peer partition", "idle peer partition, refused"}
 	if only := os.Getenv("TENURE_AVAIL_FAULTS"); only != "" {
@@ -284,11 +289,48 @@ func TestAvailabilityProcesses(t *testing.T) {
 				}
 				t.Log(line)
 				report = append(report, line)
+				if bound := prof.timing.failover(); r.gap > bound {
+					t.Errorf("%s: writes stopped for %v, more than the failover bound %v", line, r.gap.Round(time.Millisecond), bound)
+				}
+				if bound := prof.timing.rejoin(); r.rejoin > bound {
+					t.Errorf("%s: the healed node served its first write after %v, more than the bound %v", line, r.rejoin.Round(time.Millisecond), bound)
+				}
+				if strings.HasPrefix(fault, "idle") && r.terms != 1 {
+					t.Errorf("%s: %d leaderships while the cut-off leader was idle, want 1 (its followers replace it; it stays deposed)", line, r.terms)
+				}
 			}
 		}
 	}
 	t.Log("longest stretch without a successful write through a node left working, in the 10 s after the fault " +
 		"(idle peer partition: the first write, after 40 s without writes):\n" + strings.Join(report, "\n"))
+}
+
+// availTiming is a profile's failover timing.
+type availTiming struct {
+	heartbeat time.Duration
+	missed    int
+	delay     time.Duration
+}
+
+// availMargin is what a takeover's store requests, the PUT that shows it
+// and the scheduling of four processes and MinIO on a loaded 2-core
+// machine add to the protocol's waits; far less than a regression costs
+// (a deposing follower: the rest of the fault window; S2C's timings: 50 s).
+const availMargin = 2500 * time.Millisecond
+
+// failover bounds the writes' gap after a single-node fault, as
+// docs/rsm.md ("Availability") gives it: the heartbeat timeout, half of
+// it more to look for signs that the leader lives, the last of the two
+// followers' rank delays, then a takeover (in the margin).
+func (a availTiming) failover() time.Duration {
+	timeout := time.Duration(a.missed) * a.heartbeat
+	return timeout + timeout/2 + 2*a.delay + availMargin
+}
+
+// rejoin bounds the first write through a node after its peer partition
+// heals: within one heartbeat timeout (docs/rsm.md, "Availability").
+func (a availTiming) rejoin() time.Duration {
+	return time.Duration(a.missed)*a.heartbeat + availMargin
 }
 
 // faultResult is what measureFault measured.
