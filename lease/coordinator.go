@@ -38,7 +38,7 @@ type Coordinator struct {
 	cancelRun context.CancelFunc
 	runDone   chan struct{}
 	runErr    error
-	notes     *notify.Queue
+	notes     *notify.Queue // started by Start: a coordinator never started has no goroutine
 }
 
 // modeImpl is one way of keeping shard ownership in the store.
@@ -75,7 +75,6 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Coordinator{cfg: cfg, log: cfg.Logger.With("shards", cfg.Prefix, "owner", cfg.OwnerID)}
-	c.notes = notify.New(c.log)
 	switch cfg.Mode {
 	case MemberLeases:
 		c.impl = newMemberMode(c)
@@ -108,6 +107,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	}
 	c.started = true
 	c.runDone = make(chan struct{})
+	c.notes = notify.New(c.log)
 	ctx, cancel := context.WithCancel(ctx)
 	c.cancelRun = cancel
 	c.mu.Unlock()
@@ -155,7 +155,6 @@ func (c *Coordinator) Stop(ctx context.Context) error {
 		c.started = true
 		c.runDone = make(chan struct{})
 		close(c.runDone)
-		c.notes.Close()
 		c.mu.Unlock()
 		return nil
 	}
