@@ -1,8 +1,9 @@
 package lease_test
 
 import (
+	"runtime"
 	"slices"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,35 +14,62 @@ import (
 // election reports on its own goroutine; the notifications must still
 // reach OnChange in the order the held set changed, so that the last one
 // is the set held. The first change is held up on its way to the queue
-// while the second shard is taken.
+// until the second shard's election is reporting its change too.
 func TestShardLeasesLastOnChangeIsTheHeldSet(t *testing.T) {
 	shards := shardIDs(2)
 	g := newGroup(t, lease.Config{Mode: lease.ShardLeases, ShardIDs: shards})
-	var mu sync.Mutex
-	var last []string
-	var once sync.Once
+	changes := make(chan []string, 16)
+	second := make(chan struct{}) // closed when the second change is on its way to the queue
 	g.beforeNotify = map[string]func([]string){"a": func(held []string) {
-		if len(held) == 1 {
-			once.Do(func() { time.Sleep(time.Second) })
+		switch len(held) {
+		case 1:
+			waitReporting(t, 2, second)
+		case 2:
+			close(second)
 		}
 	}}
 	a := g.add("a", func(cfg *lease.Config) {
-		cfg.OnChange = func(held []string) {
-			mu.Lock()
-			last = held
-			mu.Unlock()
-		}
+		cfg.OnChange = func(held []string) { changes <- held }
 	})
+	defer g.stopAll()
+	var last []string
+	for range 2 { // one change per shard taken
+		select {
+		case last = <-changes:
+		case <-time.After(time.Minute):
+			t.Fatalf("OnChange not called for each shard taken; last %v", last)
+		}
+	}
 	g.settled(shards, time.Minute)
-	time.Sleep(2 * time.Second)
 	held := a.c.Held()
-	mu.Lock()
 	got := slices.Clone(last)
-	mu.Unlock()
 	slices.Sort(held)
 	slices.Sort(got)
 	if len(held) != len(shards) || !slices.Equal(got, held) {
 		t.Fatalf("OnChange last reported %v; the coordinator holds %v", got, held)
 	}
-	g.stopAll()
+}
+
+// waitReporting waits until n goroutines are reporting a change of the
+// held set (inside setHeld, whether running or waiting for its turn), or
+// until overtaken is closed.
+func waitReporting(t *testing.T, n int, overtaken <-chan struct{}) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		select {
+		case <-overtaken:
+			return
+		default:
+		}
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		if strings.Count(string(buf), "lease.(*shardMode).setHeld(") >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d shard elections never reported at once", n)
+			return
+		}
+		time.Sleep(time.Millisecond) // polls the condition; not a stand-in for it
+	}
 }
