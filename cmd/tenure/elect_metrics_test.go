@@ -29,7 +29,7 @@ func TestElectMetricsKeepTheirNames(t *testing.T) {
 	errb := &lockedBuffer{}
 	done := make(chan int, 1)
 	go func() {
-		args := append([]string{"elect", "--lock", uniqueMem(t, "names") + "/leader.json", "--id", "m", "--http", "127.0.0.1:0"}, fastFlags...)
+		args := append([]string{"elect", "--lock", tempStore(t) + "/leader.json", "--id", "m", "--http", "127.0.0.1:0"}, fastFlags...)
 		args = append(args, "--log-level", "info")
 		done <- run(ctx, &env{stdout: &lockedBuffer{}, stderr: errb}, args)
 	}()

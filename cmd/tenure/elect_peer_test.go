@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 )
 
 func electConfigFromFlags(t *testing.T, args ...string) (map[string]any, error) {
@@ -12,7 +15,7 @@ func electConfigFromFlags(t *testing.T, args ...string) (map[string]any, error) 
 	fs := flag.NewFlagSet("elect", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	ef := addElectFlags(fs)
-	if err := fs.Parse(append([]string{"--lock", uniqueMem(t, "flags") + "/leader.json"}, args...)); err != nil {
+	if err := fs.Parse(append([]string{"--lock", tempStore(t) + "/leader.json"}, args...)); err != nil {
 		t.Fatal(err)
 	}
 	cfg, _, err := ef.config(&env{stdout: io.Discard, stderr: io.Discard})
@@ -31,13 +34,17 @@ func TestElectAddrAloneIsPeerMode(t *testing.T) {
 		says string
 	}{
 		{"advertise alone", []string{"--advertise", "node1.example:8443"},
-			map[string]any{"addr": "node1.example:8443", "listen": ":8443", "peerMode": false, "disabled": false, "serverTLS": false}, ""},
+			map[string]any{"addr": "node1.example:8443", "listen": "node1.example:8443", "peerMode": false, "disabled": false, "serverTLS": false}, ""},
+		{"loopback advertised", []string{"--advertise", "127.0.0.1:8443"},
+			map[string]any{"addr": "127.0.0.1:8443", "listen": "127.0.0.1:8443", "peerMode": false, "disabled": false, "serverTLS": false}, ""},
+		{"every interface asked for", []string{"--advertise", "10.0.0.1:8443", "--peer-listen", ":8443"},
+			map[string]any{"addr": "10.0.0.1:8443", "listen": ":8443", "peerMode": false, "disabled": false, "serverTLS": false}, ""},
 		{"peer-listen given", []string{"--advertise", "10.0.0.1:8443", "--peer-listen", "127.0.0.1:9000"},
 			map[string]any{"addr": "10.0.0.1:8443", "listen": "127.0.0.1:9000", "peerMode": false, "disabled": false, "serverTLS": false}, ""},
 		{"store only", []string{"--advertise", "node1.example:8443", "--no-peer"},
 			map[string]any{"addr": "node1.example:8443", "listen": "", "peerMode": false, "disabled": true, "serverTLS": false}, ""},
 		{"require-peer", []string{"--advertise", "127.0.0.1:0", "--require-peer"},
-			map[string]any{"addr": "127.0.0.1:0", "listen": ":0", "peerMode": true, "disabled": false, "serverTLS": false}, ""},
+			map[string]any{"addr": "127.0.0.1:0", "listen": "127.0.0.1:0", "peerMode": true, "disabled": false, "serverTLS": false}, ""},
 		// The spellings of earlier releases still work.
 		{"deprecated --addr --listen --peer", []string{"--addr", "10.0.0.1:8443", "--listen", "127.0.0.1:9000", "--peer"},
 			map[string]any{"addr": "10.0.0.1:8443", "listen": "127.0.0.1:9000", "peerMode": true, "disabled": false, "serverTLS": false}, ""},
@@ -64,4 +71,47 @@ func TestElectAddrAloneIsPeerMode(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestElectListensWhereAdvertiseSays(t *testing.T) {
+	// A loopback address advertised is a loopback address listened on:
+	// the peer port is not opened on every interface unless --peer-listen
+	// says so. 127.0.0.2 is another address of the same host (Linux): a
+	// listener on every interface would hold the port there too.
+	probe, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("this host has no 127.0.0.2 to test with: %v", err)
+	}
+	probe.Close()
+	advertise := freeTCPAddr(t)
+	_, port, _ := net.SplitHostPort(advertise)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int, 1)
+	errb := &lockedBuffer{}
+	go func() {
+		done <- run(ctx, &env{stdout: &lockedBuffer{}, stderr: errb},
+			append([]string{"elect", "--lock", tempStore(t) + "/leader.json", "--id", "m1", "--http", "", "--advertise", advertise}, fastFlags...))
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("exit %d: %s", code, errb.String())
+		}
+	}()
+	// The peer server is up once it accepts a connection at the address.
+	var conn net.Conn
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if conn, err = net.Dial("tcp", advertise); err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("nothing listens at --advertise %s: %v\n%s", advertise, err, errb.String())
+		}
+	}
+	other, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", port))
+	if err != nil {
+		t.Fatalf("port %s is held on 127.0.0.2 too, so the peer server listens on every interface: %v", port, err)
+	}
+	other.Close()
 }

@@ -52,10 +52,10 @@ func TestStatus(t *testing.T) {
 func TestElectRefusesBadFlags(t *testing.T) {
 	cases := map[string][]string{
 		"no lock":        {"elect", "--http", ""},
-		"bad timings":    {"elect", "--lock", "mem://x/l", "--http", "", "--leader-timeout", "1s"},
-		"bad retry":      {"elect", "--lock", "mem://x/l", "--http", "", "--retry", "soon"},
-		"peer sans addr": append([]string{"elect", "--lock", "mem://x/l", "--http", "", "--require-peer"}, fastFlags...),
-		"bad log level":  {"elect", "--lock", "mem://x/l", "--http", "", "--log-level", "loud"},
+		"bad timings":    {"elect", "--lock", "file:///nonexistent/l", "--http", "", "--leader-timeout", "1s"},
+		"bad retry":      {"elect", "--lock", "file:///nonexistent/l", "--http", "", "--retry", "soon"},
+		"peer sans addr": append([]string{"elect", "--lock", "file:///nonexistent/l", "--http", "", "--require-peer"}, fastFlags...),
+		"bad log level":  {"elect", "--lock", "file:///nonexistent/l", "--http", "", "--log-level", "loud"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -69,7 +69,7 @@ func TestElectRefusesBadFlags(t *testing.T) {
 func TestRunStartsCommandWhileLeadingAndStopsIt(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "term")
-	lock := uniqueMem(t, "run") + "/leader.json"
+	lock := tempStore(t) + "/leader.json"
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int, 1)
 	args := append([]string{"run", "--lock", lock}, fastFlags...)
@@ -90,7 +90,7 @@ func TestRunStartsCommandWhileLeadingAndStopsIt(t *testing.T) {
 func TestRunKillsCommandThatIgnoresSIGTERM(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "pid")
-	lock := uniqueMem(t, "run") + "/leader.json"
+	lock := tempStore(t) + "/leader.json"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
@@ -116,7 +116,7 @@ func TestRunKillsCommandThatIgnoresSIGTERM(t *testing.T) {
 }
 
 func TestRunPropagatesExitStatus(t *testing.T) {
-	lock := uniqueMem(t, "run") + "/leader.json"
+	lock := tempStore(t) + "/leader.json"
 	args := append([]string{"run", "--lock", lock}, fastFlags...)
 	args = append(args, "--", "sh", "-c", "exit 3")
 	code, _, errs := runCmd(t, args...)
@@ -130,10 +130,10 @@ func TestRunPropagatesExitStatus(t *testing.T) {
 }
 
 func TestRunNeedsACommand(t *testing.T) {
-	if code, _, errs := runCmd(t, "run", "--lock", "mem://x/l"); code != 2 || !strings.Contains(errs, "after --") {
+	if code, _, errs := runCmd(t, "run", "--lock", "file:///nonexistent/l"); code != 2 || !strings.Contains(errs, "after --") {
 		t.Fatalf("exit %d, %q", code, errs)
 	}
-	args := append([]string{"run", "--lock", "mem://x/l", "--grace", "10s"}, fastFlags...)
+	args := append([]string{"run", "--lock", "file:///nonexistent/l", "--grace", "10s"}, fastFlags...)
 	if code, _, errs := runCmd(t, append(args, "--", "true")...); code != 1 || !strings.Contains(errs, "--grace") {
 		t.Fatalf("a grace longer than the margin: exit %d, %q", code, errs)
 	}
@@ -180,7 +180,7 @@ func TestDemo(t *testing.T) {
 }
 
 func TestShards(t *testing.T) {
-	url := "mem://shards-" + t.Name()
+	url := tempStore(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	out, errb := &lockedBuffer{}, &lockedBuffer{}
 	done := make(chan int, 1)
@@ -239,3 +239,40 @@ func uniqueMem(t *testing.T, prefix string) string {
 }
 
 var memSeq atomic.Int64
+
+// tempStore is a file:// store in a directory of the test's own: the
+// store members in several processes on one machine share.
+func tempStore(t *testing.T) string {
+	return "file://" + t.TempDir()
+}
+
+func TestMemStoreRefusedWhereEachMemberIsAProcess(t *testing.T) {
+	// A mem:// store lives inside one process: two processes given the
+	// same mem:// URL would each hold a lock of their own, and both lead.
+	cases := []struct {
+		name string
+		args []string
+		says string
+	}{
+		{"elect", []string{"elect", "--lock", "mem://jobs/leader.json", "--http", ""}, "--lock mem://jobs/leader.json"},
+		{"run", []string{"run", "--lock", "mem://jobs/leader.json", "--http", "", "--", "true"}, "--lock mem://jobs/leader.json"},
+		{"shards", []string{"shards", "--store", "mem://jobs", "--shards", "3"}, "--store mem://jobs"},
+		{"upper-case scheme", []string{"elect", "--lock", "MEM://jobs/leader.json", "--http", ""}, "--lock MEM://jobs/leader.json"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// Accepted, the command would run until stopped.
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			code, out, errs := runCmdCtx(t, ctx, c.args...)
+			if code != 1 || out != "" {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1", code, out, errs)
+			}
+			line := strings.TrimSuffix(errs, "\n")
+			if strings.Contains(line, "\n") || !strings.Contains(line, c.says) ||
+				!strings.Contains(line, "inside one process") || !strings.Contains(line, "file:///") {
+				t.Fatalf("stderr %q; want one line naming %s, why (a mem:// store lives inside one process) and file:/// instead", errs, c.says)
+			}
+		})
+	}
+}

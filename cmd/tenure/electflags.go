@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -41,7 +42,7 @@ func addElectFlags(fs *flag.FlagSet) *electFlags {
 		id:   fs.String("id", host, "this member's ServerID"),
 		addr: fs.String("advertise", "", "host:port where peers reach this member; turns peer mode on: followers long-poll the leader over HTTPS "+
 			"instead of reading the store, and check it by the key its lock record names (no certificates needed)"),
-		listen:         fs.String("peer-listen", "", "address the peer server listens on (default: the port of --advertise, on every interface)"),
+		listen:         fs.String("peer-listen", "", "address the peer server listens on (default: --advertise; :PORT for every interface, e.g. behind NAT)"),
 		peer:           fs.Bool("require-peer", false, "fail rather than run store-only when the peer server cannot listen (peer mode is on whenever --advertise is given)"),
 		noPeer:         fs.Bool("no-peer", false, "store-only: no peer server, though --advertise is given (it is then only shown to others)"),
 		certFile:       fs.String("tls-cert", "", "peer server certificate (PEM; default: an ephemeral key named in the lock record)"),
@@ -99,15 +100,16 @@ func (f *electFlags) config(e *env) (cfg election.Config, storeURL string, err e
 		}
 		retry = append(retry, d)
 	}
+	// The peer server listens where --advertise says (a loopback address
+	// stays on loopback), unless --peer-listen says otherwise: ":PORT" for
+	// every interface, as behind NAT, where the address others dial is
+	// not one this host has.
 	listen := *f.listen
 	if listen == "" && *f.addr != "" && !*f.noPeer {
-		// The address others dial may not be one this host can bind (a
-		// name, a NAT address): listen on its port.
-		_, port, err := net.SplitHostPort(*f.addr)
-		if err != nil {
+		if _, _, err := net.SplitHostPort(*f.addr); err != nil {
 			return election.Config{}, "", fmt.Errorf("--advertise %q: want host:port: %w", *f.addr, err)
 		}
-		listen = ":" + port
+		listen = *f.addr
 	}
 	cfg = election.Config{
 		RetrySchedule: retry,
@@ -132,7 +134,21 @@ func (f *electFlags) config(e *env) (cfg election.Config, storeURL string, err e
 	if err := probe.Validate(); err != nil {
 		return election.Config{}, "", err
 	}
+	if err := refuseMemStore("--lock", *f.lock); err != nil {
+		return election.Config{}, "", err
+	}
 	return cfg, storeURL, nil
+}
+
+// refuseMemStore refuses a mem:// store to a command that runs one member
+// in a process of its own: each process has its own memory, so members
+// started as separate processes would each see a lock of their own, and
+// every one of them would lead.
+func refuseMemStore(flagName, storeURL string) error {
+	if u, err := url.Parse(storeURL); err == nil && u.Scheme == "mem" {
+		return fmt.Errorf("%s %s: a mem:// store lives inside one process, so members in other processes would each lead on a store of their own; use file:///dir for members on one machine, or a store they share", flagName, storeURL)
+	}
+	return nil
 }
 
 // openStore opens the store at storeURL for an election member and checks

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 )
 
 // Short timings are valid on their own: the intervals left unset follow
@@ -20,7 +18,7 @@ func TestElectFlagsShortTimings(t *testing.T) {
 			e := &env{stdout: &strings.Builder{}, stderr: &strings.Builder{}}
 			fs := newFlags(e, "t", "t")
 			ef := addElectFlags(fs)
-			lock := fmt.Sprintf("mem://short-%d/leader.json", time.Now().UnixNano())
+			lock := tempStore(t) + "/leader.json"
 			if err := fs.Parse(append([]string{"--lock", lock, "--priority", "2"}, args...)); err != nil {
 				t.Fatal(err)
 			}

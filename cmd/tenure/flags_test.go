@@ -180,7 +180,7 @@ func TestShardsJSON(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, &env{stdout: out, stderr: errb},
-			[]string{"shards", "--store", uniqueMem(t, "shardsjson"), "--shards", "3", "--lease", "1s", "--renew", "250ms", "--log-level", "error", "--json"})
+			[]string{"shards", "--store", tempStore(t), "--shards", "3", "--lease", "1s", "--renew", "250ms", "--log-level", "error", "--json"})
 	}()
 	for end := time.Now().Add(20 * time.Second); time.Now().Before(end) && !strings.Contains(out.String(), `"held":["shard-0000","shard-0001","shard-0002"]`); {
 		time.Sleep(20 * time.Millisecond)

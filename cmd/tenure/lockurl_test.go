@@ -32,7 +32,6 @@ func TestLockURLReachesTheLibrarysObject(t *testing.T) {
 		name     string
 		storeURL func(t *testing.T) string
 	}{
-		{"mem", func(t *testing.T) string { return uniqueMem(t, "lockurl") }},
 		{"file", func(t *testing.T) string { return "file://" + t.TempDir() + "/data" }},
 		{"s3", func(t *testing.T) string {
 			srv := testutil.MinIO(t)

@@ -26,7 +26,7 @@ func TestElectEndpointInProcess(t *testing.T) {
 	errb := &lockedBuffer{}
 	go func() {
 		done <- run(ctx, &env{stdout: &lockedBuffer{}, stderr: errb},
-			append([]string{"elect", "--lock", uniqueMem(t, "endpoint") + "/leader.json", "--id", "m1", "--http", listen}, fastFlags...))
+			append([]string{"elect", "--lock", tempStore(t) + "/leader.json", "--id", "m1", "--http", listen}, fastFlags...))
 	}()
 	stopReaders := make(chan struct{})
 	var wg sync.WaitGroup

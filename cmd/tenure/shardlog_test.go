@@ -18,7 +18,7 @@ func TestShardsLogsDoNotFlood(t *testing.T) {
 	out, errb := &lockedBuffer{}, &lockedBuffer{}
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, &env{stdout: out, stderr: errb}, []string{"shards", "--store", uniqueMem(t, "flood"), "--shards", "60",
+		done <- run(ctx, &env{stdout: out, stderr: errb}, []string{"shards", "--store", tempStore(t), "--shards", "60",
 			"--mode", "shard", "--id", "a", "--lease", "2s", "--renew", "500ms", "--log-level", "info"})
 	}()
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end) && !strings.Contains(out.String(), "leads 60 shards"); {

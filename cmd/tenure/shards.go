@@ -48,6 +48,9 @@ func runShards(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
+	if err := refuseMemStore("--store", *storeURL); err != nil {
+		return err
+	}
 	var shardIDs []string
 	if *ids != "" {
 		for _, s := range strings.Split(*ids, ",") {
