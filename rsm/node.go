@@ -808,6 +808,17 @@ func (n *Node) rank() int {
 	return r
 }
 
+// askPacked asks the store to pack the log (groupStore.packLog), and
+// reports whether it is a pack; a failure is logged, and the log taken for
+// unpacked.
+func (n *Node) askPacked() bool {
+	packed, err := n.gs.packLog(n.ctx)
+	if err != nil && n.ctx.Err() == nil {
+		n.log.Warn("could not ask the store to pack the log; it is stored as before", "err", err)
+	}
+	return packed
+}
+
 // lead attempts leadership over prev (version "" creates the group), then
 // takes over and serves until deposed.
 func (n *Node) lead(prev leaderState, version string) error {
@@ -832,8 +843,12 @@ func (n *Node) lead(prev leaderState, version string) error {
 	n.mu.Lock()
 	n.reached = max(n.reached, ls.Term)
 	n.mu.Unlock()
-	if _, err := n.gs.packLog(n.ctx); err != nil && n.ctx.Err() == nil {
-		n.log.Warn("could not ask the store to pack the log; it is stored as before", "err", err)
+	// A new group's log is packed at once: no node of a version without
+	// packs has read it. An existing group's is moved into a pack only as
+	// window.packNext decides, even if empty: a member may run a version
+	// without packs.
+	if version == "" {
+		n.askPacked()
 	}
 	l := newLeaderRun(n, ls.Term, ls, v)
 	// The nodes of the term before (its leader and followers) may run a
@@ -862,6 +877,12 @@ func (n *Node) lead(prev leaderState, version string) error {
 		n.log.Info("takeover failed", "term", ls.Term, "err", err)
 		n.resetReplica()
 		return nil
+	}
+	if version != "" && n.gs.st.Packs() {
+		// The log holds the seal now, so the store packs nothing: it only
+		// says whether the log is a pack already. The window is still this
+		// goroutine's until serve.
+		l.w.unpacked = !n.askPacked()
 	}
 	n.m.leaderAttempt.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
 	n.setState(Joined, Leader)

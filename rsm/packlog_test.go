@@ -209,3 +209,70 @@ func TestExistingLogMovesIntoPackWithFollower(t *testing.T) {
 		})
 	}
 }
+
+// logEmpty tells whether the group's log (stored as files) holds no
+// entry: its directory is gone or holds no file.
+func (p *packLogTest) logEmpty() bool {
+	p.t.Helper()
+	empty := true
+	err := filepath.WalkDir(filepath.Join(p.dir, "g.d", "log.d"), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			empty = false
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		p.t.Fatal(err)
+	}
+	return empty
+}
+
+// TestEmptyLogOfExistingGroupNotPackedAtTakeover: a group that exists
+// already, whose log a truncation emptied, is not packed when a leader of
+// a version with packs takes it over: a member of the term before may run
+// a version without packs, and while one registers saying so the log stays
+// a file per entry. Once that member runs a version with packs, the log
+// moves into a pack.
+func TestEmptyLogOfExistingGroupNotPackedAtTakeover(t *testing.T) {
+	p := newPackLogTest(t)
+	p.opts.SnapshotThreshold = 1 // every entry snapshotted, the log truncated after it
+	ha, a := p.join("a", noPacks{p.open()}, "LEADER", true)
+	hb, b := p.join("b", noPacks{p.open()}, "FOLLOWER", true)
+	p.put(a, 0, 10)
+	for deadline := time.Now().Add(20 * time.Second); !p.logEmpty(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the log was not emptied by truncation")
+		}
+	}
+	p.stop(hb, b)
+	p.stop(ha, a)
+	if !p.logEmpty() || p.logPacked() {
+		t.Fatal("the old group's log is not an empty directory of files")
+	}
+
+	hc, c := p.join("c", p.open(), "LEADER", false)
+	defer p.stop(hc, c)
+	if p.logPacked() {
+		t.Fatal("the existing group's empty log was packed at takeover, before its members told their versions")
+	}
+	// b, of a version without packs, registers with the new leader, and
+	// reads what is written after: through files.
+	hb, b = p.join("b", noPacks{p.open()}, "FOLLOWER", true)
+	p.put(c, 10, 30)
+	applied := c.Status().ApplyIndex
+	p.wait(b, func(s rsm.Status) bool { return s.ApplyIndex >= applied })
+	p.check(b, "read through a follower of a version without packs")
+	if p.logPacked() {
+		t.Fatal("the log was packed while a member of a version without packs follows")
+	}
+	p.stop(hb, b)
+
+	// b upgraded: the log moves into a pack, and nothing is lost.
+	hb, b = p.join("b", p.open(), "FOLLOWER", false)
+	defer p.stop(hb, b)
+	p.waitPacked()
+	p.put(c, 30, 40)
+	applied = c.Status().ApplyIndex
+	p.wait(b, func(s rsm.Status) bool { return s.ApplyIndex >= applied })
+	p.check(b, "after the log moved into a pack")
+}
