@@ -345,6 +345,16 @@ func (c *Cluster) Stall(i int, land float64) {
 	c.net.setStalled(i, true)
 }
 
+// Settled waits until none of node i's store calls is between the gate
+// Pause holds calls at and the store: after Pause, until the calls it made
+// before have returned; or until ctx ends.
+func (c *Cluster) Settled(ctx context.Context, i int) error {
+	c.mu.Lock()
+	s := c.slots[i]
+	c.mu.Unlock()
+	return s.gate.settle(ctx)
+}
+
 // Resume undoes Pause and Stall: the links Pause cut are restored and the
 // held store calls go on.
 func (c *Cluster) Resume(i int) {

@@ -96,7 +96,9 @@ func TestClusterPauseHoldsStoreCalls(t *testing.T) {
 	}
 	mustCount(t, c.Node(l), "before the pause")
 	c.Pause(l, 0)
-	time.Sleep(50 * time.Millisecond) // calls already past the gate finish
+	if err := c.Settled(ctxT(t, 10*time.Second), l); err != nil { // calls already past the gate finish
+		t.Fatal(err)
+	}
 	before := c.NodeFaults(l).Counts().Total()
 	// A read, not a command: an abandoned command wedges its node (see
 	// TestCommandAfterAbandonedCommand).

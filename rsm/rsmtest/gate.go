@@ -20,6 +20,10 @@ type gate struct {
 	paused chan struct{} // non-nil while paused; closed on resume
 	land   float64       // chance that a write made while paused lands at once
 	rng    *rand.Rand
+	// passed counts the calls past the gate that have not returned;
+	// drained is closed and replaced each time it falls to 0.
+	passed  int
+	drained chan struct{}
 }
 
 var (
@@ -63,6 +67,43 @@ func (g *gate) check(write bool) (wait chan struct{}, landFirst bool) {
 	return g.paused, write && g.land > 0 && g.rng.Float64() < g.land
 }
 
+// enter counts a call reaching the inner store; the call must run the
+// returned function when it returns.
+func (g *gate) enter() (leave func()) {
+	g.mu.Lock()
+	g.passed++
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.passed--; g.passed == 0 && g.drained != nil {
+			close(g.drained)
+			g.drained = nil
+		}
+	}
+}
+
+// settle waits until no call is past the gate (while paused: the calls
+// that passed before the pause have returned), or ctx ends.
+func (g *gate) settle(ctx context.Context) error {
+	g.mu.Lock()
+	if g.passed == 0 {
+		g.mu.Unlock()
+		return nil
+	}
+	if g.drained == nil {
+		g.drained = make(chan struct{})
+	}
+	ch := g.drained
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func held(ctx context.Context, wait chan struct{}) error {
 	if wait == nil {
 		return nil
@@ -80,6 +121,7 @@ func (g *gate) Get(ctx context.Context, key string) ([]byte, string, error) {
 	if err := held(ctx, wait); err != nil {
 		return nil, "", err
 	}
+	defer g.enter()()
 	return g.inner.Get(ctx, key)
 }
 
@@ -88,13 +130,16 @@ func (g *gate) GetLimited(ctx context.Context, key string, max int64) ([]byte, s
 	if err := held(ctx, wait); err != nil {
 		return nil, "", err
 	}
+	defer g.enter()()
 	return g.inner.GetLimited(ctx, key, max)
 }
 
 func (g *gate) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
 	wait, landFirst := g.check(true)
 	if landFirst {
+		leave := g.enter()
 		v, err := g.inner.Put(ctx, key, data, cond)
+		leave()
 		if herr := held(ctx, wait); herr != nil {
 			return "", herr
 		}
@@ -103,13 +148,16 @@ func (g *gate) Put(ctx context.Context, key string, data []byte, cond driver.Con
 	if err := held(ctx, wait); err != nil {
 		return "", err
 	}
+	defer g.enter()()
 	return g.inner.Put(ctx, key, data, cond)
 }
 
 func (g *gate) Delete(ctx context.Context, key string, cond driver.Cond) error {
 	wait, landFirst := g.check(true)
 	if landFirst {
+		leave := g.enter()
 		err := g.inner.Delete(ctx, key, cond)
+		leave()
 		if herr := held(ctx, wait); herr != nil {
 			return herr
 		}
@@ -118,6 +166,7 @@ func (g *gate) Delete(ctx context.Context, key string, cond driver.Cond) error {
 	if err := held(ctx, wait); err != nil {
 		return err
 	}
+	defer g.enter()()
 	return g.inner.Delete(ctx, key, cond)
 }
 
@@ -126,6 +175,7 @@ func (g *gate) List(ctx context.Context, prefix, after string, limit int) ([]dri
 	if err := held(ctx, wait); err != nil {
 		return nil, err
 	}
+	defer g.enter()()
 	return g.inner.List(ctx, prefix, after, limit)
 }
 
