@@ -1274,7 +1274,7 @@ func newRunOverlapTest(t *testing.T, exe string) *runOverlapTest {
 
 func (r *runOverlapTest) start(id string, flags []string) {
 	t := r.t
-	args := append([]string{"run", "--lock", "file://" + r.dir + "/store/leader.json", "--id", id, "--log-level", "info"}, flags...)
+	args := append([]string{"run", "--lock", "file://" + r.dir + "/store/leader.json", "--id", id, "--log-level", "info", "--http", "127.0.0.1:0"}, flags...)
 	args = append(args, "--", "sh", "-c", `f="$CMDS/$TENURE_SERVER_ID-$TENURE_TERM-$$"; while :; do date +%s%N >> "$f"; sleep 0.01; done`)
 	cmd := exec.Command(r.exe, args...)
 	cmd.Env = append(os.Environ(), "CMDS="+filepath.Join(r.dir, "cmds"))
@@ -1309,6 +1309,68 @@ func (r *runOverlapTest) leader() string {
 		return ""
 	}
 	return rec.LeaderID
+}
+
+// version returns the lock's version, "" if there is none.
+func (r *runOverlapTest) version() string {
+	_, v, err := r.st.Get(r.t.Context(), "leader.json")
+	if err != nil {
+		return ""
+	}
+	return v
+}
+
+// waitWritten waits until the lock's version is no longer v: its holder
+// renewed it or another member took it.
+func (r *runOverlapTest) waitWritten(v string, bound time.Duration) {
+	for end := time.Now().Add(bound); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if r.version() != v {
+			return
+		}
+	}
+	r.t.Fatalf("the lock was not written within %v\n%s", bound, r.logs())
+}
+
+// waitReady waits until member id's current process answers /readyz with
+// 200: it leads, or follows a leader it has read.
+func (r *runOverlapTest) waitReady(id string, bound time.Duration) {
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for end := time.Now().Add(bound); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		addr := r.httpAddr(id)
+		if addr == "" {
+			continue
+		}
+		resp, err := client.Get("http://" + addr + "/readyz")
+		if err != nil {
+			continue
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return
+		}
+	}
+	r.t.Fatalf("%s not ready (leading or following) within %v\n%s", id, bound, r.logs())
+}
+
+// httpAddr returns the address member id's current process serves HTTP
+// on, from its log; "" until it says.
+func (r *runOverlapTest) httpAddr(id string) string {
+	b, err := os.ReadFile(filepath.Join(r.dir, id+".log"))
+	if err != nil {
+		return ""
+	}
+	if i := bytes.LastIndex(b, []byte("--- start ")); i >= 0 {
+		b = b[i:]
+	}
+	_, rest, ok := bytes.Cut(b, []byte(`msg="serving HTTP" addr=`))
+	if !ok {
+		return ""
+	}
+	addr, _, ok := bytes.Cut(rest, []byte(" "))
+	if !ok {
+		return ""
+	}
+	return string(addr)
 }
 
 func (r *runOverlapTest) waitLeader(want string, bound time.Duration) string {
@@ -1444,16 +1506,21 @@ func TestElectionProcessRun(t *testing.T) {
 		for i := 1; i <= 3; i++ {
 			r.start(fmt.Sprintf("m%d", i), runTimings(rng))
 		}
-		time.Sleep(2 * time.Second) // the others follow
+		for i := 1; i <= 3; i++ {
+			r.waitReady(fmt.Sprintf("m%d", i), 30*time.Second) // it follows
+		}
 		for round := 0; round < 2; round++ {
 			if r.leader() != "long" {
 				break
 			}
+			v := r.version()
 			p := r.members["long"].cmd.Process
 			_ = p.Signal(syscall.SIGSTOP)
+			// The pause under test: longer than the others' LeaderTimeout
+			// (at most 2.5 s), shorter than the holder's RenewDeadline.
 			time.Sleep(3500 * time.Millisecond)
 			_ = p.Signal(syscall.SIGCONT)
-			time.Sleep(2 * time.Second)
+			r.waitWritten(v, 30*time.Second) // renewed, or taken
 		}
 		r.stopAll()
 		r.check(1)
