@@ -45,6 +45,9 @@ func runElect(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	warnDeprecated(fs, cfg.Logger)
+	if err := ef.checkPeerListen(&cfg); err != nil {
+		return err
+	}
 	metrics := newElectMetrics()
 	ops := newOpsState("elect", cfg.ServerID)
 	defer context.AfterFunc(ctx, func() { ops.stopping.Store(true) })()

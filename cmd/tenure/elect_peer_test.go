@@ -50,7 +50,7 @@ func TestElectAddrAloneIsPeerMode(t *testing.T) {
 			map[string]any{"addr": "10.0.0.1:8443", "listen": "127.0.0.1:9000", "peerMode": true, "disabled": false, "serverTLS": false}, ""},
 		{"no address", nil, map[string]any{"addr": "", "listen": "", "peerMode": false, "disabled": false, "serverTLS": false}, ""},
 		{"address without port", []string{"--advertise", "node1"}, nil, "--advertise"},
-		{"--require-peer and --no-peer", []string{"--advertise", "127.0.0.1:0", "--require-peer", "--no-peer"}, nil, "PeerDisabled"},
+		{"--require-peer and --no-peer", []string{"--advertise", "127.0.0.1:0", "--require-peer", "--no-peer"}, nil, "--no-peer: cannot be set with --require-peer"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

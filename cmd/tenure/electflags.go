@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -104,12 +106,26 @@ func (f *electFlags) config(e *env) (cfg election.Config, storeURL string, err e
 	// stays on loopback), unless --peer-listen says otherwise: ":PORT" for
 	// every interface, as behind NAT, where the address others dial is
 	// not one this host has.
+	for _, a := range []struct{ flag, addr string }{{"--advertise", *f.addr}, {"--peer-listen", *f.listen}} {
+		if err := checkHostPort(a.flag, a.addr); err != nil {
+			return election.Config{}, "", err
+		}
+	}
 	listen := *f.listen
 	if listen == "" && *f.addr != "" && !*f.noPeer {
-		if _, _, err := net.SplitHostPort(*f.addr); err != nil {
-			return election.Config{}, "", fmt.Errorf("--advertise %q: want host:port: %w", *f.addr, err)
-		}
 		listen = *f.addr
+	}
+	if *f.deadline == 0 {
+		// The renew deadline follows --leader-timeout: say which flag
+		// to change, rather than the rule on the derived deadline.
+		var budget time.Duration
+		for _, d := range retry {
+			budget += d
+		}
+		if *f.timeout > 0 && *f.timeout*2/3 <= budget {
+			return election.Config{}, "", fmt.Errorf("--leader-timeout %v: too short for --retry %s: the renew deadline, 2/3 of it unless --renew-deadline is given, must exceed the retry pauses (%v); give more than %v, or a shorter --retry",
+				*f.timeout, *f.retry, budget, budget*3/2)
+		}
 	}
 	cfg = election.Config{
 		RetrySchedule: retry,
@@ -132,12 +148,80 @@ func (f *electFlags) config(e *env) (cfg election.Config, storeURL string, err e
 	probe := cfg
 	probe.StoreURL = storeURL
 	if err := probe.Validate(); err != nil {
+		var ve *election.ValidationError
+		if errors.As(err, &ve) {
+			return election.Config{}, "", errors.New(strings.Join(flagProblems(ve.Problems), "; "))
+		}
 		return election.Config{}, "", err
 	}
 	if err := refuseMemStore("--lock", *f.lock); err != nil {
 		return election.Config{}, "", err
 	}
 	return cfg, storeURL, nil
+}
+
+// checkPeerListen tries the peer server's address before the member
+// starts, so that a failure is told in the command's flags: with
+// --require-peer the command fails; otherwise the member runs store-only,
+// as with --no-peer, and a warning says so. (The port is free again by the
+// time the member listens; should another process take it meanwhile, the
+// member reports that as it starts.)
+func (f *electFlags) checkPeerListen(cfg *election.Config) error {
+	if cfg.ServerAddr == "" || cfg.PeerDisabled {
+		return nil
+	}
+	ln, err := net.Listen("tcp", cfg.PeerListenAddr)
+	if err == nil {
+		return ln.Close()
+	}
+	which := "--advertise"
+	if *f.listen != "" {
+		which = "--peer-listen"
+	}
+	const hint = "give --peer-listen :PORT to listen on every interface, or --no-peer if --advertise is only shown to others"
+	if cfg.PeerMode {
+		return fmt.Errorf("%s %s: the peer server cannot listen there (%v), and --require-peer forbids running store-only; %s", which, cfg.PeerListenAddr, err, hint)
+	}
+	cfg.Logger.Warn("the peer server cannot listen; running store-only, as with --no-peer", "flag", which, "addr", cfg.PeerListenAddr, "err", err, "hint", hint)
+	cfg.PeerDisabled = true
+	return nil
+}
+
+// electFlagNames are the flags that set the Config fields Validate names.
+var electFlagNames = strings.NewReplacer(
+	"InfrequentInterval", "--infrequent", "FrequentInterval", "--frequent",
+	"LeaderTimeout", "--leader-timeout", "RenewDeadline", "--renew-deadline",
+	"PeerTimeout", "--peer-timeout", "RetrySchedule", "--retry",
+	"PeerDisabled", "--no-peer", "PeerMode", "--require-peer",
+	"ServerAddr", "--advertise", "ServerID", "--id", "LockfilePath", "the key of --lock",
+	"Priority", "--priority",
+)
+
+// flagProblems words the election's configuration problems in the
+// command's flags.
+func flagProblems(problems []string) []string {
+	out := make([]string, len(problems))
+	for i, p := range problems {
+		out[i] = electFlagNames.Replace(p)
+	}
+	return out
+}
+
+// checkHostPort refuses an address that is not host:port with a port
+// from 0 to 65535 (peers dial it in a URL, where a service name is no
+// port).
+func checkHostPort(flagName, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %q: want host:port, with a port from 0 to 65535", flagName, addr)
+	}
+	return nil
 }
 
 // refuseMemStore refuses a mem:// store to a command that runs one member

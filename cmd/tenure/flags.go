@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"time"
 )
 
 // aliasValue is a deprecated spelling of a flag: setting it sets the flag
@@ -53,5 +54,67 @@ func deprecations(fs *flag.FlagSet) []string {
 func warnDeprecated(fs *flag.FlagSet, log *slog.Logger) {
 	for _, d := range deprecations(fs) {
 		log.Warn(d)
+	}
+}
+
+// flagError is a flag value refused as it was set: the flag, the value
+// and the rule, for a message of one line.
+type flagError struct{ name, value, rule string }
+
+func (e *flagError) Error() string { return fmt.Sprintf("--%s %q: %s", e.name, e.value, e.rule) }
+
+// checkedValue records in failed the first value its flag refuses.
+type checkedValue struct {
+	flag.Value
+	name   string
+	failed *flagError
+}
+
+func (v *checkedValue) Set(s string) error {
+	err := v.Value.Set(s)
+	if err != nil && v.failed.name == "" {
+		*v.failed = flagError{name: v.name, value: s, rule: valueRule(v.Value, err)}
+	}
+	return err
+}
+
+// valueRule says what a flag of v's kind takes.
+func valueRule(v flag.Value, err error) string {
+	if a, ok := v.(*aliasValue); ok {
+		v = a.Value
+	}
+	if g, ok := v.(flag.Getter); ok {
+		switch g.Get().(type) {
+		case time.Duration:
+			return "want a duration with a unit, such as 500ms, 15s or 2m"
+		case int, int64:
+			return "want a whole number"
+		case uint, uint64:
+			return "want a whole number, 0 or more"
+		case float64:
+			return "want a number"
+		}
+	}
+	return err.Error()
+}
+
+// checkFlagValues makes every flag of fs but the booleans (whose values
+// the flag package parses apart) record in failed the value it refuses;
+// restore puts the flags back as they were.
+func checkFlagValues(fs *flag.FlagSet, failed *flagError) (restore func()) {
+	var undo []func()
+	fs.VisitAll(func(f *flag.Flag) {
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			return
+		}
+		orig := f.Value
+		f.Value = &checkedValue{Value: orig, name: f.Name, failed: failed}
+		undo = append(undo, func() { f.Value = orig })
+	})
+	return func() {
+		for _, u := range undo {
+			u()
+		}
+		undo = nil
 	}
 }

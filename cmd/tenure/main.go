@@ -157,14 +157,34 @@ func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 }
 
 // parse parses args, allowing flags after positional arguments, and maps
-// flag errors to errUsage.
+// flag errors to errUsage. A flag it refuses is reported in one line
+// (flagError), without the usage; --help prints the usage.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var failed flagError
+	restore := checkFlagValues(fs, &failed)
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	defer func() {
+		restore()
+		fs.Usage = usage
+		fs.SetOutput(out)
+	}()
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
+			restore()
+			fs.Usage = usage
+			fs.SetOutput(out)
 			if errors.Is(err, flag.ErrHelp) {
+				usage()
 				return nil, err
 			}
+			msg := err.Error()
+			if failed.name != "" {
+				msg = failed.Error()
+			}
+			fmt.Fprintf(out, "tenure %s: %s (see tenure %s --help)\n", fs.Name(), msg, fs.Name())
 			return nil, errUsage
 		}
 		rest := fs.Args()

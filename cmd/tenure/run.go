@@ -68,6 +68,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	}
 	log := cfg.Logger
 	warnDeprecated(fs, log)
+	if err := ef.checkPeerListen(&cfg); err != nil {
+		return err
+	}
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()

@@ -43,7 +43,10 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 0 || *storeURL == "" || (*count == 0) == (*ids == "") || *count < 0 {
+	if *count < 0 {
+		return fmt.Errorf("--shards %d: must be at least 1", *count)
+	}
+	if len(pos) != 0 || *storeURL == "" || (*count == 0) == (*ids == "") {
 		fmt.Fprintln(e.stderr, "tenure shards: --store and exactly one of --shards N or --shard-ids are required")
 		fs.Usage()
 		return errUsage
