@@ -42,7 +42,8 @@ type Config struct {
 	Store *store.Store
 	// StoreURL names the store when Store is nil, e.g.
 	// "s3://bucket/prefix?region=eu-west-1" or "file:///var/lib/tenure".
-	// A URL without a scheme is an S3 bucket and prefix: S3 is the default.
+	// A URL without a scheme is refused: write "s3://bucket/prefix" for a
+	// bucket, "file:///path" for a directory.
 	StoreURL string
 
 	// LockfilePath is the key of the lock record. Default "leader.json".
@@ -254,8 +255,13 @@ func (c Config) Validate() error {
 	if c.Store == nil && c.StoreURL == "" {
 		bad("Store or StoreURL: one is required, or LockURL (e.g. StoreURL \"s3://bucket/prefix\" or \"file:///var/lib/tenure\")")
 	}
+	if c.Store == nil && c.StoreURL != "" && !strings.Contains(c.StoreURL, "://") {
+		bad("StoreURL %q: no scheme; want e.g. \"file:///var/lib/tenure\" for a directory or \"s3://bucket/prefix\" for a bucket", c.StoreURL)
+	}
 	if c.LockfilePath == "" || len(c.LockfilePath) > store.MaxKeyLen || !utf8.ValidString(c.LockfilePath) {
 		bad("LockfilePath %q: must be a valid store key", c.LockfilePath)
+	} else if err := store.CheckKeyPath(c.LockfilePath); err != nil {
+		bad("LockfilePath %q: %v", c.LockfilePath, err)
 	}
 	switch {
 	case c.ServerID == "":

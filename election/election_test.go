@@ -104,6 +104,13 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"defaults", election.Config{Store: mem, ServerID: "a"}, ""},
 		{"no store", election.Config{ServerID: "a"}, "Store or StoreURL"},
+		// A path is not taken for an S3 bucket.
+		{"store URL without a scheme", election.Config{StoreURL: "./data", ServerID: "a"}, `StoreURL "./data": no scheme`},
+		{"lock path with ..", election.Config{Store: mem, ServerID: "a", LockfilePath: "../leader.json"}, `LockfilePath "../leader.json"`},
+		{"lock path with an empty segment", election.Config{Store: mem, ServerID: "a", LockfilePath: "jobs//leader.json"}, `LockfilePath "jobs//leader.json"`},
+		{"lock path with a leading /", election.Config{Store: mem, ServerID: "a", LockfilePath: "/leader.json"}, `LockfilePath "/leader.json"`},
+		{"lock path with a trailing /", election.Config{Store: mem, ServerID: "a", LockfilePath: "jobs/"}, `LockfilePath "jobs/"`},
+		{"lock path in a folder", election.Config{Store: mem, ServerID: "a", LockfilePath: "jobs/nightly/leader.json"}, ""},
 		{"negative interval", election.Config{Store: mem, FrequentInterval: -time.Second}, "FrequentInterval"},
 		{"infrequent below frequent", election.Config{Store: mem, FrequentInterval: 5 * time.Second, InfrequentInterval: time.Second}, "InfrequentInterval"},
 		{"deadline not above renew interval", election.Config{Store: mem, FrequentInterval: 10 * time.Second, InfrequentInterval: 30 * time.Second, RenewDeadline: 10 * time.Second}, "RenewDeadline"},

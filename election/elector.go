@@ -9,7 +9,6 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
@@ -160,11 +159,7 @@ func New(ctx context.Context, cfg Config) (*Elector, error) {
 		storeOpts = append(storeOpts, store.WithObserver(sm.Observe))
 	}
 	if e.st == nil {
-		u := cfg.StoreURL
-		if !strings.Contains(u, "://") {
-			u = "s3://" + u
-		}
-		st, err := store.Open(ctx, u, storeOpts...)
+		st, err := store.Open(ctx, cfg.StoreURL, storeOpts...)
 		if err != nil {
 			return nil, fmt.Errorf("election: %w", err)
 		}

@@ -56,7 +56,8 @@ type Config struct {
 	// Store holds the records. Required.
 	Store *store.Store
 	// Prefix is prepended to every key the coordinator writes. Members of
-	// one shard group share it. Default "shards/".
+	// one shard group share it. Default "shards/". It ends with "/" and has
+	// no empty, "." or ".." segment.
 	Prefix string
 	// ShardIDs are the shards this member starts with; more can be added
 	// and removed while running. In MemberLeases mode the set is shared
@@ -157,6 +158,10 @@ func (c Config) Validate() error {
 	}
 	if !utf8.ValidString(c.Prefix) || len(c.Prefix) > 256 {
 		bad("Prefix %q: must be valid UTF-8 of at most 256 bytes", c.Prefix)
+	} else if err := store.CheckKeyPath(strings.TrimSuffix(c.Prefix, "/")); err != nil {
+		bad("Prefix %q: %v", c.Prefix, err)
+	} else if !strings.HasSuffix(c.Prefix, "/") {
+		bad("Prefix %q: must end with \"/\" (keys are the prefix followed by \"assignment.json\", \"lock/SHARD\"…), e.g. %q", c.Prefix, c.Prefix+"/")
 	}
 	if c.Mode != ShardLeases && c.Mode != MemberLeases {
 		bad("Mode %v: must be ShardLeases or MemberLeases", c.Mode)
@@ -183,6 +188,11 @@ func (c Config) Validate() error {
 func checkShardID(id string) error {
 	if id == "" || !utf8.ValidString(id) || len(id) > 512 || strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return fmt.Errorf("shard ID %q: must be valid UTF-8 of 1 to 512 bytes without control characters", id)
+	}
+	// The ID ends a key (PREFIX lock/ID): a "..", "." or empty segment
+	// would name another object on some stores.
+	if err := store.CheckKeyPath(id); err != nil {
+		return fmt.Errorf("shard ID %q: %v", id, err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -132,6 +133,17 @@ func OpenKey(ctx context.Context, rawURL string, opts ...Option) (*Store, string
 // checkPath refuses "." and ".." segments of a path (a store's, which
 // starts with "/", or a key) and, in a key, empty segments. It checks the
 // unescaped path: %2E%2E is a ".." to a driver.
+// CheckKeyPath refuses a key that configurations must not name: a "." or
+// ".." segment, or an empty one (a leading, trailing or doubled "/"). Such
+// a key names one object on a store that maps keys to paths and another on
+// one that does not. The error says which rule the key breaks.
+func CheckKeyPath(key string) error {
+	if key == "" {
+		return errors.New("empty")
+	}
+	return checkPath(key, true)
+}
+
 func checkPath(p string, isKey bool) error {
 	if p == "" {
 		return nil

@@ -48,6 +48,42 @@ func Register(scheme string, open Opener) {
 	registry[scheme] = open
 }
 
+// driverPackages names the package that registers each of tenure's own
+// schemes, for the error of an Open whose driver was not imported.
+var driverPackages = map[string]string{
+	"azblob":   "azurestore",
+	"dynamodb": "dynamostore",
+	"etcd":     "etcdstore",
+	"file":     "filestore",
+	"gs":       "gcsstore",
+	"mem":      "memstore",
+	"route53":  "route53store",
+	"s3":       "s3store",
+}
+
+// schemeHint says what to do about an unregistered scheme: the import that
+// registers it, if it is one of tenure's, and what is registered.
+func schemeHint(scheme string) string {
+	const mod = "github.com/tenure-io/tenure/store/"
+	registered := "registered: none"
+	if s := Schemes(); len(s) > 0 {
+		registered = "registered: " + strings.Join(s, ", ")
+	}
+	if pkg, ok := driverPackages[scheme]; ok {
+		return fmt.Sprintf("%s; import %s%s (or %sall for every driver) to register it", registered, mod, pkg, mod)
+	}
+	return fmt.Sprintf("%s; tenure's drivers are %s, registered by importing %sall", registered, strings.Join(sortedKeys(driverPackages), ", "), mod)
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Schemes returns the registered URL schemes, sorted.
 func Schemes() []string {
 	registryMu.RLock()
@@ -79,8 +115,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	open := registry[u.Scheme]
 	registryMu.RUnlock()
 	if open == nil {
-		return nil, fmt.Errorf("store: open %q: %w %q (registered: %s)",
-			rawURL, ErrUnknownScheme, u.Scheme, strings.Join(Schemes(), ", "))
+		return nil, fmt.Errorf("store: open %q: %w %q (%s)", rawURL, ErrUnknownScheme, u.Scheme, schemeHint(u.Scheme))
 	}
 	var asked Store // only to read the options
 	for _, o := range opts {

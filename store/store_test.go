@@ -25,6 +25,11 @@ func TestOpenErrors(t *testing.T) {
 		{"unknown scheme", "ftp://host/dir", store.ErrUnknownScheme, `"ftp"`},
 		{"no scheme", "/var/lib/tenure", store.ErrUnknownScheme, "no scheme"},
 		{"unparsable", "s3://bucket/%zz", nil, "invalid URL escape"},
+		// This test binary does not import gcsstore or s3store: the error
+		// names the import that registers the scheme.
+		{"a known driver not imported", "gs://bucket/prefix", store.ErrUnknownScheme,
+			`import github.com/tenure-io/tenure/store/gcsstore (or github.com/tenure-io/tenure/store/all for every driver)`},
+		{"s3 not imported", "s3://bucket/prefix", store.ErrUnknownScheme, `github.com/tenure-io/tenure/store/s3store`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
