@@ -17,7 +17,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(e.stderr, "tenure lock: unknown subcommand %q\n\n", args[0])
 		}
 		fmt.Fprintln(e.stderr, `Usage:
-  tenure lock repair --term-floor N [--lease D] LOCK_URL   make a lock whose term cannot be read usable again`)
+  tenure lock repair --term-floor N [--leader-timeout D] LOCK_URL   make a lock whose term cannot be read usable again`)
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			return flag.ErrHelp
 		}
