@@ -74,7 +74,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	c := &Coordinator{cfg: cfg, log: cfg.Logger.With("shards", cfg.Prefix, "owner", cfg.OwnerID)}
+	c := &Coordinator{cfg: cfg, log: cfg.Logger.With("prefix", cfg.Prefix, "owner", cfg.OwnerID)}
 	switch cfg.Mode {
 	case MemberLeases:
 		c.impl = newMemberMode(c)

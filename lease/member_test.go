@@ -61,7 +61,7 @@ func (g *group) add(owner string, change func(*lease.Config)) *node {
 	cfg := g.base
 	cfg.Store = store.New(n.fs)
 	cfg.OwnerID = owner
-	cfg.Logger = slog.New(slog.NewTextHandler(g.t.Output(), &slog.HandlerOptions{Level: testLogLevel}))
+	cfg.Logger = slog.New(checkKeys(g.t, slog.NewTextHandler(g.t.Output(), &slog.HandlerOptions{Level: testLogLevel})))
 	if cfg.Mode == lease.ShardLeases {
 		// Elections have no per-shard hook: record what the application
 		// sees, from OnStartedLeading to its context's end (cancelled at

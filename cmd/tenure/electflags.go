@@ -70,7 +70,7 @@ func (f *electFlags) logger(e *env) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(*f.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", *f.logLevel)
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationText}
 	switch *f.logFormat {
 	case "text":
 		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
@@ -78,6 +78,15 @@ func (f *electFlags) logger(e *env) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", *f.logFormat)
+}
+
+// durationText writes durations as Go writes them ("2.249s"), not as
+// nanoseconds, which is what the JSON handler would write.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // config builds the election configuration, without its store, and

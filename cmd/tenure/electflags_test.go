@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Short timings are valid on their own: the intervals left unset follow
@@ -34,5 +36,24 @@ func TestElectFlagsShortTimings(t *testing.T) {
 				t.Fatalf("--priority 2 gave Priority %d", cfg.Priority)
 			}
 		})
+	}
+}
+
+// JSON logs carry durations as Go writes them, not as nanoseconds.
+func TestJSONLogDurations(t *testing.T) {
+	var out strings.Builder
+	e := &env{stdout: &strings.Builder{}, stderr: &out}
+	f := &electFlags{logFormat: ptr("json"), logLevel: ptr("info")}
+	log, err := f.logger(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("waited", "for", 2249*time.Millisecond)
+	var line map[string]any
+	if err := json.Unmarshal([]byte(out.String()), &line); err != nil {
+		t.Fatalf("log line %q: %v", out.String(), err)
+	}
+	if line["for"] != "2.249s" {
+		t.Fatalf("the duration logged as %#v; want \"2.249s\" (line %s)", line["for"], out.String())
 	}
 }
