@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenure-io/tenure/election"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/memstore"
@@ -502,15 +503,23 @@ func editLeaderState(t *testing.T, b []byte) []byte {
 }
 
 // TestCorruptLeaderStateOnStart: nodes starting on a corrupt
-// leader_state.json report it at every join attempt, never join, and
-// never overwrite it.
+// leader_state.json, or on another kind of record there (an election lock,
+// written by a member pointed at the group's object by mistake), report it
+// at every join attempt, naming what they found, never join, and never
+// overwrite it.
 func TestCorruptLeaderStateOnStart(t *testing.T) {
+	lock := election.Record{LeaderID: "intruder", Term: 2, Session: "s", Nonce: "n"}.Encode()
 	for _, tc := range []struct {
 		name string
 		edit func(*testing.T, []byte) []byte
+		says string // in the log, if set
 	}{
-		{"garbage", func(*testing.T, []byte) []byte { return garbage }},
-		{"field changed, old checksum", editLeaderState},
+		{"garbage", func(*testing.T, []byte) []byte { return garbage }, ""},
+		{"field changed, old checksum", editLeaderState, ""},
+		{"an election lock", func(*testing.T, []byte) []byte { return lock }, `is not the group's: rsm: an object of another kind: it is a record of kind \"tenure.lock\"`},
+		{"an election lock of the previous version", func(*testing.T, []byte) []byte {
+			return []byte(`{"leaderID":"intruder","leaderAddr":"","lastUpdated":"2026-11-29T05:00:00Z","term":2,"leaseMillis":15000,"session":"s","nonce":"n","counter":1,"released":false}`)
+		}, `is not the group's: rsm: an object of another kind: it is a record without a kind field, with the field \"leaderID\"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mem, st := newCluster()
@@ -548,6 +557,11 @@ func TestCorruptLeaderStateOnStart(t *testing.T) {
 			}
 			if got := getRaw(t, st, leaderStateKeyOf); !bytes.Equal(got, damaged) {
 				t.Fatalf("leader_state.json was overwritten with %s", got)
+			}
+			for i, h := range hosts {
+				if tc.says != "" && !h.log.contains(tc.says) {
+					t.Fatalf("node %d did not report %q:\n%s", i, tc.says, h.log.bytes())
+				}
 			}
 			_, err := nodes[0].Command(ctxT(t, 300*time.Millisecond), "counter", nil)
 			if !errors.Is(err, rsm.ErrNotCommitted) {

@@ -45,7 +45,15 @@
 // (matching ErrCorrupt) are as named. A node that meets a corrupt object,
 // or finds missing one the group depends on, neither leads nor serves:
 // Status().Problem names the object, and its requests fail at once with
-// that *CorruptError until the object is back. *DuplicateIDError
+// that *CorruptError until the object is back. An object of another kind
+// where one of the group's belongs (an election lock or a shard-lease
+// record at leader_state.json, a JSON record where a log entry or snapshot
+// belongs) is such a *CorruptError, also matching ErrForeignRecord, and
+// names what it is: leader_state.json says "kind":
+// "tenure.rsm.leader_state", or, written by the previous version without
+// a kind, has fields only a leader state has (followers, commitIndex,
+// checksum); the binary objects carry a magic number and a kind byte. It is
+// never taken over or written over. *DuplicateIDError
 // (matching ErrDuplicateID): another live process runs with this node's ID
 // and took leadership under it, or follows under it (the leader refuses
 // the second follower while the first answers); the node reports it the

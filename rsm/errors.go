@@ -40,6 +40,12 @@ var (
 	errMissing = errors.New("missing")
 	// ErrCorrupt matches a *CorruptError.
 	ErrCorrupt = errors.New("rsm: corrupt object in the store")
+	// ErrForeignRecord is a *CorruptError's cause when the object where
+	// one of the group's belongs is of another kind: an election lock or
+	// a shard-lease record at leader_state.json, a JSON record or another
+	// kind of frame where a log entry, snapshot, manifest or segment
+	// belongs. It is never applied, taken over or written over.
+	ErrForeignRecord = errors.New("rsm: an object of another kind")
 )
 
 // Sessions and group settings.
@@ -126,6 +132,9 @@ type CorruptError struct {
 func (e *CorruptError) Error() string {
 	if errors.Is(e.Err, errMissing) {
 		return fmt.Sprintf("rsm: object %q in the store: %v", e.Key, e.Err)
+	}
+	if errors.Is(e.Err, ErrForeignRecord) {
+		return fmt.Sprintf("rsm: object %q in the store is not the group's: %v", e.Key, e.Err)
 	}
 	return fmt.Sprintf("rsm: corrupt object %q in the store: %v", e.Key, e.Err)
 }

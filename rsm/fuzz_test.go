@@ -85,6 +85,8 @@ func FuzzDecodeEntry(f *testing.F) {
 		{Index: 9, Term: 2, Writer: "w", Nonce: []byte{1}, Commands: []*rsmpb.Command{
 			{Register: true, Client: "node-a#1"}, {Session: 4, Seq: 2, Machine: "kv", Data: []byte("x")}}},
 	}
+	f.Add([]byte(`{"kind":"tenure.lock","leaderID":"a","term":7}`), uint64(1))
+	f.Add([]byte(`{"leaderID":"a","term":7}`), uint64(1))
 	for _, e := range valid {
 		b := mustEncodeEntry(f, e)
 		f.Add(b, e.Index)
@@ -166,6 +168,7 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		}
 	}
 	f.Add(mustEncodeEntry(f, sampleEntry()))
+	f.Add([]byte(`{"kind":"tenure.lock","leaderID":"a","term":7}`))
 	for _, s := range valid {
 		p, err := proto.Marshal(s)
 		if err != nil {
@@ -232,6 +235,10 @@ func FuzzDecodeLeaderState(f *testing.F) {
 	f.Add([]byte(`{"term":1,"leaderID":"a","checksum":"00000000"}`))
 	f.Add(bytes.Replace(b, []byte(`"term": 5`), []byte(`"term": 6`), 1))
 	f.Add(b[:len(b)/2])
+	f.Add(previousLeaderState(sampleLeaderState(), fuzzNow))
+	f.Add([]byte(`{"kind":"tenure.lock","leaderID":"a","term":7,"session":"s","nonce":"n"}`))
+	f.Add([]byte(`{"leaderID":"a","term":7,"session":"s","nonce":"n"}`))
+	f.Add(bytes.Replace(b, []byte(`"tenure.rsm.leader_state"`), []byte(`"tenure.lock"`), 1))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ls, err := decodeLeaderState(b)
 		if err != nil {
@@ -252,7 +259,11 @@ func FuzzDecodeLeaderState(f *testing.F) {
 		if ls2.Counter != ls.Counter+1 {
 			t.Fatalf("counter %d after encoding %d", ls2.Counter, ls.Counter)
 		}
-		ls2.Nonce, ls2.Counter, ls2.LastUpdated, ls2.Checksum = ls.Nonce, ls.Counter, ls.LastUpdated, ls.Checksum
+		// A record of the previous version gains its kind.
+		if ls2.Kind != "tenure.rsm.leader_state" {
+			t.Fatalf("re-encoded leader state has kind %q", ls2.Kind)
+		}
+		ls2.Nonce, ls2.Counter, ls2.LastUpdated, ls2.Checksum, ls2.Kind = ls.Nonce, ls.Counter, ls.LastUpdated, ls.Checksum, ls.Kind
 		if !equalJSON(t, ls, ls2) {
 			t.Fatalf("round trip changed the leader state:\n%+v\n%+v", ls, ls2)
 		}
@@ -349,10 +360,10 @@ func TestLeaderStateRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Counter != ls.Counter+1 || got.Nonce == "" || got.LastUpdated != "2025-01-02T03:04:05Z" {
-		t.Fatalf("encoding did not stamp counter, nonce and time: %+v", got)
+	if got.Counter != ls.Counter+1 || got.Nonce == "" || got.LastUpdated != "2025-01-02T03:04:05Z" || got.Kind != "tenure.rsm.leader_state" {
+		t.Fatalf("encoding did not stamp counter, nonce, time and kind: %+v", got)
 	}
-	got.Nonce, got.Counter, got.LastUpdated, got.Checksum = "", ls.Counter, "", ""
+	got.Nonce, got.Counter, got.LastUpdated, got.Checksum, got.Kind = "", ls.Counter, "", "", ""
 	if !equalJSON(t, got, ls) {
 		t.Fatalf("round trip: got %+v, want %+v", got, ls)
 	}

@@ -1,6 +1,7 @@
 package rsm
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenure-io/tenure/internal/recordkind"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 )
 
@@ -60,15 +62,46 @@ func frame(kind byte, payload []byte) []byte {
 	return b
 }
 
+// frameNames names the kinds of frame, for errors.
+var frameNames = map[byte]string{
+	kindEntry: "log entry", kindSnapshot: "snapshot", kindChunked: "chunked snapshot or base part",
+	kindManifest: "snapshot manifest", kindSegment: "log segment",
+}
+
+// frameKindError says that b, which does not start with want's frame, is
+// another kind of object: a frame of another kind, or a JSON record (a
+// lock, a lease record, another program's), each matching
+// ErrForeignRecord; nil when b is neither (corrupt bytes, left to the
+// caller).
+func frameKindError(b []byte, want byte) error {
+	if len(b) > len(frameMagic) && string(b[:len(frameMagic)]) == frameMagic && b[len(frameMagic)] != want {
+		got, ok := frameNames[b[len(frameMagic)]]
+		if !ok {
+			got = fmt.Sprintf("frame of kind %q, which this version does not know,", b[len(frameMagic)])
+		}
+		return fmt.Errorf("%w: it is a %s, not a %s", ErrForeignRecord, got, frameNames[want])
+	}
+	if d := recordkind.Describe(b); d != "" {
+		return fmt.Errorf("%w: %s, not a %s", ErrForeignRecord, d, frameNames[want])
+	}
+	if bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte("{")) {
+		// Only the start was read (a base's header), or it is cut short.
+		return fmt.Errorf("%w: it starts as a JSON object, not as a %s", ErrForeignRecord, frameNames[want])
+	}
+	return nil
+}
+
 func unframe(kind byte, b []byte) ([]byte, error) {
+	if len(b) < frameHeader || string(b[:len(frameMagic)]) != frameMagic || b[len(frameMagic)] != kind {
+		if err := frameKindError(b, kind); err != nil {
+			return nil, err
+		}
+	}
 	if len(b) < frameHeader {
 		return nil, fmt.Errorf("%d bytes is shorter than the %d-byte header", len(b), frameHeader)
 	}
 	if string(b[:len(frameMagic)]) != frameMagic {
 		return nil, fmt.Errorf("bad magic %q (want %q)", b[:len(frameMagic)], frameMagic)
-	}
-	if b[len(frameMagic)] != kind {
-		return nil, fmt.Errorf("object kind %q, want %q", b[len(frameMagic)], kind)
 	}
 	payload := b[frameHeader:]
 	if got, want := crc32.Checksum(payload, castagnoli), binary.BigEndian.Uint32(b[len(frameMagic)+1:]); got != want {
@@ -228,7 +261,11 @@ func checkSnapshot(s *rsmpb.Snapshot) error {
 // membership changes; Nonce and Counter make every write's bytes unique.
 // Group and Incarnation are absent in records of the previous version (the
 // checksum covers only the fields present, so those still verify).
+// Kind, recordkind.RSMLeaderState in every record this version writes, is
+// outside the checksum, so that a node of the previous version, which
+// ignores the field, still verifies the rest during a rolling upgrade.
 type leaderState struct {
+	Kind        string         `json:"kind,omitempty"`
 	Term        uint64         `json:"term"`
 	LeaderID    string         `json:"leaderID"`
 	LeaderAddr  string         `json:"leaderAddr"`
@@ -249,12 +286,13 @@ type followerInfo struct {
 }
 
 func (ls leaderState) sum() string {
-	ls.Checksum = ""
+	ls.Checksum, ls.Kind = "", ""
 	b, _ := json.Marshal(ls)
 	return fmt.Sprintf("%08x", crc32.Checksum(b, castagnoli))
 }
 
 func encodeLeaderState(ls leaderState, now time.Time) []byte {
+	ls.Kind = recordkind.RSMLeaderState
 	ls.Nonce = newNonceHex()
 	ls.Counter++
 	ls.LastUpdated = now.UTC().Format(time.RFC3339)
@@ -263,8 +301,15 @@ func encodeLeaderState(ls leaderState, now time.Time) []byte {
 	return b
 }
 
+// decodeLeaderState decodes leader_state.json. A record of another kind
+// (an election lock, which also has a leaderID and a term; a shard-lease
+// record; a kind this version does not know) is refused with an error
+// matching ErrForeignRecord that says what it is.
 func decodeLeaderState(b []byte) (leaderState, error) {
 	var ls leaderState
+	if err := recordkind.Check(b, recordkind.RSMLeaderState); err != nil {
+		return leaderState{}, fmt.Errorf("%w: %w", ErrForeignRecord, err)
+	}
 	if err := json.Unmarshal(b, &ls); err != nil {
 		return leaderState{}, fmt.Errorf("leader state does not decode: %w", err)
 	}

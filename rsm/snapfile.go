@@ -169,6 +169,9 @@ func decodeStoredSnapshot(b []byte) (*storedSnapshot, error) {
 		return nil, fmt.Errorf("%d bytes is shorter than the %d-byte header", len(b), frameHeader+4)
 	}
 	if string(b[:len(frameMagic)]) != frameMagic {
+		if err := frameKindError(b, kindChunked); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("bad magic %q (want %q)", b[:len(frameMagic)], frameMagic)
 	}
 	hlen := binary.BigEndian.Uint32(b[len(frameMagic)+1:])

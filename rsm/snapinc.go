@@ -465,6 +465,9 @@ func decodeSegmentEach(b []byte, group string, first, last uint64, workers int, 
 // still encoded.
 func splitSegment(b []byte, first, last uint64) ([][]byte, error) {
 	if len(b) < len(frameMagic)+1 || string(b[:len(frameMagic)]) != frameMagic || b[len(frameMagic)] != kindSegment {
+		if err := frameKindError(b, kindSegment); err != nil {
+			return nil, err
+		}
 		return nil, errors.New("not a log segment")
 	}
 	if first == 0 || last < first {
@@ -526,6 +529,9 @@ func openChunked(r io.Reader) (*chunkedStream, error) {
 		return nil, fmt.Errorf("base header: %w", eofIsShort(err))
 	}
 	if string(pre[:len(frameMagic)]) != frameMagic || pre[len(frameMagic)] != kindChunked {
+		if err := frameKindError(pre[:], kindChunked); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("base does not start with %q%c", frameMagic, kindChunked)
 	}
 	hlen := binary.BigEndian.Uint32(pre[len(frameMagic)+1:])
