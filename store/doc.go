@@ -6,6 +6,18 @@
 // classifies the driver's errors once (KindOf, errors.Is with ErrNotFound,
 // ErrPreconditionFailed, ...) and waits for calls in flight on Close.
 //
+// # Conditional deletes
+//
+// Delete with IfMatch(v) either keeps its contract, refused with
+// ErrPreconditionFailed when the key is missing or has another version, or
+// fails with ErrUnsupported and deletes nothing: some S3-compatible servers
+// (MinIO, versitygw) and fake-gcs-server ignore the condition of a delete,
+// and their drivers find that out once, before the first conditional
+// delete, and then refuse every one. It is not emulated: a compare-and-swap
+// to a tombstone followed by a delete is not atomic (a create landing on
+// the tombstone in between would be deleted). Apart from Probe, no tenure
+// component makes a conditional delete.
+//
 // # Metrics
 //
 // A Store registers no metrics itself. Count its calls with Metrics:

@@ -8,9 +8,9 @@ import (
 )
 
 // Sentinel errors. Every error returned by a *Store method is an *Error that
-// matches exactly one of the first six, ErrInvalidArgument or ErrTooLarge
-// with errors.Is (or none, for an unclassified error), and unwraps to the driver's own error, so errors.As
-// reaches SDK error types.
+// matches exactly one of the first six, ErrInvalidArgument, ErrTooLarge or
+// ErrUnsupported with errors.Is (or none, for an unclassified error), and
+// unwraps to the driver's own error, so errors.As reaches SDK error types.
 var (
 	ErrNotFound           = errors.New("store: not found")
 	ErrPreconditionFailed = errors.New("store: precondition failed")
@@ -25,6 +25,11 @@ var (
 	// ErrTooLarge: GetLimited found a value larger than its limit, and read
 	// no more of it than the limit.
 	ErrTooLarge = errors.New("store: value too large")
+	// ErrUnsupported: the store cannot keep the call's contract, so the
+	// call was refused and changed nothing: a conditional delete on a
+	// server that ignores its condition (MinIO, for one). The error names
+	// the store and what it ignores.
+	ErrUnsupported = errors.New("store: unsupported by this store")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store: closed")
 	// ErrConditionsIgnored: the store accepted a write whose condition did
@@ -84,6 +89,8 @@ func kindSentinel(k driver.Kind) error {
 		return ErrInvalidArgument
 	case driver.TooLarge:
 		return ErrTooLarge
+	case driver.Unsupported:
+		return ErrUnsupported
 	}
 	return nil
 }
@@ -117,7 +124,7 @@ func IsAmbiguous(err error) bool {
 		return false
 	}
 	switch KindOf(err) {
-	case driver.NotFound, driver.PreconditionFailed, driver.Permanent, driver.InvalidArgument, driver.TooLarge:
+	case driver.NotFound, driver.PreconditionFailed, driver.Permanent, driver.InvalidArgument, driver.TooLarge, driver.Unsupported:
 		return false
 	}
 	return true

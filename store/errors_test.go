@@ -21,7 +21,7 @@ func (e *wrapAPIError) Error() string { return "api error " + e.Code }
 var wrapSentinels = []error{
 	store.ErrNotFound, store.ErrPreconditionFailed, store.ErrConflict, store.ErrThrottled,
 	store.ErrTransient, store.ErrPermanent, store.ErrInvalidArgument, store.ErrClosed,
-	store.ErrConditionsIgnored, store.ErrUnknownScheme,
+	store.ErrConditionsIgnored, store.ErrUnknownScheme, store.ErrUnsupported, store.ErrTooLarge,
 }
 
 // chainStoreErrors returns every *store.Error in err's chain.
@@ -91,6 +91,7 @@ func TestErrorsWrappedOnce(t *testing.T) {
 		{driver.Transient, store.ErrTransient},
 		{driver.Permanent, store.ErrPermanent},
 		{driver.InvalidArgument, store.ErrInvalidArgument},
+		{driver.Unsupported, store.ErrUnsupported},
 		{driver.Canceled, nil},
 		{driver.Unknown, nil},
 	}

@@ -9,10 +9,12 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tenure-io/tenure/store/driver"
 )
 
 // ProbePrefix is where Probe writes its scratch keys.
-const ProbePrefix = ".tenure-probe/"
+const ProbePrefix = driver.ScratchPrefix
 
 // probeMaxSize bounds the probe's reads of its scratch key: its records are
 // a few dozen bytes, and whatever else is there is not loaded.
@@ -24,10 +26,16 @@ type ProbeResult struct {
 	// did not hold. CreateIfAbsent and IfMatch are required.
 	CreateIfAbsent bool `json:"createIfAbsentEnforced"`
 	IfMatch        bool `json:"ifMatchEnforced"`
-	// DeleteIfMatch is reported but not required: no tenure component
-	// relies on a conditional delete for safety, and some servers (MinIO)
-	// ignore the condition.
+	// DeleteIfMatch: a conditional delete keeps its contract, refused on
+	// a stale version and on a missing key.
 	DeleteIfMatch bool `json:"deleteIfMatchEnforced"`
+	// DeleteUnsupported, when not empty, is the error with which the
+	// Store refused conditional deletes (ErrUnsupported): its driver
+	// found that the server ignores their condition (MinIO, versitygw), so
+	// it sends none, and deletes nothing. That is accepted: no tenure
+	// component makes conditional deletes. A store whose conditional
+	// delete is neither kept nor refused, but ignored, is not.
+	DeleteUnsupported string `json:"deleteIfMatchUnsupported,omitempty"`
 
 	Rounds int `json:"rounds"`
 	// Round-trip latency of each kind of call, over all rounds.
@@ -40,8 +48,11 @@ type ProbeResult struct {
 	DeleteMatch LatencyStats `json:"delete"`
 }
 
-// OK reports whether the conditions tenure relies on were enforced.
-func (r ProbeResult) OK() bool { return r.CreateIfAbsent && r.IfMatch }
+// OK reports whether the conditions tenure relies on were enforced, and a
+// conditional delete is either kept or refused.
+func (r ProbeResult) OK() bool {
+	return r.CreateIfAbsent && r.IfMatch && (r.DeleteIfMatch || r.DeleteUnsupported != "")
+}
 
 // LatencyStats summarises a set of round trips.
 type LatencyStats struct {
@@ -89,9 +100,10 @@ const (
 
 // Probe checks on scratch keys under ProbePrefix that the store enforces
 // conditional writes (a second create-if-absent fails, a compare-and-swap
-// on a stale version fails), reports whether a delete on a stale version
-// fails, and measures round-trip latency over rounds rounds (5 if rounds <
-// 1). It removes its scratch keys, on failure too (even after ctx ended,
+// on a stale version fails, a delete on a stale version and one of a
+// missing key fail, or conditional deletes are refused with
+// ErrUnsupported), and measures round-trip latency over rounds rounds (5
+// if rounds < 1). It removes its scratch keys, on failure too (even after ctx ended,
 // within a bounded time); a key it could not remove is named in its error.
 //
 // If the store accepted a write it should have refused, Probe returns the
@@ -119,7 +131,11 @@ func Probe(ctx context.Context, s *Store, rounds int) (ProbeResult, error) {
 	if len(p.ignored) > 0 {
 		slices.Sort(p.ignored)
 		ignored := slices.Compact(p.ignored)
-		return res, fmt.Errorf("probe: %w: %s; tenure cannot keep leases or a log safely on this store", ErrConditionsIgnored, strings.Join(ignored, "; "))
+		why := "tenure cannot keep leases or a log safely on this store"
+		if res.CreateIfAbsent && res.IfMatch {
+			why = "a conditional delete on it would delete a value it must keep"
+		}
+		return res, fmt.Errorf("probe: %w: %s; %s", ErrConditionsIgnored, strings.Join(ignored, "; "), why)
 	}
 	return res, nil
 }
@@ -207,15 +223,30 @@ func (p *prober) round(ctx context.Context, key string) (removed bool, err error
 	err = s.Delete(ctx, key, IfMatch(v1))
 	switch {
 	case err == nil:
-		// Reported, not refused: no tenure component relies on a
-		// conditional delete for safety (MinIO ignores it).
 		p.res.DeleteIfMatch = false
+		p.ignored = append(p.ignored, "a delete on a stale version succeeded")
 		return true, nil
+	case errors.Is(err, ErrUnsupported):
+		// The driver refuses conditional deletes on this server, which
+		// would ignore them: kept safe, and accepted, as no tenure
+		// component makes them. The clean-up deletes unconditionally.
+		p.res.DeleteIfMatch = false
+		p.res.DeleteUnsupported = err.Error()
+		return false, nil
 	case !errors.Is(err, ErrPreconditionFailed):
 		return false, fmt.Errorf("probe: delete on a stale version: %w", err)
 	}
 	if err := p.timed(&p.del, func() error { return s.Delete(ctx, key, IfMatch(v2)) }); err != nil {
 		return false, fmt.Errorf("probe: delete on the current version: %w", err)
+	}
+	// The key is gone now: a conditional delete of it must fail.
+	err = s.Delete(ctx, key, IfMatch(v2))
+	switch {
+	case err == nil:
+		p.res.DeleteIfMatch = false
+		p.ignored = append(p.ignored, "a delete of a missing key succeeded")
+	case !errors.Is(err, ErrPreconditionFailed):
+		return true, fmt.Errorf("probe: delete of a missing key: %w", err)
 	}
 	return true, nil
 }

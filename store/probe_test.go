@@ -58,14 +58,15 @@ func TestProbeMemstore(t *testing.T) {
 	}
 
 	// What a probe costs, per round: a create, a refused create, a swap, a
-	// refused swap, a read, a refused delete and a delete.
+	// refused swap, a read, a refused stale delete, a delete, and a
+	// refused delete of the key it removed.
 	want := faultstore.Snapshot{
 		{Op: faultstore.OpPutCreate, Result: faultstore.OK}:                 rounds,
 		{Op: faultstore.OpPutCreate, Result: faultstore.PreconditionFailed}: rounds,
 		{Op: faultstore.OpPutCAS, Result: faultstore.OK}:                    rounds,
 		{Op: faultstore.OpPutCAS, Result: faultstore.PreconditionFailed}:    rounds,
 		{Op: faultstore.OpGet, Result: faultstore.OK}:                       rounds,
-		{Op: faultstore.OpDelete, Result: faultstore.PreconditionFailed}:    rounds,
+		{Op: faultstore.OpDelete, Result: faultstore.PreconditionFailed}:    2 * rounds,
 		{Op: faultstore.OpDelete, Result: faultstore.OK}:                    rounds,
 	}
 	if got := fs.Counts(); !maps.Equal(got, want) {
@@ -84,17 +85,80 @@ func TestProbeDefaultRounds(t *testing.T) {
 	}
 }
 
-func TestProbeReportsButAcceptsIgnoredDeleteCondition(t *testing.T) {
-	// MinIO ignores If-Match on DeleteObject; tenure does not rely on it.
-	s, fs := probeSetup(t)
-	fs.IgnoreConditions(faultstore.OpDelete)
+// refusingDeletes refuses every conditional delete as unsupported, as
+// s3store does on a server that ignores If-Match on DeleteObject.
+type refusingDeletes struct{ driver.Store }
+
+func (r refusingDeletes) Delete(ctx context.Context, key string, cond driver.Cond) error {
+	if cond.Kind == driver.IfMatch {
+		return driver.Errorf(driver.Unsupported, "the test server ignores the condition of a conditional delete")
+	}
+	return r.Store.Delete(ctx, key, cond)
+}
+
+// A store whose driver refuses conditional deletes (it found the server
+// ignores them) keeps the contract by failing: the probe reports it and
+// accepts the store, as no tenure component makes conditional deletes.
+func TestProbeAcceptsRefusedDeleteCondition(t *testing.T) {
+	s := store.New(refusingDeletes{memstore.New()})
+	defer s.Close()
 	res, err := store.Probe(context.Background(), s, 3)
-	if err != nil || !res.OK() || res.DeleteIfMatch {
-		t.Fatalf("Probe = %+v, %v; want success with DeleteIfMatch false", res, err)
+	if err != nil || !res.OK() || res.DeleteIfMatch || !strings.Contains(res.DeleteUnsupported, "ignores the condition of a conditional delete") {
+		t.Fatalf("Probe = %+v, %v; want success, DeleteIfMatch false and the refusal reported", res, err)
 	}
-	if items, _ := s.List(context.Background(), store.ProbePrefix, "", 10); len(items) != 0 {
-		t.Fatalf("Probe left %d scratch keys", len(items))
+	if left := probeLeftovers(t, s); len(left) != 0 {
+		t.Fatalf("Probe left scratch keys: %+v", left)
 	}
+}
+
+// A store whose conditional delete deletes on a stale version, or deletes
+// a missing key "successfully", breaks the Store's contract: the probe
+// refuses it, naming what it ignored.
+func TestProbeRefusesIgnoredDeleteCondition(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		drv  func() driver.Store
+		says string
+	}{
+		{"stale version", func() driver.Store {
+			fs := faultstore.New(memstore.New())
+			fs.IgnoreConditions(faultstore.OpDelete)
+			return fs
+		}, "a delete on a stale version succeeded"},
+		{"missing key", func() driver.Store { return missingDeleted{memstore.New()} }, "a delete of a missing key succeeded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := store.New(tc.drv())
+			defer s.Close()
+			res, err := store.Probe(context.Background(), s, 3)
+			if !errors.Is(err, store.ErrConditionsIgnored) || res.OK() || res.DeleteIfMatch {
+				t.Fatalf("Probe = %+v, %v; want ErrConditionsIgnored", res, err)
+			}
+			if !strings.Contains(err.Error(), tc.says) || strings.Count(err.Error(), tc.says) != 1 {
+				t.Fatalf("error %q does not say %q once", err, tc.says)
+			}
+			if !res.CreateIfAbsent || !res.IfMatch {
+				t.Fatalf("result %+v: the writes' conditions were kept", res)
+			}
+			if left := probeLeftovers(t, s); len(left) != 0 {
+				t.Fatalf("Probe left scratch keys: %+v", left)
+			}
+		})
+	}
+}
+
+// missingDeleted answers a conditional delete of a missing key with
+// success, as versitygw does.
+type missingDeleted struct{ driver.Store }
+
+func (m missingDeleted) Delete(ctx context.Context, key string, cond driver.Cond) error {
+	err := m.Store.Delete(ctx, key, cond)
+	if cond.Kind == driver.IfMatch && err != nil {
+		if _, _, gerr := m.Store.Get(ctx, key); driver.Classify(m.Store, gerr) == driver.NotFound {
+			return nil
+		}
+	}
+	return err
 }
 
 func TestProbeRefusesIgnoredConditions(t *testing.T) {
@@ -112,7 +176,7 @@ func TestProbeRefusesIgnoredConditions(t *testing.T) {
 	}{
 		{"create-if-absent", faultstore.OpPutCreate, false, true, true, []string{create}},
 		{"compare-and-swap", faultstore.OpPutCAS, true, false, true, []string{swap}},
-		{"every write", faultstore.Writes, false, false, false, []string{create, swap}},
+		{"every write", faultstore.Writes, false, false, false, []string{create, swap, del}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

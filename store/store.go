@@ -220,8 +220,10 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond Cond) (st
 }
 
 // Delete removes key. With IfMatch(v) it returns an error matching
-// ErrPreconditionFailed when the key is absent or has another version; with
-// the zero Cond it removes whatever is there and succeeds if nothing is.
+// ErrPreconditionFailed when the key is absent or has another version, or
+// one matching ErrUnsupported, having deleted nothing, on a store whose
+// service would ignore the condition (see the package doc); with the zero
+// Cond it removes whatever is there and succeeds if nothing is.
 func (s *Store) Delete(ctx context.Context, key string, cond Cond) error {
 	if err := s.enter("delete", key); err != nil {
 		return err

@@ -131,11 +131,12 @@ func TestKindOfAndPredicates(t *testing.T) {
 		{driver.Transient, true, true, store.ErrTransient},
 		{driver.Permanent, false, false, store.ErrPermanent},
 		{driver.InvalidArgument, false, false, store.ErrInvalidArgument},
+		{driver.Unsupported, false, false, store.ErrUnsupported},
 		{driver.Canceled, false, true, nil},
 		{driver.Unknown, true, true, nil},
 	}
 	all := []error{store.ErrNotFound, store.ErrPreconditionFailed, store.ErrConflict, store.ErrThrottled,
-		store.ErrTransient, store.ErrPermanent, store.ErrInvalidArgument}
+		store.ErrTransient, store.ErrPermanent, store.ErrInvalidArgument, store.ErrUnsupported}
 	for _, c := range cases {
 		err := mk(c.kind)
 		if store.KindOf(err) != c.kind {

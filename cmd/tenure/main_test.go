@@ -58,7 +58,7 @@ func TestProbeMem(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"create-if-absent             enforced", "compare-and-swap (If-Match)  enforced", "ok: this store enforces"} {
+	for _, want := range []string{"create-if-absent             enforced", "compare-and-swap (If-Match)  enforced", "delete if match              enforced", "ok: this store enforces"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

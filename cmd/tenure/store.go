@@ -91,10 +91,11 @@ func runStoreProbe(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintf(w, "store\t%s\n", pos[0])
 	fmt.Fprintf(w, "create-if-absent\t%s\n", yes(res.CreateIfAbsent))
 	fmt.Fprintf(w, "compare-and-swap (If-Match)\t%s\n", yes(res.IfMatch))
-	if res.DeleteIfMatch {
-		fmt.Fprintf(w, "delete if match\t%s\n", yes(true))
-	} else {
-		fmt.Fprintf(w, "delete if match\tignored (tenure does not rely on it)\n")
+	switch {
+	case res.DeleteUnsupported != "":
+		fmt.Fprintf(w, "delete if match\trefused: the server ignores the condition, so tenure sends none (tenure makes no conditional delete)\n")
+	default:
+		fmt.Fprintf(w, "delete if match\t%s\n", yes(res.DeleteIfMatch))
 	}
 	if perr == nil {
 		fmt.Fprintf(w, "get\t%s\n", res.Get)
@@ -108,6 +109,9 @@ func runStoreProbe(ctx context.Context, e *env, args []string) error {
 	}
 	if perr != nil {
 		return perr
+	}
+	if res.DeleteUnsupported != "" {
+		fmt.Fprintf(e.stdout, "conditional deletes fail with store.ErrUnsupported here: %s\n", res.DeleteUnsupported)
 	}
 	fmt.Fprintln(e.stdout, "ok: this store enforces conditional writes; tenure can run on it")
 	return nil

@@ -85,8 +85,13 @@ type Store interface {
 	Put(ctx context.Context, key string, data []byte, cond Cond) (version string, err error)
 
 	// Delete removes key. With IfMatch it returns an error of kind
-	// PreconditionFailed when the key is missing or has another version.
-	// Unconditional delete of a missing key succeeds.
+	// PreconditionFailed when the key is missing or has another version,
+	// atomically with the removal. A driver whose service may ignore that
+	// condition (some S3-compatible servers do) must not send it and hope:
+	// it finds out first (DeleteCheck) and, where the condition would be
+	// ignored, refuses every conditional delete with an error of kind
+	// Unsupported, changing nothing. Unconditional delete of a missing key
+	// succeeds.
 	Delete(ctx context.Context, key string, cond Cond) error
 
 	// List returns at most limit items whose keys start with prefix and sort
@@ -205,6 +210,10 @@ const (
 	// TooLarge: a value is larger than the limit the reader set
 	// (GetLimited). Nothing beyond the limit was read.
 	TooLarge
+	// Unsupported: the store cannot keep the request's contract (a
+	// server that ignores the condition of a conditional delete), so the
+	// driver refused it without changing anything.
+	Unsupported
 )
 
 // String returns a short name for the kind.
@@ -230,6 +239,8 @@ func (k Kind) String() string {
 		return "canceled"
 	case TooLarge:
 		return "too large"
+	case Unsupported:
+		return "unsupported"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }

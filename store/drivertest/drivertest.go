@@ -202,7 +202,7 @@ func testCreateIfAbsent(t *testing.T, s *store.Store) {
 		t.Fatalf("a refused create changed the object: %q, %q", data, v)
 	}
 	// A create after a delete succeeds again.
-	if err := s.Delete(ctxFor(t), "k", store.IfMatch(v1)); err != nil {
+	if err := deleteAt(t, s, "k", v1); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	mustPut(t, s, "k", []byte("three"), store.IfAbsent())
@@ -240,18 +240,66 @@ func testCompareAndSwap(t *testing.T, s *store.Store) {
 	}
 }
 
+// testDelete: a conditional delete keeps its contract (refused on a stale
+// version and on a missing key), or, on a store that cannot keep it, every
+// conditional delete is refused with store.ErrUnsupported and nothing is
+// deleted. Unconditional deletes work on every store.
 func testDelete(t *testing.T, s *store.Store) {
 	v1 := mustPut(t, s, "k", []byte("one"), store.IfAbsent())
 	v2 := mustPut(t, s, "k", []byte("two"), store.IfMatch(v1))
-	wantErr(t, "delete on a stale version", s.Delete(ctxFor(t), "k", store.IfMatch(v1)), store.ErrPreconditionFailed)
-	if data, _ := mustGet(t, s, "k"); string(data) != "two" {
-		t.Fatalf("a refused delete changed the object: %q", data)
+	err := s.Delete(ctxFor(t), "k", store.IfMatch(v1))
+	if data, v := mustGet(t, s, "k"); string(data) != "two" || v != v2 {
+		t.Fatalf("a delete on a stale version (%v) changed the object: %q at %q", err, data, v)
 	}
+	if errors.Is(err, store.ErrUnsupported) {
+		testDeleteUnsupported(t, s, v2)
+		return
+	}
+	wantErr(t, "delete on a stale version", err, store.ErrPreconditionFailed)
 	if err := s.Delete(ctxFor(t), "k", store.IfMatch(v2)); err != nil {
 		t.Fatalf("delete on the current version: %v", err)
 	}
 	wantGone(t, s, "k")
 	wantErr(t, "conditional delete of a missing key", s.Delete(ctxFor(t), "k", store.IfMatch(v2)), store.ErrPreconditionFailed)
+	wantGone(t, s, "k")
+	testDeleteUnconditional(t, s)
+}
+
+// deleteAt deletes key, at version v where conditional deletes are kept;
+// where they are refused as unsupported (testDelete checks that), without
+// a condition.
+func deleteAt(t *testing.T, s *store.Store, key, v string) error {
+	t.Helper()
+	err := s.Delete(ctxFor(t), key, store.IfMatch(v))
+	if errors.Is(err, store.ErrUnsupported) {
+		err = s.Delete(ctxFor(t), key, store.Cond{})
+	}
+	return err
+}
+
+// testDeleteUnsupported: a store that refused a conditional delete as
+// unsupported refuses every one alike, deleting nothing, with an error that
+// is definite (not ambiguous, not to be retried).
+func testDeleteUnsupported(t *testing.T, s *store.Store, v string) {
+	for _, c := range []struct{ name, key string }{{"on the current version", "k"}, {"of a missing key", "absent"}} {
+		err := s.Delete(ctxFor(t), c.key, store.IfMatch(v))
+		wantErr(t, "conditional delete "+c.name+" on a store that refused one as unsupported", err, store.ErrUnsupported)
+		if store.IsAmbiguous(err) || store.IsRetryable(err) {
+			t.Fatalf("a refused conditional delete is ambiguous or retryable: %v", err)
+		}
+	}
+	if data, gv := mustGet(t, s, "k"); string(data) != "two" || gv != v {
+		t.Fatalf("refused conditional deletes changed the object: %q at %q", data, gv)
+	}
+	wantGone(t, s, "absent")
+	if err := s.Delete(ctxFor(t), "k", store.Cond{}); err != nil {
+		t.Fatalf("unconditional delete: %v", err)
+	}
+	wantGone(t, s, "k")
+	testDeleteUnconditional(t, s)
+}
+
+func testDeleteUnconditional(t *testing.T, s *store.Store) {
 	if err := s.Delete(ctxFor(t), "k", store.Cond{}); err != nil {
 		t.Fatalf("unconditional delete of a missing key: %v", err)
 	}
@@ -357,7 +405,7 @@ func testKeys(t *testing.T, s *store.Store, opts Options) {
 		}
 	}
 	for _, k := range keys {
-		if err := s.Delete(ctxFor(t), k, store.IfMatch(versions[k])); err != nil {
+		if err := deleteAt(t, s, k, versions[k]); err != nil {
 			t.Errorf("Delete(%q): %v", k, err)
 		}
 	}
@@ -618,6 +666,12 @@ func testCancellation(t *testing.T, s *store.Store) {
 func testErrorsAreWrapped(t *testing.T, s *store.Store) {
 	v := mustPut(t, s, "present", []byte("x"), store.IfAbsent())
 	ctx := ctxFor(t)
+	// A store that cannot keep a conditional delete's contract refuses it
+	// as unsupported (testDelete checks that it does so consistently).
+	delErr, delWant := s.Delete(ctx, "absent", store.IfMatch(v)), store.ErrPreconditionFailed
+	if errors.Is(delErr, store.ErrUnsupported) {
+		delWant = store.ErrUnsupported
+	}
 	cases := []struct {
 		op, key string
 		err     error
@@ -626,7 +680,7 @@ func testErrorsAreWrapped(t *testing.T, s *store.Store) {
 		{"get", "absent", func() error { _, _, err := s.Get(ctx, "absent"); return err }(), store.ErrNotFound},
 		{"put", "present", func() error { _, err := s.Put(ctx, "present", []byte("y"), store.IfAbsent()); return err }(), store.ErrPreconditionFailed},
 		{"put", "absent", func() error { _, err := s.Put(ctx, "absent", []byte("y"), store.IfMatch(v)); return err }(), store.ErrPreconditionFailed},
-		{"delete", "absent", s.Delete(ctx, "absent", store.IfMatch(v)), store.ErrPreconditionFailed},
+		{"delete", "absent", delErr, delWant},
 		{"list", "p", func() error { _, err := s.List(ctx, "p", "", 0); return err }(), store.ErrInvalidArgument},
 	}
 	for _, c := range cases {

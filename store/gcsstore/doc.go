@@ -97,7 +97,11 @@
 //
 // fake-gcs-server, the emulator tenure's tests run against, applies
 // ifGenerationMatch on uploads atomically but ignores it on deletes: there
-// a delete on a stale generation succeeds, and store.Probe reports that
-// conditional deletes are not enforced. Run `tenure store probe URL`
-// before trusting any server other than Cloud Storage.
+// a delete on a stale generation would succeed. Before its first
+// conditional delete the driver checks, once, on scratch keys under
+// .tenure-probe/ (driver.DeleteCheck), that the server refuses a delete on
+// a stale generation and one of a missing object; where it does not, every
+// conditional delete fails with store.ErrUnsupported and deletes nothing,
+// and store.Probe reports that. Run `tenure store probe URL` before
+// trusting any server other than Cloud Storage.
 package gcsstore

@@ -42,6 +42,10 @@ type Store struct {
 	name    string // the bucket's name
 	prefix  string
 	opts    Options
+	// deletes finds out, before the first conditional delete, whether the
+	// server enforces ifGenerationMatch on a delete (fake-gcs-server does
+	// not).
+	deletes driver.DeleteCheck
 }
 
 var (
@@ -359,7 +363,10 @@ func (s *Store) bucketMissing(err error) error {
 }
 
 // Delete implements driver.Store. With a condition it sends
-// ifGenerationMatch=GENERATION, once; without, it is made again after a
+// ifGenerationMatch=GENERATION, once, after checking, once, on scratch
+// keys, that the server enforces it (driver.DeleteCheck; fake-gcs-server
+// does not, and there every conditional delete fails with an error of kind
+// Unsupported, deleting nothing); without, it is made again after a
 // transient error or throttling, as Get is: a delete of a missing object
 // succeeds, so a repeat whose first attempt landed does too.
 func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error {
@@ -372,18 +379,33 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 		}
 		return err
 	case driver.IfMatch:
-		gen, ok := generation(cond.Version)
-		if !ok {
-			return driver.Errorf(driver.PreconditionFailed, "gcsstore: %q is not an object generation, so no object has it", cond.Version)
+		if _, ok := generation(cond.Version); !ok {
+			return s.deleteIfMatch(ctx, key, cond) // refused without a request
 		}
-		err := call.IfGenerationMatch(gen).Do()
-		if err != nil && classify(err) == driver.NotFound {
-			// The key is missing, so its generation does not match.
-			return &driver.Error{Kind: driver.PreconditionFailed, Err: fmt.Errorf("if-match on a missing key: %w", err)}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		return err
+		if err := s.deletes.Check(ctx, s, fmt.Sprintf("%s (bucket %q)", s.where(), s.name), s.deleteIfMatch); err != nil {
+			return fmt.Errorf("gcsstore: %w", err)
+		}
+		return s.deleteIfMatch(ctx, key, cond)
 	}
 	return driver.Errorf(driver.InvalidArgument, "gcsstore: delete accepts if-match or no condition, got %v", cond.Kind)
+}
+
+// deleteIfMatch sends a delete with ifGenerationMatch, once: a server that
+// ignores it deletes whatever is there (see driver.DeleteCheck).
+func (s *Store) deleteIfMatch(ctx context.Context, key string, cond driver.Cond) error {
+	gen, ok := generation(cond.Version)
+	if !ok {
+		return driver.Errorf(driver.PreconditionFailed, "gcsstore: %q is not an object generation, so no object has it", cond.Version)
+	}
+	err := s.objects.Delete(s.name, s.prefix+key).Context(ctx).IfGenerationMatch(gen).Do()
+	if err != nil && classify(err) == driver.NotFound {
+		// The key is missing, so its generation does not match.
+		return &driver.Error{Kind: driver.PreconditionFailed, Err: fmt.Errorf("if-match on a missing key: %w", err)}
+	}
+	return err
 }
 
 // List implements driver.Store with objects.list, prefix and startOffset,

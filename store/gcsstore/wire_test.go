@@ -87,6 +87,7 @@ func (f *fakeGCS) store(t *testing.T, prefix string) *store.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
+	gcsstore.TrustConditionalDeletes(s.Driver().(*gcsstore.Store))
 	f.reset()
 	return s
 }

@@ -67,14 +67,22 @@
 //
 // AWS S3 has enforced If-None-Match on PutObject since August 2024 and
 // If-Match since November 2024; it has since added If-Match on DeleteObject
-// for general purpose buckets. Cloudflare R2 supports both on PutObject. versitygw v1.8.0 (posix backend) passes
-// tenure's probe but answers a conditional delete of a missing key with
-// success. MinIO supports conditional PutObject but, as of the release
-// tenure tests against, ignores If-Match on DeleteObject: a delete on a
-// stale version succeeds; store.Probe reports that (deleteIfMatchEnforced
-// false) and still passes the store, as no tenure component relies on a
-// conditional delete. Run
-// `tenure store probe URL` before trusting any other server.
+// for general purpose buckets. Cloudflare R2 supports both on PutObject.
+// versitygw v1.8.0 (posix backend) enforces them, and If-Match on a
+// DeleteObject of a key that exists, but answers a conditional delete of a
+// missing key with success. MinIO supports conditional PutObject but, as of
+// the release tenure tests against, ignores If-Match on DeleteObject: a
+// delete on a stale version succeeds.
+//
+// So before its first conditional delete the driver checks, once, on
+// scratch keys under .tenure-probe/ (five requests; see
+// driver.DeleteCheck), that the server refuses a delete on a stale version
+// and one of a missing key. Where it does not (MinIO, versitygw), every
+// conditional delete fails with store.ErrUnsupported, naming the server and
+// what it ignores, and deletes nothing; unconditional deletes work as
+// before. No tenure component but the probe makes conditional deletes;
+// store.Probe reports the refusal (deleteIfMatchUnsupported) and passes the
+// store. Run `tenure store probe URL` before trusting any other server.
 //
 // Keys are stored verbatim. AWS S3 accepts any UTF-8 key of up to 1,024 bytes
 // (the prefix included; longer keys are refused before any request).

@@ -15,7 +15,8 @@ import (
 
 // These tests check, on every server, what the conformance cases listed in
 // knownDefects stop checking at their first failure: keys every server
-// stores, paging, conditional deletes, the longest key.
+// stores, paging, the longest key; and what each server does with a
+// conditional delete.
 
 // portableKeys are awkward keys that S3 and both file-backed servers store
 // under their own name.
@@ -116,31 +117,6 @@ func TestListPagingOnServers(t *testing.T) {
 	}
 }
 
-func TestConditionalDeleteOfTheCurrentVersion(t *testing.T) {
-	for _, server := range servers {
-		t.Run(server.name, func(t *testing.T) {
-			s := openOn(server.start(t))(t)
-			v1, err := s.Put(ctx(t), "k", []byte("one"), store.IfAbsent())
-			if err != nil {
-				t.Fatal(err)
-			}
-			v2, err := s.Put(ctx(t), "k", []byte("two"), store.IfMatch(v1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Delete(ctx(t), "k", store.IfMatch(v2)); err != nil {
-				t.Fatalf("delete on the current version: %v", err)
-			}
-			if _, _, err := s.Get(ctx(t), "k"); !errors.Is(err, store.ErrNotFound) {
-				t.Fatalf("Get after delete: %v, want ErrNotFound", err)
-			}
-			if _, err := s.Put(ctx(t), "k", []byte("three"), store.IfMatch(v2)); !errors.Is(err, store.ErrPreconditionFailed) {
-				t.Errorf("swap on a deleted key: %v, want ErrPreconditionFailed", err)
-			}
-		})
-	}
-}
-
 // TestLongestKey stores a key of exactly MaxKeyLen bytes, in path segments
 // short enough for file-backed servers.
 func TestLongestKey(t *testing.T) {
@@ -171,38 +147,81 @@ func TestLongestKey(t *testing.T) {
 	}
 }
 
-// probeIgnores lists, per server, the conditions store.Probe finds ignored.
-// MinIO: see knownDefects["minio"]["Delete"].
-var probeIgnores = map[string][]string{
-	"minio": {"delete"},
+// deletesIgnored says, per server, what it does with a conditional delete
+// whose condition does not hold: MinIO deletes on a stale version (and a
+// missing key "succeeds"), versitygw deletes a missing key "successfully".
+// On both the driver refuses every conditional delete.
+var deletesIgnored = map[string]string{
+	"minio":     "a delete on a stale version succeeded; a delete of a missing key succeeded",
+	"versitygw": "a delete of a missing key succeeded",
 }
 
-// TestProbe checks that the driver passes each server's refusals through
-// unchanged, so that store.Probe judges the server itself.
+// TestProbe checks that the driver passes each server's refusals of
+// conditional writes through unchanged, so that store.Probe judges the
+// server itself, and that the probe accepts a server on which the driver
+// refuses conditional deletes.
 func TestProbe(t *testing.T) {
 	for _, server := range servers {
 		t.Run(server.name, func(t *testing.T) {
 			s := openOn(server.start(t))(t)
 			res, err := store.Probe(ctx(t), s, 3)
-			var ignored []string
-			if !res.CreateIfAbsent {
-				ignored = append(ignored, "create")
-			}
-			if !res.IfMatch {
-				ignored = append(ignored, "swap")
-			}
-			if !res.DeleteIfMatch {
-				ignored = append(ignored, "delete")
-			}
-			want := probeIgnores[server.name]
-			if !slices.Equal(ignored, want) {
-				t.Fatalf("probe found conditions ignored on %v, want %v (err %v)", ignored, want, err)
-			}
-			// An ignored delete condition is reported, not refused.
 			if err != nil {
 				t.Fatalf("probe: %v", err)
 			}
-			t.Logf("probe: err=%v\n  create %v\n  swap   %v\n  get    %v", err, res.CreatePut, res.CASPut, res.Get)
+			if !res.OK() || !res.CreateIfAbsent || !res.IfMatch {
+				t.Fatalf("probe = %+v; want create-if-absent and if-match enforced", res)
+			}
+			if says := deletesIgnored[server.name]; says != "" && (res.DeleteIfMatch || !strings.Contains(res.DeleteUnsupported, says)) {
+				t.Fatalf("probe: deletes enforced %v, refused %q; want them refused, saying %q", res.DeleteIfMatch, res.DeleteUnsupported, says)
+			}
+			t.Logf("probe: create %v\n  swap   %v\n  get    %v\n  delete: %s", res.CreatePut, res.CASPut, res.Get, res.DeleteUnsupported)
+		})
+	}
+}
+
+// TestConditionalDeleteOnServers: a conditional delete on a stale version
+// and one of a missing key neither delete nor succeed on any server: where
+// the server would ignore the condition, the driver refuses them with
+// ErrUnsupported naming the server, and the object stays as it was.
+func TestConditionalDeleteOnServers(t *testing.T) {
+	for _, server := range servers {
+		t.Run(server.name, func(t *testing.T) {
+			srv := server.start(t)
+			s := openOn(srv)(t)
+			v1, err := s.Put(ctx(t), "k", []byte("one"), store.IfAbsent())
+			if err != nil {
+				t.Fatal(err)
+			}
+			v2, err := s.Put(ctx(t), "k", []byte("two"), store.IfMatch(v1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := store.ErrPreconditionFailed
+			says := deletesIgnored[server.name]
+			if says != "" {
+				want = store.ErrUnsupported
+			}
+			for _, c := range []struct{ name, key, version string }{
+				{"on a stale version", "k", v1},
+				{"of a missing key", "absent", v2},
+			} {
+				err := s.Delete(ctx(t), c.key, store.IfMatch(c.version))
+				if !errors.Is(err, want) {
+					t.Fatalf("conditional delete %s: %v; want %v", c.name, err, want)
+				}
+				if says != "" && (!strings.Contains(err.Error(), srv.Endpoint) || !strings.Contains(err.Error(), says)) {
+					t.Fatalf("conditional delete %s: %v; want the server named and %q", c.name, err, says)
+				}
+			}
+			if data, v, err := s.Get(ctx(t), "k"); err != nil || string(data) != "two" || v != v2 {
+				t.Fatalf("k after the refused deletes: %q, %q, %v; want \"two\" at %q", data, v, err, v2)
+			}
+			if _, _, err := s.Get(ctx(t), "absent"); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("absent after the refused delete: %v; want ErrNotFound", err)
+			}
+			if items, err := s.List(ctx(t), store.ProbePrefix, "", 10); err != nil || len(items) != 0 {
+				t.Fatalf("scratch keys left: %v, %v", items, err)
+			}
 		})
 	}
 }

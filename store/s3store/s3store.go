@@ -47,6 +47,9 @@ type Store struct {
 	bucket string
 	prefix string
 	opts   Options
+	// deletes finds out, before the first conditional delete, whether the
+	// server enforces If-Match on DeleteObject (MinIO does not).
+	deletes driver.DeleteCheck
 }
 
 var (
@@ -175,7 +178,11 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Co
 }
 
 // Delete implements driver.Store with DeleteObject; with a condition it
-// sends If-Match: version, once.
+// sends If-Match: version, once. Before the first conditional delete it
+// checks, once, on scratch keys, that the server enforces If-Match on
+// DeleteObject (driver.DeleteCheck): on a server that does not (MinIO; and
+// versitygw, which deletes a missing key "successfully") every conditional
+// delete fails with an error of kind Unsupported, and nothing is deleted.
 func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error {
 	in := &s3.DeleteObjectInput{
 		Bucket: aws.String(s.bucket),
@@ -187,14 +194,37 @@ func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error 
 		_, err := s.client.DeleteObject(ctx, in)
 		return err
 	case driver.IfMatch:
-		in.IfMatch = aws.String(cond.Version)
-		_, err := s.client.DeleteObject(ctx, in, noRetry)
-		if err != nil {
-			return conditionalError(err, cond)
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		return nil
+		if err := s.deletes.Check(ctx, s, s.describe(), s.deleteIfMatch); err != nil {
+			return fmt.Errorf("s3store: %w", err)
+		}
+		return s.deleteIfMatch(ctx, key, cond)
 	}
 	return driver.Errorf(driver.InvalidArgument, "s3store: delete accepts if-match or no condition, got %v", cond.Kind)
+}
+
+// deleteIfMatch sends a DeleteObject with If-Match, once: a server that
+// ignores the header deletes whatever is there (see driver.DeleteCheck).
+func (s *Store) deleteIfMatch(ctx context.Context, key string, cond driver.Cond) error {
+	in := &s3.DeleteObjectInput{
+		Bucket:  aws.String(s.bucket),
+		Key:     aws.String(s.prefix + key),
+		IfMatch: aws.String(cond.Version),
+	}
+	if _, err := s.client.DeleteObject(ctx, in, noRetry); err != nil {
+		return conditionalError(err, cond)
+	}
+	return nil
+}
+
+// describe names the server and bucket in errors.
+func (s *Store) describe() string {
+	if s.opts.Endpoint == "" {
+		return fmt.Sprintf("AWS S3 (bucket %q)", s.bucket)
+	}
+	return fmt.Sprintf("the S3 server at %s (bucket %q)", s.opts.Endpoint, s.bucket)
 }
 
 // conditionalError gives the one classification that depends on the

@@ -98,6 +98,7 @@ func (f *fakeS3) store(t *testing.T, prefix string) *store.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s3store.TrustConditionalDeletes(d)
 	s := store.New(d)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
