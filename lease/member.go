@@ -1322,7 +1322,11 @@ func (m *memberMode) leave() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.c.cfg.renewDeadline())
 	defer cancel()
-	if err := m.c.cfg.Store.Delete(ctx, m.key(memberKey(m.c.cfg.OwnerID, m.session)), store.IfMatch(m.myVersion)); err != nil {
+	// Unconditional: the key is this session's alone, and whatever is
+	// there (our record, or a tombstone evicting this session) may go now
+	// that no shard runs. A conditional delete would add nothing, and
+	// some stores refuse them (store.ErrUnsupported).
+	if err := m.c.cfg.Store.Delete(ctx, m.key(memberKey(m.c.cfg.OwnerID, m.session)), store.Cond{}); err != nil {
 		m.c.log.Warn("removing our member record failed; the others will judge us dead after LeaseDuration", "err", err)
 	}
 }

@@ -550,3 +550,33 @@ func TestStopDuringRenewWarnsNothing(t *testing.T) {
 		}
 	})
 }
+
+// refusingDeletes refuses every conditional delete as unsupported, as the
+// S3 driver does on a server that would ignore their condition (MinIO).
+type refusingDeletes struct{ driver.Store }
+
+func (r refusingDeletes) Delete(ctx context.Context, key string, cond driver.Cond) error {
+	if cond.Kind == driver.IfMatch {
+		return driver.Errorf(driver.Unsupported, "this store refuses conditional deletes")
+	}
+	return r.Store.Delete(ctx, key, cond)
+}
+
+// A member that leaves removes its record on a store that refuses
+// conditional deletes too, so that the others move its shards at once.
+func TestMemberLeaveRemovesRecordWithoutConditionalDelete(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shards := shardIDs(4)
+		g := newGroup(t, memberConfig(shards))
+		a := g.add("a", func(cfg *lease.Config) { cfg.Store = store.New(refusingDeletes{cfg.Store.Driver()}) })
+		g.settled(shards, time.Minute)
+		members := lease.DefaultPrefix + "members/"
+		if items, err := g.inner.List(t.Context(), members, "", 10); err != nil || len(items) != 1 {
+			t.Fatalf("member records while a runs: %v, %v; want a's", items, err)
+		}
+		g.stopNode(a)
+		if items, err := g.inner.List(t.Context(), members, "", 10); err != nil || len(items) != 0 {
+			t.Fatalf("member records after a left: %v, %v; want none", items, err)
+		}
+	})
+}
