@@ -298,6 +298,10 @@ func electionView(el *election.Elector) func(opsStatus) opsStatus {
 		case es.DuplicateServerID:
 			s.Ready, s.Reason = false, "another process takes part in this election with the same --id"
 		case s.Role == "leader":
+		case es.RecordProblem != "":
+			// No member can take the lock over until it is repaired:
+			// whoever it names, the group has no leader it can follow.
+			s.Ready, s.Reason = false, "the lock cannot be taken over: "+es.RecordProblem+" (an operator runs tenure lock repair --term-floor N LOCK_URL)"
 		case s.Leader == "":
 			s.Ready, s.Reason = false, "no leader known"
 		case s.Leader == es.ServerID:

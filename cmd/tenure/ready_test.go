@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tenure-io/tenure/election"
+	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/memstore"
+)
+
+// A member that cannot take a lock over because its record is broken says
+// so in /readyz, not only in /status.
+func TestReadinessNamesABrokenLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := store.New(memstore.New())
+		// A record without a term: no member may take it over.
+		if _, err := st.Put(t.Context(), "leader.json", []byte(`{"leaderID":"old","leaderAddr":"","lastUpdated":"2026-01-01T00:00:00Z"}`), store.IfAbsent()); err != nil {
+			t.Fatal(err)
+		}
+		el, err := election.New(t.Context(), election.Config{Store: st, ServerID: "a", SkipProbe: true,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- el.Run(ctx) }()
+		// The record's lease runs out unchanged: the member judges it
+		// and finds it cannot be taken over.
+		time.Sleep(2 * election.DefaultLeaderTimeout)
+		synctest.Wait()
+		if el.RecordProblem() == nil {
+			t.Fatal("the member found no problem with a record that has no term")
+		}
+		s := electionView(el)(opsStatus{Ready: true})
+		if s.Ready || !strings.Contains(s.Reason, "tenure lock repair") || !strings.Contains(s.Reason, el.RecordProblem().Error()) {
+			t.Fatalf("readiness %v %q; want not ready, naming the record's problem and the repair", s.Ready, s.Reason)
+		}
+		t.Logf("readiness: %s", s.Reason)
+		cancel()
+		<-done
+	})
+}
