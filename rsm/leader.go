@@ -838,9 +838,13 @@ func (l *leaderRun) snapshot(j *snapJob) {
 	if err == nil {
 		n.setSnapshot(out.end, out.stats())
 	}
+	if err != nil {
+		// It may have left objects behind. Set before the report: once
+		// the loop has it, the next snapshot's worker may start.
+		l.sweep = true
+	}
 	l.report(snapshotResult{end: out.end, version: out.version, stats: out.stats(), err: err})
 	if err != nil {
-		l.sweep = true // it may have left objects behind
 		return
 	}
 	dropped, swept, gcErr := n.gs.collect(l.ctx, out.prev, out.man, l.term, l.sweep || j.base != nil)
