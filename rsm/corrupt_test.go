@@ -2,13 +2,17 @@ package rsm_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +21,7 @@ import (
 	"github.com/tenure-io/tenure/election"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/driver"
 	"github.com/tenure-io/tenure/store/memstore"
 )
 
@@ -103,7 +108,7 @@ type corruptHost struct {
 
 // startCorruptHost starts a host on mem through a store of its own that
 // records its calls, with its own metrics registry and a log recorder.
-func startCorruptHost(t *testing.T, mem *memstore.Store, id string) *corruptHost {
+func startCorruptHost(t *testing.T, mem driver.Store, id string) *corruptHost {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -431,7 +436,8 @@ func TestCorruptCommittedEntryBeforeCatchUp(t *testing.T) {
 }
 
 // TestCorruptSnapshotFreshNode: the snapshot is damaged under a running
-// leader; a fresh node that must load it reports it and applies nothing.
+// leader; a fresh node that must load it reports it at every join
+// attempt, reads it once, and applies nothing.
 func TestCorruptSnapshotFreshNode(t *testing.T) {
 	mem, st := newCluster()
 	opts := corruptOptions()
@@ -471,7 +477,11 @@ func TestCorruptSnapshotFreshNode(t *testing.T) {
 	if !b.log.contains("corrupt object") {
 		t.Fatal("node b never logged the corrupt snapshot")
 	}
-	b.assertBackoff(t, snapshotKeyOf, 0, opts)
+	// Refused once: each later report lists the key and finds the version
+	// it refused, which it does not read again.
+	if got := b.reads(snapshotKeyOf); got != 1 {
+		t.Fatalf("node b read the corrupt snapshot %d times over %v reports; want once", got, b.corruptCount(t, "snapshot"))
+	}
 	// The node that read it corrupt never writes it. (The leader may try a
 	// swap that was due, over the version it wrote: that fails, and the
 	// damaged bytes, checked above, stay.)
@@ -690,4 +700,99 @@ func TestCorruptLeaderStateTellsFollowers(t *testing.T) {
 	if _, err := nb.Command(ctxT(t, 60*time.Second), "counter", nil); !errors.Is(err, rsm.ErrCorrupt) || !strings.Contains(err.Error(), leaderStateKeyOf) {
 		t.Fatalf("command on the follower: %v; want ErrCorrupt naming %s", err, leaderStateKeyOf)
 	}
+}
+
+// oversized is a driver on which one key holds an object of size bytes
+// (while size is above 0; junk, not stored), and that records the limit
+// of every read of that key (math.MaxInt64 for an unbounded Get).
+type oversized struct {
+	driver.Store
+	key    string
+	size   atomic.Int64
+	mu     sync.Mutex
+	limits []int64
+}
+
+func (d *oversized) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
+	size := d.size.Load()
+	if key != d.key || size <= 0 {
+		return d.Store.GetLimited(ctx, key, max)
+	}
+	d.mu.Lock()
+	d.limits = append(d.limits, max)
+	d.mu.Unlock()
+	if size > max {
+		return nil, "", driver.TooLargeError(size, max)
+	}
+	return bytes.Repeat([]byte{'{'}, int(size)), "junk", nil
+}
+
+func (d *oversized) Get(ctx context.Context, key string) ([]byte, string, error) {
+	return d.GetLimited(ctx, key, math.MaxInt64)
+}
+
+func (d *oversized) reads() []int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.limits)
+}
+
+// TestOversizedLeaderStateRefused: a 32 MiB object at leader_state.json
+// (tenure writes at most rsm.LeaderStateMax there) is refused as corrupt
+// at each join attempt, named in the log, Status, the corrupt-objects
+// counter and the refused gauge, and never read past the bound: each
+// attempt reads it once, with the bound, on the join loop's backoff. Once
+// an operator restores it, the node leads again.
+func TestOversizedLeaderStateRefused(t *testing.T) {
+	mem, _ := newCluster()
+	opts := corruptOptions()
+	a := startCorruptHost(t, mem, "a")
+	na := a.join(t, opts)
+	waitLeader(t, na)
+	command(t, na, 1)
+	if err := a.h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d := &oversized{Store: mem, key: leaderStateKeyOf}
+	d.size.Store(32 << 20)
+	b := startCorruptHost(t, d, "a")
+	nb := b.join(t, opts)
+	poll(t, "three reports of the oversized leader_state.json", func() bool {
+		if s := nb.Status(); s.State != "JOINING" {
+			t.Fatalf("the node joined over an oversized leader_state.json: %+v", s)
+		}
+		return b.corruptCount(t, "leader_state") >= 3
+	})
+	reports := b.corruptCount(t, "leader_state")
+	limits := d.reads()
+	for i, max := range limits {
+		if max > rsm.LeaderStateMax {
+			t.Fatalf("read %d of leader_state.json with limit %d; want at most %d", i, max, rsm.LeaderStateMax)
+		}
+	}
+	// One read per report (and one more may be under way): not re-read
+	// within an attempt.
+	if len(limits) > int(reports)+1 {
+		t.Fatalf("%d reads of leader_state.json for %v reports", len(limits), reports)
+	}
+	if s := nb.Status(); !strings.Contains(s.Problem, leaderStateKeyOf) || !strings.Contains(s.Problem, "larger than tenure writes there") {
+		t.Fatalf("status problem %q: want leader_state.json named as too large", s.Problem)
+	}
+	if !b.log.contains(leaderStateKeyOf) || !b.log.contains("larger than tenure writes there") {
+		t.Fatal("the oversized leader_state.json was not reported in the log")
+	}
+	if g := b.gauge(t, "tenure_rsm_refused", "object", "leader_state"); g != 1 {
+		t.Fatalf("tenure_rsm_refused{object=\"leader_state\"} = %v, want 1", g)
+	}
+	b.assertBackoff(t, leaderStateKeyOf, 0, opts)
+	if got := b.calls.putCount(leaderStateKeyOf); got != 0 {
+		t.Fatalf("the node wrote leader_state.json %d times over the oversized one", got)
+	}
+
+	d.size.Store(0) // the operator restores the last good version
+	poll(t, "the node leads again", func() bool {
+		s := nb.Status()
+		return s.State == "JOINED" && s.Role == "LEADER" && s.Problem == ""
+	})
+	command(t, nb, 2)
 }

@@ -42,7 +42,9 @@
 // setting the group recorded (MaxDedupClients, the machines' names); the
 // node stops, and Node.Done and Node.Err report it. *NotLeaderError,
 // ErrBusy, ErrTooLarge, ErrUnknownMachine, ErrClosed and *CorruptError
-// (matching ErrCorrupt) are as named. A node that meets a corrupt object,
+// (matching ErrCorrupt) are as named. Every object is read within the
+// size tenure writes at its key (docs/rsm.md, "Bounded reads"); a larger
+// one is refused as corrupt, read no further. A node that meets a corrupt object,
 // or finds missing one the group depends on, neither leads nor serves:
 // Status().Problem names the object, and its requests fail at once with
 // that *CorruptError until the object is back. An object of another kind

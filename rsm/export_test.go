@@ -11,3 +11,6 @@ func SetPrepareFrom(n uint64) (restore func()) {
 // FollowLikeNoPacks makes h's nodes register with their leaders as a
 // version without packs does (FollowRequest.reads_packs false).
 func FollowLikeNoPacks(h *Host) { h.noPacks = true }
+
+// LeaderStateMax is the bound leader_state.json is read within.
+const LeaderStateMax = leaderStateMax

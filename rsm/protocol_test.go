@@ -11,6 +11,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -89,10 +90,15 @@ func (h *hookStore) puts(key string) int {
 }
 
 func (h *hookStore) Get(ctx context.Context, key string) ([]byte, string, error) {
+	return h.GetLimited(ctx, key, math.MaxInt64)
+}
+
+// GetLimited is how the group's objects are read (bounded).
+func (h *hookStore) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
 	if _, f := h.hooks(); f != nil {
 		f(key)
 	}
-	return h.Store.Get(ctx, key)
+	return h.Store.GetLimited(ctx, key, max)
 }
 
 func (h *hookStore) set(put func(context.Context, string), get func(string)) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -38,13 +39,18 @@ func (s *lossyStore) Put(ctx context.Context, key string, data []byte, cond driv
 }
 
 func (s *lossyStore) Get(ctx context.Context, key string) ([]byte, string, error) {
+	return s.GetLimited(ctx, key, math.MaxInt64)
+}
+
+// GetLimited is how the group's objects are read (bounded).
+func (s *lossyStore) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
 	s.mu.Lock()
 	blind := s.blinding && strings.HasPrefix(key, testGroup+"/"+logDir)
 	s.mu.Unlock()
 	if blind {
 		return nil, "", driver.Errorf(driver.Transient, "lossy: reads of the log fail")
 	}
-	return s.Store.Get(ctx, key)
+	return s.Store.GetLimited(ctx, key, max)
 }
 
 func (s *lossyStore) set(armed, blinding bool) {

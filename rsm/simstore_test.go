@@ -309,8 +309,12 @@ type simSnap struct {
 	data []byte
 }
 
-func (d simDriver) GetLimited(ctx context.Context, key string, _ int64) ([]byte, string, error) {
-	return d.Get(ctx, key)
+func (d simDriver) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
+	b, v, err := d.Get(ctx, key)
+	if err == nil && int64(len(b)) > max {
+		return nil, "", driver.TooLargeError(int64(len(b)), max)
+	}
+	return b, v, err
 }
 
 // simKeyOf maps a store key to the simulated store's.

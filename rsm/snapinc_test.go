@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -625,7 +626,7 @@ func partsOf(t testing.TB, b []byte, size int) (*partsReader, func()) {
 		keys = append(keys, k)
 	}
 	gs := &groupStore{st: store.New(mem), group: "g", retry: RetryOptions{MaxAttempts: 1}}
-	or := gs.openObjects(context.Background(), keys, true, 0)
+	or := gs.openObjects(context.Background(), keys, testBound, true, 0)
 	return &partsReader{or: or}, or.close
 }
 
@@ -743,10 +744,15 @@ type startCountingDriver struct {
 }
 
 func (d *startCountingDriver) Get(ctx context.Context, key string) ([]byte, string, error) {
+	return d.GetLimited(ctx, key, math.MaxInt64)
+}
+
+// GetLimited is how the objects are read (bounded).
+func (d *startCountingDriver) GetLimited(ctx context.Context, key string, max int64) ([]byte, string, error) {
 	d.mu.Lock()
 	d.started++
 	d.mu.Unlock()
-	return d.Store.Get(ctx, key)
+	return d.Store.GetLimited(ctx, key, max)
 }
 
 func (d *startCountingDriver) count() int {
@@ -770,7 +776,7 @@ func TestReadAheadBoundedInBytes(t *testing.T) {
 	d := &startCountingDriver{Store: mem}
 	// 2,500 bytes: the object being decoded and one more of 1,000.
 	gs := &groupStore{st: store.New(d), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: 8, readAhead: 2500}
-	or := gs.openObjects(t.Context(), keys, false, 0)
+	or := gs.openObjects(t.Context(), keys, testBound, false, 0)
 	defer or.close()
 	for i := range keys {
 		data, err := or.next()
@@ -797,7 +803,7 @@ type bufferRecordingDriver struct {
 	bufs []*byte // the first byte of each buffer given, nil for none
 }
 
-func (d *bufferRecordingDriver) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
+func (d *bufferRecordingDriver) ReadInto(ctx context.Context, key string, buf []byte, max int64) ([]byte, error) {
 	var first *byte
 	if cap(buf) > 0 {
 		first = &buf[:1][0]
@@ -805,7 +811,7 @@ func (d *bufferRecordingDriver) ReadInto(ctx context.Context, key string, buf []
 	d.mu.Lock()
 	d.bufs = append(d.bufs, first)
 	d.mu.Unlock()
-	data, _, err := d.Get(ctx, key)
+	data, _, err := d.GetLimited(ctx, key, max)
 	if err != nil {
 		return nil, err
 	}
@@ -841,7 +847,7 @@ func TestObjectReaderReusesBuffers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &bufferRecordingDriver{Store: mem}
 			gs := &groupStore{st: store.New(d), group: "g", retry: RetryOptions{MaxAttempts: 1}, par: tc.par, readAhead: 3500}
-			or := gs.openObjects(t.Context(), keys, tc.reuse, 0)
+			or := gs.openObjects(t.Context(), keys, testBound, tc.reuse, 0)
 			defer or.close()
 			for i := range keys {
 				data, err := or.next()
@@ -883,8 +889,13 @@ func TestObjectReaderReusesBuffers(t *testing.T) {
 // filestore does.
 type readsInto struct{ driver.Store }
 
-func (r readsInto) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
-	data, _, err := r.Get(ctx, key)
+var (
+	_ driver.Reader = readsInto{}
+	_ driver.Reader = (*bufferRecordingDriver)(nil)
+)
+
+func (r readsInto) ReadInto(ctx context.Context, key string, buf []byte, max int64) ([]byte, error) {
+	data, _, err := r.GetLimited(ctx, key, max)
 	if err != nil || cap(buf) < len(data) {
 		return data, err
 	}
@@ -1134,3 +1145,6 @@ func TestBorrowsAll(t *testing.T) {
 		}
 	}
 }
+
+// testBound is an objectReader's bound for tests of its reads ahead.
+var testBound = objectBound{"test object", 1 << 30}

@@ -58,7 +58,7 @@ func (g *groupStore) writeBase(ctx context.Context, c *captured, w snapWriter, p
 func (g *groupStore) createObject(ctx context.Context, key string, data []byte) error {
 	_, err := store.PutResolved(ctx, g.st, key, data, store.IfAbsent(), g.resolve(func(stored []byte) bool {
 		return bytes.Equal(stored, data)
-	}))
+	}, int64(max(len(data), 1))))
 	return err
 }
 
@@ -159,10 +159,13 @@ func (g *groupStore) writeManifest(ctx context.Context, m *manifest, prev string
 		cond = store.IfMatch(prev)
 	}
 	data := encodeManifest(m)
+	if len(data) > manifestMax {
+		return "", refuseWrite(g.key(snapshotKey), "manifest", len(data), manifestMax)
+	}
 	v, err := store.PutResolved(ctx, g.st, g.key(snapshotKey), data, cond, g.resolve(func(stored []byte) bool {
 		o, derr := decodeManifest(stored)
 		return derr == nil && bytes.Equal(o.Nonce, m.Nonce)
-	}))
+	}, manifestMax))
 	if err == nil {
 		g.rememberSnap(v, m.End, m, m.WriterTerm)
 	}
@@ -291,7 +294,7 @@ func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, app
 	if applied < m.Base.Index {
 		baseRead = m.Base.Bytes
 		keys := m.baseKeys()
-		or := g.openObjects(ctx, keys, true, 0)
+		or := g.openObjects(ctx, keys, objectBound{"base part", int64(min(basePartObjectMax, max(m.Base.Bytes, 1)))}, true, 0)
 		pr := &partsReader{or: or}
 		var decodeErr error
 		err := func() error {
@@ -447,7 +450,13 @@ func (g *groupStore) startSegments(ctx context.Context, snap *storedSnapshot, se
 	if g.borrow {
 		lend = lendAhead(load)
 	}
-	f := &segFeed{g: g, ctx: ctx, cancel: cancel, snap: snap, segs: segs, or: g.openObjects(ctx, keys, reuse, lend)}
+	// A segment is bounded by what a writer puts in one, and by the
+	// segments' bytes all together.
+	bound := objectBound{"segment", int64(segmentObjectMax)}
+	if snap.man != nil {
+		bound.max = int64(min(uint64(bound.max), max(snap.man.SegBytes, 1)))
+	}
+	f := &segFeed{g: g, ctx: ctx, cancel: cancel, snap: snap, segs: segs, or: g.openObjects(ctx, keys, bound, reuse, lend)}
 	if load >= prepareFrom {
 		f.prep = g.prep
 	}
@@ -611,6 +620,7 @@ type objectReader struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	keys   []string
+	bound  objectBound
 	i      int
 	res    []chan fetched
 	slots  chan struct{}
@@ -633,9 +643,16 @@ type fetched struct {
 	err  error
 }
 
-func (g *groupStore) openObjects(ctx context.Context, keys []string, reuse bool, lend int) *objectReader {
+// objectBound is what an objectReader's objects are, and the bytes each
+// may take.
+type objectBound struct {
+	what string
+	max  int64
+}
+
+func (g *groupStore) openObjects(ctx context.Context, keys []string, bound objectBound, reuse bool, lend int) *objectReader {
 	ctx, cancel := context.WithCancel(ctx)
-	o := &objectReader{g: g, ctx: ctx, cancel: cancel, keys: keys, released: make(chan struct{}, 1), budget: readAheadMax,
+	o := &objectReader{g: g, ctx: ctx, cancel: cancel, keys: keys, bound: bound, released: make(chan struct{}, 1), budget: readAheadMax,
 		reuse: reuse || lend > 0, lending: lend > 0}
 	switch {
 	case g.readAhead > 0:
@@ -666,7 +683,7 @@ func (g *groupStore) openObjects(ctx context.Context, keys []string, reuse bool,
 			o.wg.Add(1)
 			go func() {
 				defer o.wg.Done()
-				data, err := g.readObject(ctx, keys[i], o.buffer())
+				data, err := g.readObject(ctx, keys[i], o.bound, o.buffer())
 				o.mu.Lock()
 				o.reading--
 				o.held += len(data)
@@ -759,15 +776,16 @@ func (o *objectReader) buffer() []byte {
 }
 
 // readObject reads an immutable snapshot object, into buf's memory if it
-// fits: without its version, which the loader does not need.
-func (g *groupStore) readObject(ctx context.Context, key string, buf []byte) ([]byte, error) {
+// fits: without its version, which the loader does not need. One larger
+// than b allows is refused as corrupt.
+func (g *groupStore) readObject(ctx context.Context, key string, b objectBound, buf []byte) ([]byte, error) {
 	var data []byte
 	err := g.do(ctx, func(ctx context.Context) error {
 		var e error
-		data, e = g.st.Read(ctx, key, buf)
+		data, e = g.st.Read(ctx, key, buf, b.max)
 		return e
 	})
-	return data, err
+	return data, tooLarge(err, key, b.what, b.max)
 }
 
 // next returns the next object; io.EOF after the last. The caller is done
@@ -780,7 +798,7 @@ func (o *objectReader) next() ([]byte, error) {
 	i := o.i
 	o.i++
 	if o.res == nil {
-		data, err := o.g.readObject(o.ctx, o.keys[i], o.buffer())
+		data, err := o.g.readObject(o.ctx, o.keys[i], o.bound, o.buffer())
 		o.mu.Lock()
 		o.held += len(data)
 		o.last = data

@@ -37,6 +37,11 @@ type groupStore struct {
 	snapMan     *manifest // its manifest; nil for the earlier formats
 	snapTerm    uint64    // its writer's term
 
+	// refused is the snapshot version last refused as corrupt, with its
+	// error: refused again, not read again, while the key lists it.
+	refused    string
+	refusedErr error
+
 	// logPacked is whether the store keeps the log packed, as packLog
 	// last found.
 	logPacked atomic.Bool
@@ -53,8 +58,10 @@ type decodedLeaderState struct {
 	ls   leaderState
 }
 
-func (g *groupStore) resolve(owns func([]byte) bool) store.ResolveOptions {
-	return store.ResolveOptions{Attempts: g.retry.MaxAttempts, Backoff: g.backoff, Owns: owns, AttemptTimeout: g.timeout}
+// resolve returns the options of a write settled by reading back a key
+// that holds at most max bytes.
+func (g *groupStore) resolve(owns func([]byte) bool, max int64) store.ResolveOptions {
+	return store.ResolveOptions{Attempts: g.retry.MaxAttempts, Backoff: g.backoff, Owns: owns, AttemptTimeout: g.timeout, MaxSize: max}
 }
 
 func (g *groupStore) key(name string) string { return g.group + "/" + name }
@@ -96,13 +103,14 @@ func (g *groupStore) do(ctx context.Context, call func(ctx context.Context) erro
 
 func (g *groupStore) readLeaderState(ctx context.Context) (ls leaderState, version string, err error) {
 	var data []byte
+	key := g.key(leaderStateKey)
 	err = g.do(ctx, func(ctx context.Context) error {
 		var e error
-		data, version, e = g.st.Get(ctx, g.key(leaderStateKey))
+		data, version, e = g.st.GetLimited(ctx, key, leaderStateMax)
 		return e
 	})
 	if err != nil {
-		return leaderState{}, "", err
+		return leaderState{}, "", tooLarge(err, key, "leader_state.json", leaderStateMax)
 	}
 	// The read above is the confirmation (every round reads the store);
 	// only decoding identical bytes again is skipped. A cached decode was
@@ -131,11 +139,15 @@ func (g *groupStore) readLeaderState(ctx context.Context) (ls leaderState, versi
 func (g *groupStore) writeLeaderState(ctx context.Context, ls leaderState, prev string) (string, error) {
 	ls.Group = g.group
 	data := encodeLeaderState(ls, g.now())
+	key := g.key(leaderStateKey)
+	if len(data) > leaderStateMax {
+		return "", refuseWrite(key, fmt.Sprintf("leader_state.json listing %d followers", len(ls.Followers)), len(data), leaderStateMax)
+	}
 	cond := store.IfAbsent()
 	if prev != "" {
 		cond = store.IfMatch(prev)
 	}
-	return store.PutResolved(ctx, g.st, g.key(leaderStateKey), data, cond, g.resolve(nil))
+	return store.PutResolved(ctx, g.st, key, data, cond, g.resolve(nil, leaderStateMax))
 }
 
 // readEntry returns the entry at index; store.ErrNotFound if absent.
@@ -144,11 +156,11 @@ func (g *groupStore) readEntry(ctx context.Context, index uint64) (*rsmpb.Entry,
 	key := logKey(g.group, index)
 	err := g.do(ctx, func(ctx context.Context) error {
 		var e error
-		data, _, e = g.st.Get(ctx, key)
+		data, _, e = g.st.GetLimited(ctx, key, int64(entryMax))
 		return e
 	})
 	if err != nil {
-		return nil, err
+		return nil, tooLarge(err, key, "log entry", int64(entryMax))
 	}
 	e, err := decodeEntry(data, index)
 	if err == nil && e.Group != "" && e.Group != g.group {
@@ -170,10 +182,13 @@ func (g *groupStore) createEntry(ctx context.Context, e *rsmpb.Entry) (found *rs
 		return nil, err
 	}
 	key := logKey(g.group, e.Index)
+	if len(data) > entryMax {
+		return nil, refuseWrite(key, "log entry", len(data), entryMax)
+	}
 	_, err = store.PutResolved(ctx, g.st, key, data, store.IfAbsent(), g.resolve(func(stored []byte) bool {
 		o, derr := decodeEntry(stored, e.Index)
 		return derr == nil && bytes.Equal(o.Nonce, e.Nonce)
-	}))
+	}, int64(entryMax)))
 	if err == nil {
 		return nil, nil
 	}
@@ -262,11 +277,24 @@ func (g *groupStore) snapshotEnd(ctx context.Context) (end uint64, version strin
 	}
 	g.mu.Lock()
 	known, knownEnd := g.snapVersion, g.snapEnd
+	refused, refusedErr := g.refused, g.refusedErr
 	g.mu.Unlock()
 	if items[0].Version == known && known != "" {
 		return knownEnd, known, nil, nil
 	}
+	if items[0].Version == refused && refused != "" {
+		return 0, "", nil, refusedErr
+	}
 	snap, version, err = g.readSnapshot(ctx)
+	var c *CorruptError
+	if errors.As(err, &c) && (version == items[0].Version || version == "" && items[0].Size > earlierSnapshotMax) {
+		// The object listed is the one refused (read at that version,
+		// or refused unread for the size the listing gives too): until
+		// an operator replaces it, it is refused as it is, unread.
+		g.mu.Lock()
+		g.refused, g.refusedErr = items[0].Version, err
+		g.mu.Unlock()
+	}
 	if err != nil || snap == nil {
 		return 0, "", nil, err
 	}
@@ -296,15 +324,26 @@ func (g *groupStore) heldSnapshot() (version string, m *manifest, term uint64) {
 	return g.snapVersion, g.snapMan, g.snapTerm
 }
 
-// readSnapshot returns the snapshot; nil and "" if there is none.
+// readSnapshot returns the snapshot; nil and "" if there is none. It is
+// read as a manifest, within manifestMax bytes; only an object larger than
+// that is read again, as a snapshot of the earlier formats, within
+// earlierSnapshotMax. A *CorruptError comes with the version refused, or
+// "" if it was refused unread (too large).
 func (g *groupStore) readSnapshot(ctx context.Context) (*storedSnapshot, string, error) {
 	var data []byte
 	var version string
-	err := g.do(ctx, func(ctx context.Context) error {
-		var e error
-		data, version, e = g.st.Get(ctx, g.key(snapshotKey))
-		return e
-	})
+	key := g.key(snapshotKey)
+	read := func(max int64) error {
+		return g.do(ctx, func(ctx context.Context) error {
+			var e error
+			data, version, e = g.st.GetLimited(ctx, key, max)
+			return e
+		})
+	}
+	err := read(manifestMax)
+	if errors.Is(err, store.ErrTooLarge) {
+		err = tooLarge(read(earlierSnapshotMax), key, "snapshot of the earlier formats", earlierSnapshotMax)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, "", nil
 	}
@@ -314,7 +353,9 @@ func (g *groupStore) readSnapshot(ctx context.Context) (*storedSnapshot, string,
 	var s *storedSnapshot
 	var m *manifest
 	if len(data) > len(frameMagic) && data[len(frameMagic)] == kindManifest {
-		if m, err = decodeManifest(data); err == nil {
+		if len(data) > manifestMax {
+			err = fmt.Errorf("%w: a manifest of %d bytes; a manifest is at most %d", errTooLarge, len(data), manifestMax)
+		} else if m, err = decodeManifest(data); err == nil {
 			s = &storedSnapshot{Snapshot: &rsmpb.Snapshot{EndIndex: m.End, Group: m.Group, Nonce: m.Nonce,
 				Writer: m.Writer, WriterTerm: m.WriterTerm}, man: m}
 		}
@@ -325,7 +366,7 @@ func (g *groupStore) readSnapshot(ctx context.Context) (*storedSnapshot, string,
 		err = fmt.Errorf("it belongs to group %q", s.Group)
 	}
 	if err != nil {
-		return nil, "", &CorruptError{Key: g.key(snapshotKey), Err: err}
+		return nil, version, &CorruptError{Key: key, Err: err}
 	}
 	s.version = version
 	g.rememberSnap(version, s.EndIndex, m, s.WriterTerm)

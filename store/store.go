@@ -130,20 +130,29 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 // version (an immutable object), where computing it costs (filestore
 // hashes the bytes). The value is read into buf's memory when it fits in
 // cap(buf) (the driver may overwrite the rest of buf), else into a new
-// slice. Drivers without driver.Reader are read with Get. It counts as a
-// "get" for the observers.
-func (s *Store) Read(ctx context.Context, key string, buf []byte) ([]byte, error) {
+// slice. Like GetLimited, it reads at most max bytes (max at least 1): a
+// larger value is refused with an error matching ErrTooLarge, having read
+// no more of it than the limit. Drivers without driver.Reader are read
+// with GetLimited. It counts as a "get" for the observers.
+func (s *Store) Read(ctx context.Context, key string, buf []byte, max int64) ([]byte, error) {
 	if err := s.enter("get", key); err != nil {
 		return nil, err
 	}
 	defer s.mu.RUnlock()
+	if max < 1 {
+		return nil, invalid("get", key, fmt.Sprintf("limit %d: must be at least 1 byte", max))
+	}
 	start := time.Now()
 	var data []byte
 	var err error
 	if r, ok := s.drv.(driver.Reader); ok {
-		data, err = r.ReadInto(ctx, key, buf)
+		data, err = r.ReadInto(ctx, key, buf, max)
 	} else {
-		data, _, err = s.drv.Get(ctx, key)
+		data, _, err = s.drv.GetLimited(ctx, key, max)
+	}
+	if err == nil && int64(len(data)) > max {
+		// A driver that overran its limit still does not pass the value on.
+		data, err = nil, driver.TooLargeError(int64(len(data)), max)
 	}
 	if err != nil {
 		err = s.wrap("get", key, err)

@@ -216,13 +216,39 @@ type readerStore struct {
 	reads atomic.Int32
 }
 
-func (r *readerStore) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
+func (r *readerStore) ReadInto(ctx context.Context, key string, buf []byte, max int64) ([]byte, error) {
 	r.reads.Add(1)
-	data, _, err := r.Get(ctx, key)
+	data, _, err := r.GetLimited(ctx, key, max)
 	if err != nil {
 		return nil, err
 	}
 	return append(buf[:0], data...), nil
+}
+
+// overrunReader is a driver.Reader that ignores its limit.
+type overrunReader struct{ *memstore.Store }
+
+var (
+	_ driver.Reader = overrunReader{}
+	_ driver.Reader = (*readerStore)(nil)
+)
+
+func (r overrunReader) ReadInto(ctx context.Context, key string, _ []byte, _ int64) ([]byte, error) {
+	data, _, err := r.Get(ctx, key)
+	return data, err
+}
+
+// TestReadDriverOverrun: a value a driver returns beyond Read's limit is
+// not passed on.
+func TestReadDriverOverrun(t *testing.T) {
+	ctx := t.Context()
+	s := store.New(overrunReader{memstore.New()})
+	if _, err := s.Put(ctx, "k", []byte("value"), store.IfAbsent()); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := s.Read(ctx, "k", nil, 2); !errors.Is(err, store.ErrTooLarge) || data != nil {
+		t.Fatalf("Read of a driver that overran the limit = %q, %v; want ErrTooLarge", data, err)
+	}
 }
 
 // TestRead: Read goes through driver.Reader where the driver has it, with
@@ -247,7 +273,7 @@ func TestRead(t *testing.T) {
 			}
 			before := rs.reads.Load()
 			buf := make([]byte, 0, 64)
-			data, err := s.Read(ctx, "k", buf)
+			data, err := s.Read(ctx, "k", buf, int64(len("value")))
 			if err != nil || string(data) != "value" {
 				t.Fatalf("Read = %q, %v", data, err)
 			}
@@ -257,12 +283,21 @@ func TestRead(t *testing.T) {
 			if got := rs.reads.Load() - before; (got == 1) != tc.reader {
 				t.Errorf("%d reads through driver.Reader", got)
 			}
-			_, err = s.Read(ctx, "missing", nil)
+			_, err = s.Read(ctx, "missing", nil, 64)
 			if !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "missing") {
 				t.Fatalf("Read of a missing key: %v", err)
 			}
 			if n := len(calls); n < 2 || calls[n-1].Op != "get" || calls[n-2].Op != "get" || calls[n-2].Err != nil {
 				t.Errorf("observed %+v", calls)
+			}
+			// Bounded as GetLimited is: a value above the limit is refused,
+			// naming the key and the limit.
+			if data, err := s.Read(ctx, "k", buf, int64(len("value"))-1); !errors.Is(err, store.ErrTooLarge) ||
+				!strings.Contains(err.Error(), `"k"`) || !strings.Contains(err.Error(), "limit is 4") || data != nil {
+				t.Fatalf("Read above its limit = %q, %v; want ErrTooLarge naming the key and the limit", data, err)
+			}
+			if _, err := s.Read(ctx, "k", buf, 0); !errors.Is(err, store.ErrInvalidArgument) {
+				t.Fatalf("Read with limit 0: %v; want ErrInvalidArgument", err)
 			}
 		})
 	}

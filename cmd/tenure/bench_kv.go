@@ -1067,7 +1067,7 @@ func readObjects(ctx context.Context, st *store.Store, prefix string, par int) (
 				if i >= len(items) {
 					return
 				}
-				data, err := st.Read(ctx, items[i].Key, buf)
+				data, err := st.Read(ctx, items[i].Key, buf, max(items[i].Size, 1))
 				buf = data
 				if errors.Is(err, store.ErrNotFound) {
 					continue // collected since the list

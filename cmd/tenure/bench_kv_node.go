@@ -305,13 +305,13 @@ func (d *countingDriver) Get(ctx context.Context, key string) ([]byte, string, e
 
 // ReadInto passes a read without a version on as such (driver.Reader),
 // so that the node measured reads as it would without the wrappers.
-func (d *countingDriver) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
+func (d *countingDriver) ReadInto(ctx context.Context, key string, buf []byte, max int64) ([]byte, error) {
 	var data []byte
 	var err error
 	if r, ok := d.inner.(driver.Reader); ok {
-		data, err = r.ReadInto(ctx, key, buf)
+		data, err = r.ReadInto(ctx, key, buf, max)
 	} else {
-		data, _, err = d.inner.Get(ctx, key)
+		data, _, err = d.inner.GetLimited(ctx, key, max)
 	}
 	if err == nil {
 		d.t.got(len(data))

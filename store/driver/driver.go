@@ -112,13 +112,15 @@ type Store interface {
 // Reader is an optional interface: a driver that can read a value without
 // its version (filestore computes a version by hashing the bytes), into
 // memory the caller reuses, implements it. store.Store.Read falls back to
-// Get for the others.
+// GetLimited for the others.
 type Reader interface {
-	// ReadInto returns the value of key, in buf's memory (buf[:len]) when
-	// it fits in cap(buf), else in a new slice; buf's bytes beyond it may
-	// be overwritten. It returns an error of kind NotFound when the key is
-	// absent, as Get does.
-	ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error)
+	// ReadInto returns the value of key, of at most max bytes (max is at
+	// least 1), in buf's memory (buf[:len]) when it fits in cap(buf), else
+	// in a new slice; buf's bytes beyond it may be overwritten. It returns
+	// an error of kind NotFound when the key is absent, as Get does, and
+	// one of kind TooLarge for a larger value, having read no more of it
+	// than GetLimited would.
+	ReadInto(ctx context.Context, key string, buf []byte, max int64) ([]byte, error)
 }
 
 // KeyLister is an optional interface: a driver whose listing costs more

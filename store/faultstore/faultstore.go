@@ -412,16 +412,16 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 	return data, version, nil
 }
 
-// ReadInto is Get without the version (driver.Reader), passed on to the
-// inner store's ReadInto, or its Get if it has none; it meets the faults
-// of a Get.
-func (s *Store) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
+// ReadInto is GetLimited without the version (driver.Reader), passed on
+// to the inner store's ReadInto, or its GetLimited if it has none; it
+// meets the faults of a Get.
+func (s *Store) ReadInto(ctx context.Context, key string, buf []byte, max int64) ([]byte, error) {
 	var data []byte
 	err := s.do(ctx, OpGet, key, func(ctx context.Context, _ bool) (err error) {
 		if r, ok := s.inner.(driver.Reader); ok {
-			data, err = r.ReadInto(ctx, key, buf)
+			data, err = r.ReadInto(ctx, key, buf, max)
 		} else {
-			data, _, err = s.inner.Get(ctx, key)
+			data, _, err = s.inner.GetLimited(ctx, key, max)
 		}
 		return err
 	})

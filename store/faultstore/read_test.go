@@ -14,8 +14,10 @@ import (
 // readerMem is a memstore with driver.Reader, reading into the buffer.
 type readerMem struct{ *memstore.Store }
 
-func (r readerMem) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
-	data, _, err := r.Get(ctx, key)
+var _ driver.Reader = readerMem{}
+
+func (r readerMem) ReadInto(ctx context.Context, key string, buf []byte, max int64) ([]byte, error) {
+	data, _, err := r.GetLimited(ctx, key, max)
 	if err != nil {
 		return nil, err
 	}
@@ -50,10 +52,10 @@ func TestReadInto(t *testing.T) {
 			})
 			fs.FailNext(faultstore.OpGet, driver.Transient, 1)
 			buf := make([]byte, 0, 64)
-			if _, err := s.Read(ctx, "k", buf); !store.IsRetryable(err) {
+			if _, err := s.Read(ctx, "k", buf, 64); !store.IsRetryable(err) {
 				t.Fatalf("first read: %v; want the injected transient error", err)
 			}
-			data, err := s.Read(ctx, "k", buf)
+			data, err := s.Read(ctx, "k", buf, 64)
 			if err != nil || !bytes.Equal(data, []byte("value")) {
 				t.Fatalf("Read = %q, %v", data, err)
 			}

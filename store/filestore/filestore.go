@@ -359,10 +359,10 @@ func (s *Store) GetLimited(ctx context.Context, key string, max int64) ([]byte, 
 	return data, version, nil
 }
 
-// ReadInto is Get without the version, which costs a hash of the value's
-// bytes, and into buf's memory when the value fits (driver.Reader).
-func (s *Store) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
-	data, _, err := s.read(ctx, key, math.MaxInt64, buf)
+// ReadInto is GetLimited without the version, which costs a hash of the
+// value's bytes, and into buf's memory when the value fits (driver.Reader).
+func (s *Store) ReadInto(ctx context.Context, key string, buf []byte, max int64) ([]byte, error) {
+	data, _, err := s.read(ctx, key, max, buf)
 	return data, err
 }
 

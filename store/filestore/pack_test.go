@@ -34,8 +34,8 @@ func (d inPack) GetLimited(ctx context.Context, key string, max int64) ([]byte, 
 	return d.Store.GetLimited(ctx, packPrefix+key, max)
 }
 
-func (d inPack) ReadInto(ctx context.Context, key string, buf []byte) ([]byte, error) {
-	return d.Store.ReadInto(ctx, packPrefix+key, buf)
+func (d inPack) ReadInto(ctx context.Context, key string, buf []byte, max int64) ([]byte, error) {
+	return d.Store.ReadInto(ctx, packPrefix+key, buf, max)
 }
 
 func (d inPack) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
