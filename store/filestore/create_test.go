@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/drivertest"
+	"github.com/tenure-io/tenure/store/filestore/internal/fsys"
 )
 
 // createPaths are the ways a create writes its file: an unnamed file
@@ -37,7 +38,7 @@ func newUnnamed(t *testing.T, dir string) *Store {
 	if !d.tmpfile.Load() {
 		d.Close()
 		if fd, err := openTmpfileSys(dir); err == nil {
-			_ = closeFD(fd)
+			_ = fsys.CloseFD(fd)
 			if _, err := os.Stat("/proc/self/fd"); err == nil {
 				t.Fatal("O_TMPFILE and /proc work here, yet the store creates through temp files")
 			}

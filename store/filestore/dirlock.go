@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/tenure-io/tenure/store/filestore/internal/fsys"
 )
 
 // dirLocks keep a key directory from being removed (pruneDirs) while a
@@ -38,7 +40,7 @@ func (s *Store) openDirLock(dl *dirLock, i int) error {
 	if dl.fd >= 0 {
 		return nil
 	}
-	fd, err := openLockFile(filepath.Join(s.locks, fmt.Sprintf("d%02x", i)))
+	fd, err := fsys.OpenLockFile(filepath.Join(s.locks, fmt.Sprintf("d%02x", i)))
 	if err != nil {
 		return ioErr("open lock file", err)
 	}
@@ -57,7 +59,7 @@ func (s *Store) shareDir(ctx context.Context, dir string) (release func(), err e
 		if err := s.openDirLock(dl, i); err != nil {
 			return nil, err
 		}
-		if _, err := waitLock(ctx, dl.fd, tryLockShared); err != nil {
+		if _, err := waitLock(ctx, dl.fd, fsys.TryLockShared); err != nil {
 			return nil, err
 		}
 	}
@@ -72,8 +74,8 @@ func (s *Store) shareDir(ctx context.Context, dir string) (release func(), err e
 		if dl.dirs[dir]--; dl.dirs[dir] == 0 {
 			delete(dl.dirs, dir)
 		}
-		if dl.users--; dl.users == 0 && (unlock(dl.fd) != nil || s.closed.Load()) {
-			_ = closeFD(dl.fd) // closing surely drops the lock
+		if dl.users--; dl.users == 0 && (fsys.Unlock(dl.fd) != nil || s.closed.Load()) {
+			_ = fsys.CloseFD(dl.fd) // closing surely drops the lock
 			dl.fd = -1
 		}
 	}, nil
@@ -130,13 +132,13 @@ func (s *Store) tryRemoveDir(dl *dirLock, i int, dir string) (removed, busy bool
 	if s.openDirLock(dl, i) != nil {
 		return false, false
 	}
-	ok, err := tryLock(dl.fd)
+	ok, err := fsys.TryLock(dl.fd)
 	if err != nil || !ok {
 		return false, err == nil
 	}
 	removed = rmdir(dir) == nil
-	if unlock(dl.fd) != nil {
-		_ = closeFD(dl.fd)
+	if fsys.Unlock(dl.fd) != nil {
+		_ = fsys.CloseFD(dl.fd)
 		dl.fd = -1
 	}
 	return removed, false
@@ -150,7 +152,7 @@ func (s *Store) closeDirLocks() error {
 		dl := &s.dirLocks[i]
 		dl.mu.Lock()
 		if dl.fd >= 0 && dl.users == 0 {
-			if err := closeFD(dl.fd); err != nil && first == nil {
+			if err := fsys.CloseFD(dl.fd); err != nil && first == nil {
 				first = err
 			}
 			dl.fd = -1

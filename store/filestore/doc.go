@@ -113,6 +113,10 @@
 // not see synced syncs the segment before it answers, so nothing it
 // returns can be lost in a crash; a whole frame whose writer died before
 // its sync is thus read as written, as a write whose answer was lost.
+// A reader that moves on from a segment to the next reads the first to
+// its end again (no one appends to it once the next exists): a frame
+// another Store appended there after the reader's first look, before it
+// started the next segment, is read, never skipped.
 // A segment is started at 4 MiB with its blocks allocated at once, and
 // the oldest segments are removed when no put in them is live any more;
 // every Store closes them then, and a removed segment's last descriptor is
@@ -123,6 +127,10 @@
 // and by a reader that reaches the gap, since it lists the segments when
 // it first reads the pack and whenever the one it read is full. No key
 // after the gap is written before it or reported absent.
+//
+// The packed log is its own package (store/filestore/internal/pack, a Log
+// per pack); filestore finds packs under a Store's directory and routes
+// their keys to them.
 //
 // A writer stopped (SIGSTOP) in its sync holds no lock. One stopped in the
 // tens of microseconds between taking the head's lock and writing its

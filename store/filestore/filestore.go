@@ -11,7 +11,6 @@ import (
 	"io"
 	"io/fs"
 	"math"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -24,6 +23,8 @@ import (
 
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
+	"github.com/tenure-io/tenure/store/filestore/internal/fsys"
+	"github.com/tenure-io/tenure/store/filestore/internal/pack"
 )
 
 func init() {
@@ -238,7 +239,7 @@ func (s *Store) probeTmpfile() bool {
 	if err != nil {
 		return false
 	}
-	defer closeFD(fd)
+	defer fsys.CloseFD(fd)
 	probe := filepath.Join(s.root, ".probe-"+crand.Text())
 	if linkTmpfile(fd, probe, &s.viaProc) != nil {
 		return false
@@ -295,10 +296,7 @@ func (s *Store) removeStaleTemps() {
 
 // Version returns the version filestore gives to data: a hash of its bytes,
 // as S3's ETag is, so the same bytes always have the same version.
-func Version(data []byte) string {
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:16])
-}
+func Version(data []byte) string { return pack.Version(data) }
 
 // CheckKey refuses keys whose file path would exceed the system's limit. On
 // Linux every key of up to 1024 bytes fits unless the directory's own path
@@ -370,7 +368,7 @@ func (s *Store) ReadInto(ctx context.Context, key string, buf []byte, max int64)
 // fits. A key in a pack is read from it, with its version (else "").
 func (s *Store) read(ctx context.Context, key string, max int64, buf []byte) ([]byte, string, error) {
 	data, version, err := s.readOnce(ctx, key, max, buf)
-	if errors.Is(err, errPackGone) {
+	if errors.Is(err, pack.ErrGone) {
 		// Found again, as it is now (forgetPack).
 		data, version, err = s.readOnce(ctx, key, max, buf)
 	}
@@ -383,7 +381,7 @@ func (s *Store) readOnce(ctx context.Context, key string, max int64, buf []byte)
 	}
 	path := s.path(key)
 	if p := s.cachedPack(filepath.Dir(path)); p != nil {
-		return p.get(key, max, buf)
+		return p.Get(key, max, buf)
 	}
 	f, err := os.Open(path)
 	if notDir(err) {
@@ -392,7 +390,7 @@ func (s *Store) readOnce(ctx context.Context, key string, max int64, buf []byte)
 			if perr != nil {
 				return nil, "", perr
 			}
-			return p.get(key, max, buf)
+			return p.Get(key, max, buf)
 		}
 	}
 	if errors.Is(err, fs.ErrNotExist) {
@@ -421,7 +419,7 @@ func (s *Store) readOnce(ctx context.Context, key string, max int64, buf []byte)
 // value is durable.
 func (s *Store) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
 	version, err := s.putOnce(ctx, key, data, cond)
-	if errors.Is(err, errPackGone) {
+	if errors.Is(err, pack.ErrGone) {
 		// Refused before anything was written; found again (forgetPack).
 		version, err = s.putOnce(ctx, key, data, cond)
 	}
@@ -450,7 +448,7 @@ func (s *Store) putOnce(ctx context.Context, key string, data []byte, cond drive
 	if cond.Kind != driver.IfAbsent && cond.Kind != driver.IfMatch {
 		return "", driver.Errorf(driver.InvalidArgument, "filestore: put with condition %s", cond.Kind)
 	}
-	return packPut(ctx, p, key, data, cond)
+	return p.Put(ctx, key, data, cond)
 }
 
 // putFile is Put of a key kept as a file.
@@ -658,7 +656,7 @@ func (s *Store) createUnnamed(ctx context.Context, dir, path string, data []byte
 // linkUnnamed writes data to the unnamed file fd, syncs it, links it in as
 // path and closes it.
 func (s *Store) linkUnnamed(ctx context.Context, fd int, dir, path string, data []byte) error {
-	defer closeFD(fd)
+	defer fsys.CloseFD(fd)
 	if err := writeFD(fd, data); err != nil {
 		return ioErr("write unnamed file", err)
 	}
@@ -694,7 +692,7 @@ func noDirErr(err error) error {
 // is durable.
 func (s *Store) Delete(ctx context.Context, key string, cond driver.Cond) error {
 	err := s.deleteOnce(ctx, key, cond)
-	if errors.Is(err, errPackGone) {
+	if errors.Is(err, pack.ErrGone) {
 		err = s.deleteOnce(ctx, key, cond) // as Put
 	}
 	return err
@@ -710,7 +708,7 @@ func (s *Store) deleteOnce(ctx context.Context, key string, cond driver.Cond) er
 	path := s.path(key)
 	dir := filepath.Dir(path)
 	if p := s.cachedPack(dir); p != nil {
-		return packDelete(ctx, p, key, cond)
+		return p.Delete(ctx, key, cond)
 	}
 	err := s.deleteFile(ctx, key, path, dir, cond)
 	if notDir(err) {
@@ -719,7 +717,7 @@ func (s *Store) deleteOnce(ctx context.Context, key string, cond driver.Cond) er
 			return perr
 		}
 		if p != nil {
-			return packDelete(ctx, p, key, cond)
+			return p.Delete(ctx, key, cond)
 		}
 	}
 	return err
@@ -1143,7 +1141,7 @@ type listedKey struct {
 // listed walks the keys under prefix after after, in order (List).
 func (s *Store) listed(ctx context.Context, prefix, after string) ([]listedKey, error) {
 	cands, err := s.listedOnce(ctx, prefix, after)
-	if errors.Is(err, errPackGone) {
+	if errors.Is(err, pack.ErrGone) {
 		cands, err = s.listedOnce(ctx, prefix, after) // as read
 	}
 	return cands, err
@@ -1160,16 +1158,16 @@ func (s *Store) listedOnce(ctx context.Context, prefix, after string) ([]listedK
 		}
 	}
 	packed := func(head string) error {
-		if s.cachedPack(head) == nil && checkHead(head) != nil {
+		if s.cachedPack(head) == nil && pack.CheckHead(head) != nil {
 			return nil // a file someone else put here
 		}
 		p, err := s.findPack(head)
 		if err != nil || p == nil {
 			return err
 		}
-		items, err := p.list(prefix, after)
+		items, err := p.List(prefix, after)
 		for _, it := range items {
-			cands = append(cands, listedKey{key: it.key, packed: true, version: it.version, size: it.size})
+			cands = append(cands, listedKey{key: it.Key, packed: true, version: it.Version, size: it.Size})
 		}
 		return err
 	}
@@ -1186,7 +1184,7 @@ func (s *Store) listedOnce(ctx context.Context, prefix, after string) ([]listedK
 		}
 		if p, err := s.findPack(start); p != nil || err != nil {
 			if err == nil {
-				err = packed(p.head)
+				err = packed(p.Head())
 			}
 			return cands, err
 		}
@@ -1271,15 +1269,7 @@ func walk(ctx context.Context, dir string, comps []string, first string, emit fu
 // filestore builds itself carry their kind.
 func (s *Store) ErrorKind(err error) driver.Kind { return osKind(err) }
 
-func osKind(err error) driver.Kind {
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return driver.NotFound
-	case errors.Is(err, fs.ErrPermission):
-		return driver.Permanent
-	}
-	return errnoKind(err)
-}
+func osKind(err error) driver.Kind { return fsys.Kind(err) }
 
 // kindOr is osKind, with def for errors it cannot place.
 func kindOr(err error, def driver.Kind) driver.Kind {
@@ -1336,7 +1326,7 @@ func (s *Store) Close() error {
 		st := &s.stripes[i]
 		st.mu <- struct{}{}
 		if st.fd >= 0 {
-			errs = append(errs, closeFD(st.fd))
+			errs = append(errs, fsys.CloseFD(st.fd))
 			st.fd = -1
 		}
 		<-st.mu
@@ -1374,22 +1364,22 @@ func (s *Store) lockWaited(ctx context.Context, key string) (release func(), wai
 		return fail(errClosed())
 	}
 	if st.fd < 0 {
-		fd, err := openLockFile(filepath.Join(s.locks, fmt.Sprintf("%02x", i)))
+		fd, err := fsys.OpenLockFile(filepath.Join(s.locks, fmt.Sprintf("%02x", i)))
 		if err != nil {
 			return fail(ioErr("open lock file", err))
 		}
 		st.fd = fd
 	}
-	w, err := waitLock(ctx, st.fd, tryLock)
+	w, err := waitLock(ctx, st.fd, fsys.TryLock)
 	waited = waited || w
 	if err != nil {
 		return fail(err)
 	}
 	return func() {
-		if unlock(st.fd) != nil {
+		if fsys.Unlock(st.fd) != nil {
 			// Closing the descriptor surely drops the lock; the next
 			// caller opens it again.
-			_ = closeFD(st.fd)
+			_ = fsys.CloseFD(st.fd)
 			st.fd = -1
 		}
 		<-st.mu
@@ -1402,32 +1392,15 @@ func stripeOf(key string) uint32 {
 	return h.Sum32() % numStripes
 }
 
-// waitLock takes the flock on fd with try (tryLock, or tryLockShared for a
-// directory's lock), polled until ctx ends, and tells whether it had to
-// wait.
+// waitLock takes the flock on fd with try (fsys.TryLock, or
+// fsys.TryLockShared for a directory's lock), polled until ctx ends, and
+// tells whether it had to wait (fsys.WaitLock).
 func waitLock(ctx context.Context, fd int, try func(fd int) (bool, error)) (waited bool, err error) {
-	delay := 20 * time.Microsecond
-	for {
-		ok, err := try(fd)
-		if err != nil {
-			return waited, ioErr("flock", err)
-		}
-		if ok {
-			return waited, nil
-		}
-		waited = true
-		// Another process (or Store) holds it, for one write (or one
-		// directory's removal).
-		// Jitter keeps waiters from retrying in step.
-		t := time.NewTimer(delay/2 + rand.N(delay))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return true, ctx.Err()
-		case <-t.C:
-		}
-		delay = min(2*delay, 2*time.Millisecond)
+	waited, err = fsys.WaitLock(ctx, fd, try)
+	if se := (*os.SyscallError)(nil); errors.As(err, &se) {
+		return waited, ioErr("flock", se.Err)
 	}
+	return waited, err
 }
 
 // mkdirs creates dir and its missing parents, syncing each parent so that a
@@ -1449,7 +1422,7 @@ func (s *Store) mkdirs(dir string) error {
 	case err != nil && !errors.Is(err, fs.ErrExist):
 		return ioErr("mkdir", err)
 	}
-	if err := syncDir(parent); err != nil {
+	if err := fsys.SyncDir(parent); err != nil {
 		return ioErr("sync directory", err)
 	}
 	return nil
@@ -1600,7 +1573,7 @@ func (d *dirSync) sync(dir string, reopen bool) error {
 	if syncCommitted != nil {
 		return syncCommitted(dir)
 	}
-	if reopen || d.f != nil && unlinked(d.f) {
+	if reopen || d.f != nil && fsys.Unlinked(d.f) {
 		d.close()
 	}
 	if d.f == nil {
@@ -1636,16 +1609,4 @@ func (ds *dirSyncs) closeAll() {
 			delete(ds.dirs, dir)
 		}
 	}
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

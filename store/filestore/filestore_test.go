@@ -23,6 +23,7 @@ import (
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 	"github.com/tenure-io/tenure/store/drivertest"
+	"github.com/tenure-io/tenure/store/filestore/internal/fsys"
 	"github.com/tenure-io/tenure/store/memstore"
 )
 
@@ -85,7 +86,7 @@ func TestConformance(t *testing.T) {
 				if lose.Swap(false) {
 					return &fs.PathError{Op: "sync", Path: dir, Err: syscall.EIO}
 				}
-				return syncDir(dir)
+				return fsys.SyncDir(dir)
 			}))
 			return openTemp(t), func() { lose.Store(true) }
 		},

@@ -16,6 +16,7 @@ import (
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 	"github.com/tenure-io/tenure/store/drivertest"
+	"github.com/tenure-io/tenure/store/filestore/internal/pack"
 )
 
 // packPrefix is the prefix the pack tests keep their keys under.
@@ -297,10 +298,10 @@ func appendBytes(t *testing.T, path string, b []byte) {
 // frame. A whole frame whose writer died before its sync (never
 // acknowledged) is read: the write landed, as one whose answer was lost.
 func TestPackTornTail(t *testing.T) {
-	frame := appendFrame(nil, []packRec{{key: packPrefix + "torn", value: []byte("never whole")}})
+	frame := encodeFrame(testRec{key: packPrefix + "torn", value: []byte("never whole")})
 	for name, tail := range map[string][]byte{
 		"cut short":      frame[:len(frame)-3],
-		"header only":    frame[:frameHeader],
+		"header only":    frame[:testFrameHeader],
 		"under a header": frame[:5],
 		"zeros":          make([]byte, 4096),
 		"bad checksum":   append(append([]byte{}, frame[:len(frame)-1]...), frame[len(frame)-1]^1),
@@ -342,7 +343,7 @@ func TestPackTornTail(t *testing.T) {
 		d := newPacked(t, dir)
 		defer d.Close()
 		mustPutKey(t, d, packPrefix+"a", "1", create)
-		appendBytes(t, lastSeg(t, dir), appendFrame(nil, []packRec{{key: packPrefix + "landed", value: []byte("x")}}))
+		appendBytes(t, lastSeg(t, dir), encodeFrame(testRec{key: packPrefix + "landed", value: []byte("x")}))
 		r := newDriver(t, dir)
 		defer r.Close()
 		wantValue(t, r, packPrefix+"landed", "x")
@@ -505,13 +506,13 @@ func TestPackNextSegmentMadeWhileReaderLooks(t *testing.T) {
 	mustPutKey(t, w, packKey(0), val, create)
 	mustPutKey(t, w, packKey(1), val, create) // segment 1 is full: the next put starts segment 2
 	made := false
-	afterNextMissing = func(writer bool) {
+	packHooks.AfterNextMissing = func(writer bool) {
 		if !writer && !made {
 			made = true
 			mustPutKey(t, w, packKey(2), val, create)
 		}
 	}
-	defer func() { afterNextMissing = nil }()
+	defer func() { packHooks.AfterNextMissing = nil }()
 	wantValue(t, r, packKey(0), val)
 	if !made {
 		t.Fatal("the reader never found the next segment missing: nothing tested")
@@ -703,12 +704,14 @@ func TestPackBatches(t *testing.T) {
 	dir := t.TempDir()
 	d := newPacked(t, dir)
 	defer d.Close()
-	p := d.cachedPack(filepath.Join(dir, "g.d", "log.d"))
-	queued := func() int {
-		p.qmu.Lock()
-		defer p.qmu.Unlock()
-		return len(p.queue)
+	// The most writes queued at once.
+	var most atomic.Int64
+	packHooks.Queued = func(n int) {
+		for m := most.Load(); int64(n) > m && !most.CompareAndSwap(m, int64(n)); m = most.Load() {
+		}
 	}
+	defer func() { packHooks.Queued = nil }()
+	queued := func() int { return int(most.Load()) }
 	var wins atomic.Int64
 	put := func(i int) {
 		k := fmt.Sprintf("%s%d", packPrefix, i%32) // two writers a key
@@ -724,7 +727,7 @@ func TestPackBatches(t *testing.T) {
 	// other 63 queue.
 	var first atomic.Bool
 	var wg sync.WaitGroup
-	beforePackSync = func() {
+	packHooks.BeforeSync = func() {
 		if first.Swap(true) {
 			return
 		}
@@ -742,7 +745,7 @@ func TestPackBatches(t *testing.T) {
 			}
 		}
 	}
-	defer func() { beforePackSync = nil }()
+	defer func() { packHooks.BeforeSync = nil }()
 	put(0)
 	wg.Wait()
 	if wins.Load() != 32 {
@@ -756,51 +759,10 @@ func TestPackBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	frames := 0
-	for len(data) > 0 {
-		_, n, st, why := decodeFrame(data)
-		if st != frameOK {
-			t.Fatalf("frame %d: %s", frames, why)
-		}
-		frames++
-		data = data[n:]
-	}
+	frames := len(frameLens(t, data))
 	if frames != 2 {
 		t.Fatalf("%d frames: want the first write's and one for the 63 queued behind it", frames)
 	}
-}
-
-func FuzzDecodeFrame(f *testing.F) {
-	f.Add(appendFrame(nil, []packRec{{key: "a/b", value: []byte("v")}, {key: "a/c", del: true}}))
-	f.Add(appendFrame(nil, nil))
-	f.Add(make([]byte, 40))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		recs, n, st, why := decodeFrame(b)
-		switch st {
-		case frameOK:
-			if n < frameHeader || n > len(b) {
-				t.Fatalf("frame of %d bytes from %d", n, len(b))
-			}
-			// Encoding what was decoded gives the same frame back.
-			again := appendFrame(nil, recs)
-			if !bytes.Equal(again, b[:n]) {
-				t.Fatalf("re-encoded frame differs")
-			}
-			for _, r := range recs {
-				if !validKey(r.key) || r.del && len(r.value) > 0 {
-					t.Fatalf("decoded a bad record %+v", r)
-				}
-			}
-		case frameBad:
-			if why == "" {
-				t.Fatal("a bad frame without a reason")
-			}
-		case frameShort:
-			if n != 0 && n <= len(b) {
-				t.Fatalf("short, with a frame of %d in %d bytes", n, len(b))
-			}
-		}
-	})
 }
 
 // TestPackHeadRemoved: a pack removed by hand (its head and segments) and
@@ -853,7 +815,7 @@ func TestPackHeadRemoved(t *testing.T) {
 	wantValue(t, a, packPrefix+"file", "3")
 }
 
-// TestPackLargeSegment: a segment read in pieces (packReadChunk) gives
+// TestPackLargeSegment: a segment read in pieces (pack.ReadChunk) gives
 // every frame, whole frames larger than a piece included; a bad frame in
 // a later piece is corruption, and one at the end a torn tail.
 func TestPackLargeSegment(t *testing.T) {
@@ -875,7 +837,7 @@ func TestPackLargeSegment(t *testing.T) {
 		wantValue(t, r, key(i), val(i))
 	}
 	seg := lastSeg(t, dir)
-	appendBytes(t, seg, appendFrame(nil, []packRec{{key: key(99), value: []byte("torn")}})[:30])
+	appendBytes(t, seg, encodeFrame(testRec{key: key(99), value: []byte("torn")})[:30])
 	wantValue(t, newDriver(t, dir), key(39), val(39))
 
 	first := filepath.Join(dir, "g.d", "log.p", segFiles(t, dir)[0])
@@ -884,8 +846,8 @@ func TestPackLargeSegment(t *testing.T) {
 		t.Fatal(err)
 	}
 	i := bytes.Index(data, []byte("kkkk")) // key 10's value, past the first piece
-	if i < packReadChunk {
-		t.Fatalf("key 10's value at %d, in the first %d bytes", i, packReadChunk)
+	if i < pack.ReadChunk {
+		t.Fatalf("key 10's value at %d, in the first %d bytes", i, pack.ReadChunk)
 	}
 	data[i] = 'K'
 	if err := os.WriteFile(first, data, 0o644); err != nil {
@@ -908,13 +870,13 @@ func TestPackWriterStoppedInSync(t *testing.T) {
 	defer b.Close()
 	stopped, resume := make(chan struct{}), make(chan struct{})
 	var first atomic.Bool
-	beforePackSync = func() {
+	packHooks.BeforeSync = func() {
 		if !first.Swap(true) { // a's; b's must not wait
 			close(stopped)
 			<-resume
 		}
 	}
-	defer func() { beforePackSync = nil }()
+	defer func() { packHooks.BeforeSync = nil }()
 	done := make(chan error, 1)
 	go func() {
 		_, err := a.Put(context.Background(), packPrefix+"a", []byte("from a"), create)

@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/tenure-io/tenure/store/driver"
+	"github.com/tenure-io/tenure/store/filestore/internal/fsys"
+	"github.com/tenure-io/tenure/store/filestore/internal/pack"
 )
 
 // packs are the packs a Store found, by their head's path. A key is in a
@@ -22,12 +24,12 @@ import (
 // found stays one.
 type packs struct {
 	mu sync.RWMutex
-	m  map[string]*pack
+	m  map[string]*pack.Log
 }
 
 // cached returns the pack that holds keys of directory dir, if this Store
 // found it before.
-func (s *Store) cachedPack(dir string) *pack {
+func (s *Store) cachedPack(dir string) *pack.Log {
 	s.packs.mu.RLock()
 	defer s.packs.mu.RUnlock()
 	if len(s.packs.m) == 0 {
@@ -43,7 +45,7 @@ func (s *Store) cachedPack(dir string) *pack {
 
 // findPack returns the pack that holds keys of directory dir, nil if dir
 // is not in one: the first of dir and its parents that exists decides.
-func (s *Store) findPack(dir string) (*pack, error) {
+func (s *Store) findPack(dir string) (*pack.Log, error) {
 	if p := s.cachedPack(dir); p != nil {
 		return p, nil
 	}
@@ -59,23 +61,21 @@ func (s *Store) findPack(dir string) (*pack, error) {
 		case !fi.Mode().IsRegular() || !strings.HasSuffix(d, sufDir):
 			return nil, driver.Errorf(driver.Permanent, "filestore: %s is neither a key's directory nor a pack", d)
 		}
-		id, err := idOf(d)
+		var opened *pack.Log
+		opened, err = pack.Open(pack.Config{Head: d, Segments: packSegDir(d), ReadOnly: s.readOnly,
+			ValidKey: validKey, Gone: func() { s.forgetPack(opened) },
+			SegmentMax: packSegMax, NoPrealloc: !packPrealloc, Hooks: &packHooks})
 		if err != nil {
-			return nil, ioErr("stat", err)
-		}
-		if err := checkHead(d); err != nil {
 			return nil, err
 		}
 		s.packs.mu.Lock()
 		defer s.packs.mu.Unlock()
 		if s.packs.m == nil {
-			s.packs.m = map[string]*pack{}
+			s.packs.m = map[string]*pack.Log{}
 		}
 		p, ok := s.packs.m[d]
 		if !ok {
-			p = newPack(d, s.readOnly)
-			p.headID = id
-			p.gone = func() { s.forgetPack(p) }
+			p = opened // else unused: it opened no file
 			s.packs.m[d] = p
 		}
 		return p, nil
@@ -87,7 +87,7 @@ func (s *Store) findPack(dir string) (*pack, error) {
 // or may find it: when path's directory is not one this Store made or
 // found. Known directories cost no system call; one that became a pack
 // since shows as ENOTDIR (notDir), and the caller asks findPack then.
-func (s *Store) packFor(path string) (*pack, error) {
+func (s *Store) packFor(path string) (*pack.Log, error) {
 	dir := filepath.Dir(path)
 	if p := s.cachedPack(dir); p != nil {
 		return p, nil
@@ -139,12 +139,12 @@ func (s *Store) Pack(ctx context.Context, prefix string) (bool, error) {
 	if err := s.openDirLock(dl, i); err != nil {
 		return false, err
 	}
-	if _, err := waitLock(ctx, dl.fd, tryLock); err != nil {
+	if _, err := waitLock(ctx, dl.fd, fsys.TryLock); err != nil {
 		return false, err
 	}
 	defer func() {
-		if unlock(dl.fd) != nil {
-			_ = closeFD(dl.fd)
+		if fsys.Unlock(dl.fd) != nil {
+			_ = fsys.CloseFD(dl.fd)
 			dl.fd = -1
 		}
 	}()
@@ -170,11 +170,10 @@ func (s *Store) Pack(ctx context.Context, prefix string) (bool, error) {
 		return false, err
 	}
 	// The segments' directory first: the head is what makes it a pack.
-	p := newPack(dir, false)
-	if err := os.Mkdir(p.segDir, 0o777); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Mkdir(packSegDir(dir), 0o777); err != nil && !errors.Is(err, fs.ErrExist) {
 		return false, ioErr("make pack segments directory", err)
 	}
-	tmp, err := s.writeTemp([]byte(packHeadText))
+	tmp, err := s.writeTemp([]byte(pack.HeadText))
 	if err != nil {
 		return false, err
 	}
@@ -183,7 +182,7 @@ func (s *Store) Pack(ctx context.Context, prefix string) (bool, error) {
 	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return false, ioErr("link pack head", err)
 	}
-	if err := syncDir(parent); err != nil {
+	if err := fsys.SyncDir(parent); err != nil {
 		return false, ioErr("sync directory", err)
 	}
 	found, err := s.findPack(dir)
@@ -191,44 +190,44 @@ func (s *Store) Pack(ctx context.Context, prefix string) (bool, error) {
 }
 
 // forgetPack drops p, whose head is gone: the next operation finds what
-// is at its path now. It is called under p.mu, and closes p's files.
-func (s *Store) forgetPack(p *pack) {
+// is at its path now. It is called under p's lock.
+func (s *Store) forgetPack(p *pack.Log) {
 	s.packs.mu.Lock()
-	if s.packs.m[p.head] == p {
-		delete(s.packs.m, p.head)
+	if s.packs.m[p.Head()] == p {
+		delete(s.packs.m, p.Head())
 	}
 	s.packs.mu.Unlock()
-	p.reset()
 }
 
-// packPut writes a key of pack p.
-func packPut(ctx context.Context, p *pack, key string, data []byte, cond driver.Cond) (string, error) {
-	if len(data) > packValueMax {
-		return "", driver.TooLargeError(int64(len(data)), packValueMax)
-	}
-	op := &packOp{key: key, value: data, cond: cond}
-	p.do(ctx, op)
-	return op.version, op.err
-}
+// packSegDir is the segments' directory of the pack whose head is at
+// head: its sibling, named with sufPack for sufDir.
+func packSegDir(head string) string { return strings.TrimSuffix(head, sufDir) + sufPack }
 
-// packDelete deletes a key of pack p.
-func packDelete(ctx context.Context, p *pack, key string, cond driver.Cond) error {
-	op := &packOp{key: key, del: true, cond: cond}
-	p.do(ctx, op)
-	return op.err
-}
+// sufPack ends a pack's segments' directory: no key maps to it ('.' is
+// always escaped in a key's path).
+const sufPack = ".p"
+
+// packSegMax is the size at which packs start a new segment, and
+// packPrealloc whether they allocate a new segment's blocks at once
+// (variables for tests and benchmarks); packHooks are the packs' test
+// hooks.
+var (
+	packSegMax   int64 = pack.DefaultSegmentMax
+	packPrealloc       = true
+	packHooks    pack.Hooks
+)
 
 // closePacks closes the packs' files, at Close.
 func (s *Store) closePacks() error {
 	s.packs.mu.Lock()
-	ps := make([]*pack, 0, len(s.packs.m))
+	ps := make([]*pack.Log, 0, len(s.packs.m))
 	for _, p := range s.packs.m {
 		ps = append(ps, p)
 	}
 	s.packs.mu.Unlock() // a pack's lock comes first (forgetPack)
 	var errs []error
 	for _, p := range ps {
-		errs = append(errs, p.close())
+		errs = append(errs, p.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,10 @@
 package filestore
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/tenure-io/tenure/store/filestore/internal/fsys"
+)
 
 // spares holds unnamed files opened ahead of the creates that will write
 // them: a create takes its directory's spare if one is open, and a
@@ -64,7 +68,7 @@ func (sp *spares) refill(dir string, open func(dir string) (int, error)) {
 		if i == len(sp.files) {
 			return
 		}
-		_ = closeFD(sp.files[i].fd)
+		_ = fsys.CloseFD(sp.files[i].fd)
 		sp.files = append(sp.files[:i], sp.files[i+1:]...)
 	}
 	sp.files = append(sp.files, spare{dir: dir, fd: -1})
@@ -86,7 +90,7 @@ func (sp *spares) refill(dir string, open func(dir string) (int, error)) {
 			return
 		}
 		if err == nil {
-			_ = closeFD(fd)
+			_ = fsys.CloseFD(fd)
 		}
 	}()
 }
@@ -102,7 +106,7 @@ func (sp *spares) closeAll() {
 	defer sp.mu.Unlock()
 	for _, f := range sp.files {
 		if f.fd >= 0 {
-			_ = closeFD(f.fd)
+			_ = fsys.CloseFD(f.fd)
 		}
 	}
 	sp.files = nil

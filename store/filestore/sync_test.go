@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 
 	"github.com/tenure-io/tenure/store"
+	"github.com/tenure-io/tenure/store/filestore/internal/fsys"
 )
 
 // TestDirSyncsShareOneSync: writers whose changes became visible while a
@@ -109,7 +110,7 @@ func TestPutSyncsTheDirectory(t *testing.T) {
 		mu.Lock()
 		synced = append(synced, dir)
 		mu.Unlock()
-		return syncDir(dir)
+		return fsys.SyncDir(dir)
 	})()
 	ctx := t.Context()
 	if _, err := s.Put(ctx, "a/b", []byte("x"), store.IfAbsent()); err != nil {

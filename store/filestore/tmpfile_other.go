@@ -15,14 +15,8 @@ func tmpfileRefused(err error) bool               { return errors.Is(err, errors
 func linkTmpfile(int, string, *atomic.Bool) error { return errors.ErrUnsupported }
 func writeFD(int, []byte) error                   { return errors.ErrUnsupported }
 
-// fdatasync is fsync(2) where fdatasync(2) is not portable.
-func fdatasync(f *os.File) error { return f.Sync() }
-
 // writeFile writes all of data to f.
 func writeFile(f *os.File, data []byte) error {
 	_, err := f.Write(data)
 	return err
 }
-
-// preallocate is a no-op where fallocate(2) is missing.
-func preallocate(*os.File, int64) {}

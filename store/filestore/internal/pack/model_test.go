@@ -1,8 +1,8 @@
-package filestore
+package pack
 
 import (
-	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -10,27 +10,24 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 )
 
-// packModelSeeds is how many seeds TestPackModel runs; TENURE_PACK_SEEDS
+// modelSeeds is how many seeds TestModel runs; TENURE_PACK_SEEDS
 // sets another number, TENURE_PACK_SEED runs one seed alone.
-const packModelSeeds = 1000
+const modelSeeds = 1000
 
-// TestPackModel runs seeded random interleavings of creates,
+// TestModel runs seeded random interleavings of creates,
 // compare-and-swaps, deletes, reads, listings and reopenings by three
-// Stores on one directory, whose pack starts a segment every frame or
-// two (so that writers reclaim old segments all the time), against a
-// map. While a Store reads the pack (between its read of a segment and
-// its look at the next one, or as it finds the next one missing), other
-// Stores write and read: what a Store returns must be what the map held
-// at some moment of its call, and after it, every read must see every
-// acknowledged write. A failure names its seed.
-func TestPackModel(t *testing.T) {
-	t.Cleanup(SetPackSegMax(96))
-	t.Cleanup(SetPackNoSync())
-	seeds := make([]uint64, 0, packModelSeeds)
+// Logs of one pack (as three processes have), which starts a segment
+// every frame or two (so that writers reclaim old segments all the time),
+// against a map. While a Log reads the pack (between its read of a
+// segment and its look at the next one, or as it finds the next one
+// missing), other Logs write and read: what a Log returns must be what
+// the map held at some moment of its call, and after it, every read must
+// see every acknowledged write. A failure names its seed.
+func TestModel(t *testing.T) {
+	seeds := make([]uint64, 0, modelSeeds)
 	if s := os.Getenv("TENURE_PACK_SEED"); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
@@ -38,7 +35,7 @@ func TestPackModel(t *testing.T) {
 		}
 		seeds = append(seeds, seed)
 	} else {
-		n := packModelSeeds
+		n := modelSeeds
 		if s := os.Getenv("TENURE_PACK_SEEDS"); s != "" {
 			var err error
 			if n, err = strconv.Atoi(s); err != nil {
@@ -50,19 +47,20 @@ func TestPackModel(t *testing.T) {
 		}
 	}
 	for _, seed := range seeds {
-		if err := runPackModel(t, seed, 30); err != nil {
+		if err := runModel(t, seed, 30); err != nil {
 			t.Fatalf("seed %d (rerun it alone with TENURE_PACK_SEED=%d): %v", seed, seed, err)
 		}
 	}
 }
 
-// packModel is one seed's run.
-type packModel struct {
-	t      *testing.T
-	rng    *rand.Rand
-	dir    string
-	stores []*Store
-	model  map[string]string // key -> value
+// model is one seed's run.
+type model struct {
+	t     *testing.T
+	rng   *rand.Rand
+	dir   string
+	logs  []*Log
+	hooks Hooks
+	model map[string]string // key -> value
 	// seen is every value written, for stale versions.
 	seen []string
 	// reads are the reads in progress, each with the maps it may
@@ -71,59 +69,62 @@ type packModel struct {
 	// before is the map before the write in progress, until that write
 	// appends its frame: what reads meanwhile see.
 	before map[string]string
-	cur    int  // the Store whose operation is in progress
-	nested bool // in another Store's operation: no more injections
+	cur    int  // the Log whose operation is in progress
+	nested bool // in another Log's operation: no more injections
 	seq    int
 	trace  []string
 	err    error
 }
 
-const packModelKeys = 5
+const modelKeys = 5
 
-func runPackModel(t *testing.T, seed uint64, ops int) error {
-	m := &packModel{
+func runModel(t *testing.T, seed uint64, ops int) error {
+	m := &model{
 		t:     t,
 		rng:   rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		dir:   t.TempDir(),
 		model: map[string]string{},
 	}
-	// The pack made as Pack makes it, without its syncs.
-	if err := os.MkdirAll(filepath.Join(m.dir, "g.d", "log.p"), 0o755); err != nil {
+	// No syncs: nothing crashes here.
+	m.hooks.Sync = func(*os.File) error { return nil }
+	m.hooks.SyncDir = func(string) error { return nil }
+	if err := os.Mkdir(filepath.Join(m.dir, "log.p"), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(m.dir, "g.d", "log.d"), []byte(packHeadText), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(m.dir, "log.d"), []byte(HeadText), 0o644); err != nil {
 		return err
 	}
-	m.stores = []*Store{newDriver(t, m.dir), newDriver(t, m.dir), newDriver(t, m.dir)}
+	for range 3 {
+		m.logs = append(m.logs, m.open())
+	}
 	defer func() {
-		for _, s := range m.stores {
-			s.Close()
+		for _, l := range m.logs {
+			l.Close()
 		}
 	}()
-	// Where a Store reads the pack, holding no lock, others may write;
+	// Where a Log reads the pack, holding no lock, others may write;
 	// where it reads under the head's lock, others only read (their
 	// writes would wait for the lock).
-	afterSegmentRead = func(writer bool) { m.inject(!writer) }
-	afterNextMissing = func(writer bool) { m.inject(!writer) }
-	beforePackSync = func() {
+	m.hooks.AfterSegmentRead = func(writer bool) { m.inject(!writer) }
+	m.hooks.AfterNextMissing = func(writer bool) { m.inject(!writer) }
+	m.hooks.BeforeSync = func() {
 		if !m.nested {
 			m.before = nil // the frame is appended
 		}
 		m.inject(true)
 	}
-	defer func() { afterSegmentRead, afterNextMissing, beforePackSync = nil, nil, nil }()
 	for range ops {
-		m.cur = m.rng.IntN(len(m.stores))
+		m.cur = m.rng.IntN(len(m.logs))
 		m.step(m.cur, true)
 		if m.err != nil {
 			return m.fail()
 		}
 	}
-	// Every Store, and one that starts from the files, reads the map.
-	m.stores = append(m.stores, newDriver(t, m.dir))
-	for i := range m.stores {
+	// Every Log, and one that starts from the files, reads the map.
+	m.logs = append(m.logs, m.open())
+	for i := range m.logs {
 		m.cur = i
-		for k := range packModelKeys {
+		for k := range modelKeys {
 			m.get(i, m.key(k))
 		}
 		m.list(i)
@@ -134,28 +135,28 @@ func runPackModel(t *testing.T, seed uint64, ops int) error {
 	return nil
 }
 
-func (m *packModel) fail() error {
+func (m *model) fail() error {
 	return fmt.Errorf("%w\nlast operations:\n  %s", m.err, strings.Join(m.trace[max(0, len(m.trace)-30):], "\n  "))
 }
 
-func (m *packModel) errorf(format string, args ...any) {
+func (m *model) errorf(format string, args ...any) {
 	if m.err == nil {
 		m.err = fmt.Errorf(format, args...)
 	}
 }
 
-func (m *packModel) key(k int) string { return fmt.Sprintf("%sk%d", packPrefix, k) }
+func (m *model) key(k int) string { return fmt.Sprintf("k%d", k) }
 
-// inject runs, half the time, one to three operations of Stores other
+// inject runs, half the time, one to three operations of Logs other
 // than the one in progress.
-func (m *packModel) inject(writes bool) {
+func (m *model) inject(writes bool) {
 	if m.nested || m.err != nil || m.rng.IntN(2) == 0 {
 		return
 	}
 	m.nested = true
 	defer func() { m.nested = false }()
 	for range 1 + m.rng.IntN(3) {
-		i := m.rng.IntN(len(m.stores) - 1)
+		i := m.rng.IntN(len(m.logs) - 1)
 		if i >= m.cur {
 			i++
 		}
@@ -163,9 +164,9 @@ func (m *packModel) inject(writes bool) {
 	}
 }
 
-// step runs one random operation of Store i (a read unless writes).
-func (m *packModel) step(i int, writes bool) {
-	key := m.key(m.rng.IntN(packModelKeys))
+// step runs one random operation of Log i (a read unless writes).
+func (m *model) step(i int, writes bool) {
+	key := m.key(m.rng.IntN(modelKeys))
 	op := m.rng.IntN(100)
 	if !writes {
 		op %= 40
@@ -192,7 +193,7 @@ func (m *packModel) step(i int, writes bool) {
 
 // someVersion is key's version, or mostly so: a stale one or one never
 // written a quarter of the time.
-func (m *packModel) someVersion(key string) string {
+func (m *model) someVersion(key string) string {
 	if v, ok := m.model[key]; ok && m.rng.IntN(4) > 0 {
 		return Version([]byte(v))
 	}
@@ -202,7 +203,7 @@ func (m *packModel) someVersion(key string) string {
 	return Version([]byte("never written"))
 }
 
-func (m *packModel) logf(format string, args ...any) {
+func (m *model) logf(format string, args ...any) {
 	indent := ""
 	if m.nested {
 		indent = "    (meanwhile) "
@@ -212,7 +213,7 @@ func (m *packModel) logf(format string, args ...any) {
 
 // begin starts a read: it may return any state from now to its end,
 // which returns them.
-func (m *packModel) begin() (end func() []map[string]string) {
+func (m *model) begin() (end func() []map[string]string) {
 	start := m.model
 	if m.before != nil {
 		start = m.before
@@ -233,52 +234,52 @@ func maps(m map[string]string) map[string]string {
 	return c
 }
 
-// writing notes that a write of the Store in progress is about to
+// writing notes that a write of the Log in progress is about to
 // change the map: until it appends its frame, others read the map as it
 // was.
-func (m *packModel) writing() {
+func (m *model) writing() {
 	if !m.nested {
 		m.before = maps(m.model)
 	}
 }
 
-func (m *packModel) written() {
+func (m *model) written() {
 	if !m.nested {
 		m.before = nil
 	}
 }
 
 // changed records a write: reads in progress may see the new state.
-func (m *packModel) changed() {
+func (m *model) changed() {
 	for _, r := range m.reads {
 		*r = append(*r, maps(m.model))
 	}
 }
 
-func (m *packModel) get(i int, key string) {
+func (m *model) get(i int, key string) {
 	end := m.begin()
-	data, version, err := m.stores[i].Get(m.t.Context(), key)
+	data, version, err := m.logs[i].Get(key, math.MaxInt64, nil)
 	mine := end()
 	got := "absent"
 	switch {
 	case err == nil:
 		got = fmt.Sprintf("%q", data)
 		if version != Version(data) {
-			m.errorf("store %d: Get(%q) = %q with version %s; want %s", i, key, data, version, Version(data))
+			m.errorf("log %d: Get(%q) = %q with version %s; want %s", i, key, data, version, Version(data))
 		}
-	case errors.Is(err, store.ErrNotFound) || driver.Classify(nil, err) == driver.NotFound:
+	case driver.Classify(nil, err) == driver.NotFound:
 	default:
-		m.errorf("store %d: Get(%q): %v", i, key, err)
+		m.errorf("log %d: Get(%q): %v", i, key, err)
 		return
 	}
-	m.logf("store %d: get %s: %s", i, key, got)
+	m.logf("log %d: get %s: %s", i, key, got)
 	for _, s := range mine {
 		v, ok := s[key]
 		if ok == (err == nil) && (!ok || v == string(data)) {
 			return
 		}
 	}
-	m.errorf("store %d: Get(%q) = %s; the map held %s%s", i, key, got, describe(mine, key), m.state())
+	m.errorf("log %d: Get(%q) = %s; the map held %s%s", i, key, got, describe(mine, key), m.state())
 }
 
 func describe(states []map[string]string, key string) string {
@@ -293,19 +294,19 @@ func describe(states []map[string]string, key string) string {
 	return strings.Join(out, " then ")
 }
 
-func (m *packModel) list(i int) {
+func (m *model) list(i int) {
 	end := m.begin()
-	items, err := m.stores[i].List(m.t.Context(), packPrefix, "", 1000)
+	items, err := m.logs[i].List("", "")
 	mine := end()
 	if err != nil {
-		m.errorf("store %d: List: %v", i, err)
+		m.errorf("log %d: List: %v", i, err)
 		return
 	}
 	got := map[string]string{}
 	for _, it := range items {
 		got[it.Key] = it.Version
 	}
-	m.logf("store %d: list: %d keys", i, len(got))
+	m.logf("log %d: list: %d keys", i, len(got))
 	for _, s := range mine {
 		want := map[string]string{}
 		for k, v := range s {
@@ -315,7 +316,7 @@ func (m *packModel) list(i int) {
 			return
 		}
 	}
-	m.errorf("store %d: List = %v; the map held %v%s", i, got, mine, m.state())
+	m.errorf("log %d: List = %v; the map held %v%s", i, got, mine, m.state())
 }
 
 func mapsEqual(a, b map[string]string) bool {
@@ -331,12 +332,12 @@ func mapsEqual(a, b map[string]string) bool {
 }
 
 // put writes key under cond, and the map with it if cond holds there.
-func (m *packModel) put(i int, key string, cond driver.Cond) {
+func (m *model) put(i int, key string, cond driver.Cond) {
 	m.seq++
 	value := fmt.Sprintf("%d:%s", m.seq, strings.Repeat("v", m.rng.IntN(48)))
 	cur, ok := m.model[key]
 	holds := cond.Kind == driver.IfAbsent && !ok || cond.Kind == driver.IfMatch && ok && Version([]byte(cur)) == cond.Version
-	// Decided before the call: no other Store writes before this one's
+	// Decided before the call: no other Log writes before this one's
 	// frame is appended (the hooks inject only reads until then).
 	if holds {
 		m.writing()
@@ -344,23 +345,23 @@ func (m *packModel) put(i int, key string, cond driver.Cond) {
 		m.seen = append(m.seen, value)
 		m.changed()
 	}
-	m.logf("store %d: put %s %s %q (want ok=%t)", i, key, cond.Kind, value, holds)
-	version, err := m.stores[i].Put(m.t.Context(), key, []byte(value), cond)
+	m.logf("log %d: put %s %s %q (want ok=%t)", i, key, cond.Kind, value, holds)
+	version, err := m.logs[i].Put(m.t.Context(), key, []byte(value), cond)
 	m.written()
 	switch {
 	case holds && err != nil:
-		m.errorf("store %d: Put(%q, %s): %v; the map held %q", i, key, cond.Kind, err, cur)
+		m.errorf("log %d: Put(%q, %s): %v; the map held %q", i, key, cond.Kind, err, cur)
 	case holds && version != Version([]byte(value)):
-		m.errorf("store %d: Put(%q) = version %s; want %s", i, key, version, Version([]byte(value)))
+		m.errorf("log %d: Put(%q) = version %s; want %s", i, key, version, Version([]byte(value)))
 	case !holds && err == nil:
-		m.errorf("store %d: Put(%q, %s) succeeded; the map held %s (present %t): a write overwritten", i, key, cond.Kind, cur, ok)
+		m.errorf("log %d: Put(%q, %s) succeeded; the map held %s (present %t): a write overwritten", i, key, cond.Kind, cur, ok)
 	case !holds && driver.Classify(nil, err) != driver.PreconditionFailed:
-		m.errorf("store %d: Put(%q, %s): %v; want a failed precondition", i, key, cond.Kind, err)
+		m.errorf("log %d: Put(%q, %s): %v; want a failed precondition", i, key, cond.Kind, err)
 	}
 }
 
 // del deletes key under cond, and from the map if cond holds there.
-func (m *packModel) del(i int, key string, cond driver.Cond) {
+func (m *model) del(i int, key string, cond driver.Cond) {
 	cur, ok := m.model[key]
 	holds := cond.Kind == driver.Unconditional || ok && Version([]byte(cur)) == cond.Version
 	if holds && ok {
@@ -368,42 +369,50 @@ func (m *packModel) del(i int, key string, cond driver.Cond) {
 		delete(m.model, key)
 		m.changed()
 	}
-	m.logf("store %d: delete %s %s (want ok=%t)", i, key, cond.Kind, holds)
-	err := m.stores[i].Delete(m.t.Context(), key, cond)
+	m.logf("log %d: delete %s %s (want ok=%t)", i, key, cond.Kind, holds)
+	err := m.logs[i].Delete(m.t.Context(), key, cond)
 	m.written()
 	switch {
 	case holds && err != nil:
-		m.errorf("store %d: Delete(%q, %s): %v", i, key, cond.Kind, err)
+		m.errorf("log %d: Delete(%q, %s): %v", i, key, cond.Kind, err)
 	case !holds && err == nil:
-		m.errorf("store %d: Delete(%q, %s) succeeded; the map held %q (present %t)", i, key, cond.Kind, cur, ok)
+		m.errorf("log %d: Delete(%q, %s) succeeded; the map held %q (present %t)", i, key, cond.Kind, cur, ok)
 	case !holds && driver.Classify(nil, err) != driver.PreconditionFailed:
-		m.errorf("store %d: Delete(%q, %s): %v; want a failed precondition", i, key, cond.Kind, err)
+		m.errorf("log %d: Delete(%q, %s): %v; want a failed precondition", i, key, cond.Kind, err)
 	}
 }
 
-// reopen closes Store i and opens it again: its index starts over.
-func (m *packModel) reopen(i int) {
-	m.logf("store %d: reopen", i)
-	if err := m.stores[i].Close(); err != nil {
-		m.errorf("store %d: Close: %v", i, err)
+// reopen closes Log i and opens it again: its index starts over.
+func (m *model) reopen(i int) {
+	m.logf("log %d: reopen", i)
+	if err := m.logs[i].Close(); err != nil {
+		m.errorf("log %d: Close: %v", i, err)
 	}
-	m.stores[i] = newDriver(m.t, m.dir)
+	m.logs[i] = m.open()
 }
 
-// state describes the segments on disk and each Store's index, for a
+// open opens a Log of the pack, as another process would.
+func (m *model) open() *Log {
+	l, err := Open(Config{Head: filepath.Join(m.dir, "log.d"), Segments: filepath.Join(m.dir, "log.p"),
+		ValidKey: testValidKey, SegmentMax: 96, Hooks: &m.hooks})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	return l
+}
+
+// state describes the segments on disk and each Log's index, for a
 // failure's message.
-func (m *packModel) state() string {
+func (m *model) state() string {
 	var b strings.Builder
-	ents, _ := os.ReadDir(filepath.Join(m.dir, "g.d", "log.p"))
+	ents, _ := os.ReadDir(filepath.Join(m.dir, "log.p"))
 	for _, e := range ents {
 		if fi, err := e.Info(); err == nil {
 			fmt.Fprintf(&b, "\n segment %s: %d bytes", e.Name(), fi.Size())
 		}
 	}
-	for i, s := range m.stores {
-		for _, p := range s.packs.m {
-			fmt.Fprintf(&b, "\n store %d: first %d, seg %d, listed %d, off %d, live %v, keys %v", i, p.first, p.seg, p.listed, p.off, p.live, p.keys)
-		}
+	for i, l := range m.logs {
+		fmt.Fprintf(&b, "\n log %d: first %d, seg %d, listed %d, off %d, live %v, keys %v", i, l.first, l.seg, l.listed, l.off, l.live, l.keys)
 	}
 	return b.String()
 }

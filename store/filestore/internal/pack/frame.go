@@ -1,4 +1,4 @@
-package filestore
+package pack
 
 import (
 	"encoding/binary"
@@ -23,12 +23,12 @@ const (
 	recPut    = 1
 	recDelete = 2
 
-	// packValueMax bounds a value kept in a pack: a frame's length is a
+	// ValueMax bounds a value kept in a pack: a frame's length is a
 	// u32, and a batch is held in memory whole.
-	packValueMax = 256 << 20
+	ValueMax = 256 << 20
 	// frameMax bounds a frame's length: the largest value, plus the
 	// records a batch of small ones holds.
-	frameMax = packValueMax + 16<<20
+	frameMax = ValueMax + 16<<20
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -91,7 +91,7 @@ const (
 // With frameShort, n is the frame's length if its header could be read
 // (0 if not). With frameBad, n is the length the header claims (0 if it
 // claims none that could be a frame's), and err says what is wrong.
-func decodeFrame(b []byte) (recs []packRec, n int, st frameStatus, why string) {
+func decodeFrame(b []byte, validKey func(string) bool) (recs []packRec, n int, st frameStatus, why string) {
 	if len(b) < frameHeader {
 		return nil, 0, frameShort, ""
 	}
@@ -121,7 +121,7 @@ func decodeFrame(b []byte) (recs []packRec, n int, st frameStatus, why string) {
 		vlen := int(binary.LittleEndian.Uint32(h[4:]))
 		crc := binary.LittleEndian.Uint32(h[8:])
 		end := off + recHeader + klen + vlen
-		if h[1] != 0 || vlen > packValueMax || end > n || end < off {
+		if h[1] != 0 || vlen > ValueMax || end > n || end < off {
 			return nil, n, frameBad, "a record's lengths out of range"
 		}
 		key := string(f[off+recHeader : off+recHeader+klen])

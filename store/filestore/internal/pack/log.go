@@ -1,9 +1,11 @@
-package filestore
+package pack
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -18,9 +20,10 @@ import (
 
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
+	"github.com/tenure-io/tenure/store/filestore/internal/fsys"
 )
 
-// A pack keeps the keys of one key directory as records appended to
+// A Log is a pack: it keeps the keys of one key directory as records appended to
 // segment files, so that a write costs one fdatasync(2) of a file that
 // only grows, where a file per key costs two flushes (the file's and its
 // directory's) and an inode. The directory's own path ("log.d") is then a
@@ -29,7 +32,7 @@ import (
 // in a sibling directory ("log.p"), named by their sequence number in hex;
 // no key maps to either name ('.' is always escaped in a key's path).
 //
-// Writers of a Store share batches (group commit): one goroutine takes
+// Writers of a Log share batches (group commit): one goroutine takes
 // the head's lock, reads what other writers appended since it last looked,
 // checks each write's condition in order, appends the batch as one frame,
 // releases the lock, syncs the segment, then answers them all. A frame is
@@ -46,15 +49,22 @@ import (
 // lost in a crash (the writer of those frames may still be syncing them;
 // one of the two syncs finds nothing to do).
 //
-// A new segment starts when the last one reaches packSegMax; the oldest
+// A new segment starts when the last one reaches Config.SegmentMax; the oldest
 // segments are removed once every put they hold is overwritten or
 // deleted, which is how a log truncated from its start reclaims its space.
-type pack struct {
+//
+// A Log is safe for concurrent use, and so are Logs of one pack in many
+// processes: each reads what the others appended before it answers.
+type Log struct {
 	head     string // the head file: the key directory's own path
 	segDir   string // the segments' directory
 	readOnly bool
-	headID   fileID // the head found; another file there is another pack
-	gone     func() // forgets this pack, when its head is gone or replaced
+	headID   fsys.FileID // the head found; another file there is another pack
+	gone     func()      // forgets this pack, when its head is gone or replaced
+	validKey func(string) bool
+	segMax   int64
+	prealloc bool
+	hooks    *Hooks
 
 	// lead is held by the goroutine that writes batches for the queue.
 	lead  chan struct{}
@@ -64,8 +74,8 @@ type pack struct {
 	mu      sync.Mutex // guards what follows, and the files' use
 	headFD  int        // the head, opened by the first writer (-1 before)
 	segs    map[uint64]*os.File
-	first   uint64 // the oldest segment this Store has not removed
-	shut    uint64 // the oldest segment this Store has not closed as dead (reclaim)
+	first   uint64 // the oldest segment this Log has not removed
+	shut    uint64 // the oldest segment this Log has not closed as dead (reclaim)
 	seg     uint64 // the segment read up to off; 0 before any
 	listed  uint64 // the last segment a listing found since the index began
 	off     int64
@@ -106,11 +116,10 @@ const (
 )
 
 const (
-	// packHeadText is a pack's head file: its format. Another text is a
+	// HeadText is a pack's head file: its format. Another text is a
 	// format this version does not know, and refused.
-	packHeadText = "tenure filestore pack, format 1\n"
-	sufPack      = ".p"
-	segSuffix    = ".s"
+	HeadText  = "tenure filestore pack, format 1\n"
+	segSuffix = ".s"
 
 	// packGapTries bounds how often a read starts over when segments it
 	// was reading are removed under it.
@@ -121,66 +130,148 @@ const (
 // batch of large values allocates its own.
 const frameKeep = 1 << 20
 
-// packSegMax is the size at which a pack starts a new segment (a
-// variable for tests). A segment's blocks are freed all at once when it
-// is removed, and a file system that discards what it frees (ext4 mounted
-// with -o discard, common on cloud disks) holds the disk meanwhile: 32
-// MiB segments gave eight writers of an RSM 43 to 62 puts slower than 10
-// ms in 20 s, 4 MiB ones 3 to 7 (docs/BENCHMARKS.md). Smaller ones
-// start a segment (a create, its allocation and a directory sync) more
-// often, and 2 and 1 MiB did no better in a first sitting.
-var packSegMax int64 = 4 << 20
+// DefaultSegmentMax is the size at which a pack starts a new segment. A
+// segment's blocks are freed all at once when it is removed, and a file
+// system that discards what it frees (ext4 mounted with -o discard,
+// common on cloud disks) holds the disk meanwhile: 32 MiB segments gave
+// eight writers of an RSM 43 to 62 puts slower than 10 ms in 20 s, 4 MiB
+// ones 3 to 7 (docs/BENCHMARKS.md). Smaller ones start a segment (a
+// create, its allocation and a directory sync) more often, and 2 and 1
+// MiB did no better in a first sitting.
+const DefaultSegmentMax = 4 << 20
 
-// packPrealloc is whether new segments' blocks are allocated at once (a
-// variable for benchmarks).
-var packPrealloc = true
+// Config is where a Log is and how it writes.
+type Config struct {
+	// Head is the head file's path, Segments the segments' directory.
+	Head, Segments string
+	// ReadOnly opens the segments for reading only; writes then fail.
+	ReadOnly bool
+	// ValidKey says whether a record's key is one the store could have
+	// written; a record with another is corruption.
+	ValidKey func(key string) bool
+	// Gone, if set, is called when the head is found removed or replaced
+	// (by hand: a pack never turns back into a directory), before the
+	// operation fails with ErrGone.
+	Gone func()
+	// SegmentMax is the size at which a new segment starts (0:
+	// DefaultSegmentMax).
+	SegmentMax int64
+	// NoPrealloc leaves new segments' blocks to be allocated by each
+	// append rather than at once.
+	NoPrealloc bool
+	// Hooks, if set, are consulted at each use: tests set them.
+	Hooks *Hooks
+}
 
-// packSync makes a segment's appended frames durable, and packSyncDir a
-// new segment's name (variables for tests that check no crash, to run
-// many seeds in seconds).
-var (
-	packSync    = fdatasync
-	packSyncDir = syncDir
-)
+// Hooks are what tests change in a Log's work: each nil field leaves it
+// as it is.
+type Hooks struct {
+	// BeforeSync runs after a writer releases the head's lock and before
+	// it syncs its frame; tests stop a writer there.
+	BeforeSync func()
+	// AfterSegmentRead runs when a Log has read the segment it reads up
+	// to its end, before it looks for the next one; writer says whether
+	// it holds the head's lock.
+	AfterSegmentRead func(writer bool)
+	// AfterNextMissing runs when a Log has found the segment after the
+	// one it read missing, before it decides whether that is the end of
+	// the pack.
+	AfterNextMissing func(writer bool)
+	// Queued runs when a write is queued, with the writes queued then.
+	Queued func(n int)
+	// Sync replaces the sync of a segment's appended frames, and SyncDir
+	// that of a new segment's name (for tests that check no crash, to run
+	// many seeds in seconds).
+	Sync    func(*os.File) error
+	SyncDir func(dir string) error
+}
 
-// beforePackSync, if set, runs after a writer releases the head's lock
-// and before it syncs its frame; tests stop a writer there.
-var beforePackSync func()
-
-// afterSegmentRead, if set, runs when a Store has read the segment it
-// reads up to its end, before it looks for the next one; writer says
-// whether it holds the head's lock. Tests set it.
-var afterSegmentRead func(writer bool)
-
-// afterNextMissing, if set, runs when a Store has found the segment after
-// the one it read missing, before it decides whether that is the end of
-// the pack; writer says whether it holds the head's lock. Tests set it.
-var afterNextMissing func(writer bool)
-
-// errPackGone is a pack whose head was removed or replaced since the
-// Store found it (by hand: a pack never turns back into a directory).
-var errPackGone = errors.New("the pack's head was removed or replaced")
+// ErrGone is a pack whose head was removed or replaced since the Log
+// was opened (by hand: a pack never turns back into a directory).
+var ErrGone = errors.New("the pack's head was removed or replaced")
 
 // errPackGap is a segment gone under a reader: the writers removed it,
 // so the reader's index must be built again from the oldest segment.
 var errPackGap = errors.New("a segment was removed while it was read")
 
-func newPack(head string, readOnly bool) *pack {
-	return &pack{
-		head:     head,
-		segDir:   strings.TrimSuffix(head, sufDir) + sufPack,
-		readOnly: readOnly,
+// Open opens the pack whose head is at c.Head: it checks the head's
+// format, and remembers which file it is (another file there later is
+// another pack, ErrGone). It reads no segment: each operation reads what
+// was appended since the last.
+func Open(c Config) (*Log, error) {
+	id, err := fsys.IDOf(c.Head)
+	if err != nil {
+		return nil, ioErr("stat pack head", err)
+	}
+	if err := CheckHead(c.Head); err != nil {
+		return nil, err
+	}
+	if c.SegmentMax <= 0 {
+		c.SegmentMax = DefaultSegmentMax
+	}
+	if c.Hooks == nil {
+		c.Hooks = &Hooks{}
+	}
+	return &Log{
+		head:     c.Head,
+		segDir:   c.Segments,
+		readOnly: c.ReadOnly,
+		validKey: c.ValidKey,
+		gone:     c.Gone,
+		segMax:   c.SegmentMax,
+		prealloc: !c.NoPrealloc,
+		hooks:    c.Hooks,
+		headID:   id,
 		lead:     make(chan struct{}, 1),
 		headFD:   -1,
 		segs:     map[uint64]*os.File{},
 		keys:     map[string]packLoc{},
 		live:     map[uint64]int{},
-	}
+	}, nil
 }
 
-func (p *pack) segPath(n uint64) string {
-	return filepath.Join(p.segDir, fmt.Sprintf("%016x%s", n, segSuffix))
+// Head is the path of the pack's head.
+func (l *Log) Head() string { return l.head }
+
+func (l *Log) sync(f *os.File) error {
+	if h := l.hooks.Sync; h != nil {
+		return h(f)
+	}
+	return fsys.Fdatasync(f)
 }
+
+func (l *Log) syncDir(dir string) error {
+	if h := l.hooks.SyncDir; h != nil {
+		return h(dir)
+	}
+	return fsys.SyncDir(dir)
+}
+
+func (l *Log) segPath(n uint64) string {
+	return filepath.Join(l.segDir, fmt.Sprintf("%016x%s", n, segSuffix))
+}
+
+// Version is the version of data: a hash of its bytes, as S3's ETag is,
+// so the same bytes always have the same version.
+func Version(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:16])
+}
+
+// ioErr wraps an unexpected error of the file system. A missing file
+// here is not a missing key but the store's directory changing under
+// us, so it is not NotFound.
+func ioErr(op string, err error) error {
+	k := fsys.Kind(err)
+	if k == driver.NotFound {
+		k = driver.Permanent
+	}
+	return driver.Errorf(k, "filestore: %s: %w", op, err)
+}
+
+func errClosed() error { return driver.Errorf(driver.Permanent, "filestore: %w", store.ErrClosed) }
+
+func errExists() error { return driver.Errorf(driver.PreconditionFailed, "filestore: key exists") }
 
 func packCorrupt(what string, args ...any) error {
 	return &driver.Error{Kind: driver.Permanent, Err: corruptError("filestore: corrupt pack: " + fmt.Sprintf(what, args...))}
@@ -194,12 +285,12 @@ func (e corruptError) Error() string        { return string(e) }
 func (e corruptError) Is(target error) bool { return target == store.ErrCorrupt }
 
 // checkHead reads the head file and refuses a format it does not know.
-func checkHead(head string) error {
+func CheckHead(head string) error {
 	b, err := os.ReadFile(head)
 	if err != nil {
 		return ioErr("read pack head", err)
 	}
-	if string(b) != packHeadText {
+	if string(b) != HeadText {
 		return packCorrupt("%s is not a pack's head of a format this version knows (%q)", head, firstLine(b))
 	}
 	return nil
@@ -214,25 +305,25 @@ func firstLine(b []byte) string {
 
 // open returns segment n, opened for reading (and writing, in a writable
 // store).
-func (p *pack) open(n uint64) (*os.File, error) {
-	if f, ok := p.segs[n]; ok {
+func (l *Log) open(n uint64) (*os.File, error) {
+	if f, ok := l.segs[n]; ok {
 		return f, nil
 	}
 	flag := os.O_RDWR
-	if p.readOnly {
+	if l.readOnly {
 		flag = os.O_RDONLY
 	}
-	f, err := os.OpenFile(p.segPath(n), flag, 0)
+	f, err := os.OpenFile(l.segPath(n), flag, 0)
 	if err != nil {
 		return nil, err
 	}
-	p.segs[n] = f
+	l.segs[n] = f
 	return f, nil
 }
 
 // listSegs returns the segments' numbers, in order.
-func (p *pack) listSegs() ([]uint64, error) {
-	entries, err := os.ReadDir(p.segDir)
+func (l *Log) listSegs() ([]uint64, error) {
+	entries, err := os.ReadDir(l.segDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -253,78 +344,85 @@ func (p *pack) listSegs() ([]uint64, error) {
 	return out, nil
 }
 
+// forget tells Config.Gone that the head is gone or replaced, and
+// forgets the index: the next use reads what is there now.
+func (l *Log) forget() {
+	if l.gone != nil {
+		l.gone()
+	}
+	l.reset()
+}
+
 // reset forgets the index, to build it again from the oldest segment.
 // Segments it closes may have been removed: closed off the caller's path,
 // as reclaim's.
-func (p *pack) reset() {
+func (l *Log) reset() {
 	var drop []*os.File
-	for n, f := range p.segs {
+	for n, f := range l.segs {
 		drop = append(drop, f)
-		delete(p.segs, n)
+		delete(l.segs, n)
 	}
 	if len(drop) > 0 {
 		go closeFiles(drop)
 	}
-	clear(p.keys)
-	clear(p.live)
-	p.first, p.shut, p.seg, p.listed, p.off, p.durable = 0, 0, 0, 0, 0, 0
+	clear(l.keys)
+	clear(l.live)
+	l.first, l.shut, l.seg, l.listed, l.off, l.durable = 0, 0, 0, 0, 0, 0
 }
 
 // catchUp reads into the index what was appended since it last read,
 // starting again from the oldest segment when one it needed was removed.
 // A writer (holding the head's lock) cuts a torn last frame.
-func (p *pack) catchUp(writer bool) error {
+func (l *Log) catchUp(writer bool) error {
 	for try := 1; ; try++ {
-		err := p.catchUpOnce(writer)
+		err := l.catchUpOnce(writer)
 		if err == nil {
-			p.reclaim(writer && !p.readOnly)
+			l.reclaim(writer && !l.readOnly)
 		}
 		if !errors.Is(err, errPackGap) {
 			return err
 		}
 		if try == packGapTries {
-			return driver.Errorf(driver.Transient, "filestore: pack %s: %w, %d times in a row", p.head, err, try)
+			return driver.Errorf(driver.Transient, "filestore: pack %s: %w, %d times in a row", l.head, err, try)
 		}
-		p.reset()
+		l.reset()
 	}
 }
 
-func (p *pack) catchUpOnce(writer bool) error {
-	if id, err := idOf(p.head); err != nil || id != p.headID {
-		if p.gone != nil {
-			p.gone()
-		}
-		return driver.Errorf(driver.Transient, "filestore: pack %s: %w", p.head, errPackGone)
+func (l *Log) catchUpOnce(writer bool) error {
+	if id, err := fsys.IDOf(l.head); err != nil || id != l.headID {
+		l.forget()
+		return driver.Errorf(driver.Transient, "filestore: pack %s: %w", l.head, ErrGone)
 	}
-	if p.seg == 0 {
-		segs, err := p.listSegs()
+	if l.seg == 0 {
+		segs, err := l.listSegs()
 		if err != nil || len(segs) == 0 {
 			return err
 		}
-		p.first, p.shut, p.seg = segs[0], segs[0], segs[0]
-		p.listed = segs[len(segs)-1]
+		l.first, l.shut, l.seg = segs[0], segs[0], segs[0]
+		l.listed = segs[len(segs)-1]
 	}
 	for {
-		f, err := p.open(p.seg)
+		f, err := l.open(l.seg)
 		if errors.Is(err, fs.ErrNotExist) {
 			return errPackGap
 		}
 		if err != nil {
 			return ioErr("open pack segment", err)
 		}
-		torn, err := p.readSegment(f)
+		torn, err := l.readSegment(f)
 		if err != nil {
 			return err
 		}
-		if afterSegmentRead != nil {
-			afterSegmentRead(writer)
+		if h := l.hooks.AfterSegmentRead; h != nil {
+			h(writer)
 		}
-		_, err = p.open(p.seg + 1)
+		_, err = l.open(l.seg + 1)
 		if errors.Is(err, fs.ErrNotExist) {
-			if afterNextMissing != nil {
-				afterNextMissing(writer)
+			if h := l.hooks.AfterNextMissing; h != nil {
+				h(writer)
 			}
-			last, err := p.isLast(f, writer)
+			last, err := l.isLast(f, writer)
 			if err != nil {
 				return err
 			}
@@ -332,94 +430,94 @@ func (p *pack) catchUpOnce(writer bool) error {
 				if torn && writer {
 					// Under the head's lock: no writer is appending, so a
 					// torn frame is one whose writer died, never synced.
-					if err := f.Truncate(p.off); err != nil {
+					if err := f.Truncate(l.off); err != nil {
 						return ioErr("cut a pack's torn tail", err)
 					}
 				}
-				return p.syncRead(f)
+				return l.syncRead(f)
 			}
 		} else if err != nil {
 			return ioErr("open pack segment", err)
 		}
-		// Segment p.seg+1 exists: no writer appends to p.seg any more, but
+		// Segment l.seg+1 exists: no writer appends to l.seg any more, but
 		// one may have appended since the read above, filling it before it
-		// started the next (another Store, which this one's stat did not
+		// started the next (another Log, which this one's stat did not
 		// see). Read it again to its end before moving on, or a key put
 		// there would be missed: read as absent, created again over its
 		// value, its segment reclaimed. A writer starts a segment only
 		// after the last frame of the one before is whole, so what looks
 		// torn now is corruption.
-		if torn, err = p.readSegment(f); err != nil {
+		if torn, err = l.readSegment(f); err != nil {
 			return err
 		}
 		if torn {
-			return packCorrupt("%s ends in a torn frame at %d, and a later segment exists", p.segPath(p.seg), p.off)
+			return packCorrupt("%s ends in a torn frame at %d, and a later segment exists", l.segPath(l.seg), l.off)
 		}
-		if err := p.syncRead(f); err != nil {
+		if err := l.syncRead(f); err != nil {
 			return err
 		}
-		p.seg, p.off, p.durable = p.seg+1, 0, 0
+		l.seg, l.off, l.durable = l.seg+1, 0, 0
 	}
 }
 
-// isLast reports whether segment p.seg, read through f, is the pack's
-// last, segment p.seg+1 having been found missing. It must be: a segment
+// isLast reports whether segment l.seg, read through f, is the pack's
+// last, segment l.seg+1 having been found missing. It must be: a segment
 // missing between others is not a removal (those go oldest first, and f
-// would be unlinked) but damage, and a reader that took the segment
+// would be fsys.Unlinked) but damage, and a reader that took the segment
 // before the gap for the last would answer that the keys after it are
 // absent. A writer, about to append, lists the segments again, and so
 // does a reader that finds its segment full (a writer starts the next
 // one then); a reader otherwise goes by the listing its index began
 // with, or last took. A reader's listing may find a segment a writer
 // made after the reader looked: isLast reports false, and no error, if
-// segment p.seg+1 is there now.
-func (p *pack) isLast(f *os.File, writer bool) (bool, error) {
-	if unlinked(f) {
+// segment l.seg+1 is there now.
+func (l *Log) isLast(f *os.File, writer bool) (bool, error) {
+	if fsys.Unlinked(f) {
 		return false, errPackGap
 	}
-	if writer || p.off >= packSegMax {
-		segs, err := p.listSegs()
+	if writer || l.off >= l.segMax {
+		segs, err := l.listSegs()
 		if err != nil {
 			return false, err
 		}
 		if len(segs) > 0 {
-			p.listed = max(p.listed, segs[len(segs)-1])
+			l.listed = max(l.listed, segs[len(segs)-1])
 		}
 	}
-	if p.listed <= p.seg {
+	if l.listed <= l.seg {
 		return true, nil
 	}
-	_, err := p.open(p.seg + 1)
+	_, err := l.open(l.seg + 1)
 	switch {
 	case err == nil:
 		return false, nil
 	case !errors.Is(err, fs.ErrNotExist):
 		return false, ioErr("open pack segment", err)
-	case unlinked(f):
+	case fsys.Unlinked(f):
 		return false, errPackGap
 	}
-	return false, packCorrupt("segment %d of %s is missing, and segment %d exists", p.seg+1, p.segDir, p.listed)
+	return false, packCorrupt("segment %d of %s is missing, and segment %d exists", l.seg+1, l.segDir, l.listed)
 }
 
 // syncRead makes durable the bytes of the current segment read but not
 // known durable: frames another writer appended, which it may not have
 // synced yet (or ever, if it died).
-func (p *pack) syncRead(f *os.File) error {
-	if p.off <= p.durable {
+func (l *Log) syncRead(f *os.File) error {
+	if l.off <= l.durable {
 		return nil
 	}
-	if err := packSync(f); err != nil {
+	if err := l.sync(f); err != nil {
 		return ioErr("sync pack segment", err)
 	}
-	p.durable = p.off
+	l.durable = l.off
 	return nil
 }
 
-// readSegment reads f's frames after p.off into the index. It reports a
+// readSegment reads f's frames after l.off into the index. It reports a
 // torn tail (a frame cut short by the end of the file, or a bad frame
 // that ends where the file does) without an error, and a bad frame that
 // more bytes follow as corruption.
-func (p *pack) readSegment(f *os.File) (torn bool, err error) {
+func (l *Log) readSegment(f *os.File) (torn bool, err error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return false, ioErr("stat pack segment", err)
@@ -427,12 +525,12 @@ func (p *pack) readSegment(f *os.File) (torn bool, err error) {
 	size := fi.Size()
 	var buf []byte
 	whole := int64(0) // a frame's length that the last read cut
-	for p.off < size {
-		n := min(size-p.off, max(whole, packReadChunk))
+	for l.off < size {
+		n := min(size-l.off, max(whole, ReadChunk))
 		if int64(cap(buf)) < n {
 			buf = make([]byte, n)
 		}
-		b, err := readFull(f, buf[:n], p.off)
+		b, err := readFull(f, buf[:n], l.off)
 		if err != nil {
 			return false, err
 		}
@@ -441,14 +539,14 @@ func (p *pack) readSegment(f *os.File) (torn bool, err error) {
 		}
 		whole = 0
 		for len(b) > 0 {
-			recs, fn, st, why := decodeFrame(b)
+			recs, fn, st, why := decodeFrame(b, l.validKey)
 			if st == frameOK {
-				p.apply(recs, p.seg, p.off)
-				p.off += int64(fn)
+				l.apply(recs, l.seg, l.off)
+				l.off += int64(fn)
 				b = b[fn:]
 				continue
 			}
-			end := p.off+int64(len(b)) == size
+			end := l.off+int64(len(b)) == size
 			if st == frameShort && !end {
 				whole = max(int64(fn), frameHeader) // read it whole
 				break
@@ -457,19 +555,19 @@ func (p *pack) readSegment(f *os.File) (torn bool, err error) {
 			if !end {
 				// What follows a bad frame decides whether it is a torn
 				// tail: read all of it (a crash's aftermath, rarely).
-				if rest, err = readFull(f, make([]byte, size-p.off), p.off); err != nil {
+				if rest, err = readFull(f, make([]byte, size-l.off), l.off); err != nil {
 					return false, err
 				}
 			}
-			return p.tail(rest, st, fn, why)
+			return l.tail(rest, st, fn, why)
 		}
 	}
 	return false, nil
 }
 
-// packReadChunk is the most of a segment a read takes at a time (more for
+// ReadChunk is the most of a segment a read takes at a time (more for
 // a larger frame): a cold start reads a log of up to a segment's size.
-const packReadChunk = 1 << 20
+const ReadChunk = 1 << 20
 
 // readFull reads into b at off, short only at the end of the file.
 func readFull(f *os.File, b []byte, off int64) ([]byte, error) {
@@ -484,19 +582,19 @@ func readFull(f *os.File, b []byte, off int64) ([]byte, error) {
 // n, why) is, with rest the segment's bytes from it to its end: a torn
 // tail if nothing whole follows it (a crash leaves the bytes it wrote, or
 // zeros where the size was written and the data was not), else corruption.
-func (p *pack) tail(rest []byte, st frameStatus, n int, why string) (torn bool, err error) {
+func (l *Log) tail(rest []byte, st frameStatus, n int, why string) (torn bool, err error) {
 	tail := st == frameShort || n == len(rest) || n == 0 && allZero(rest)
-	if tail && !frameWithin(rest[1:]) {
+	if tail && !l.frameWithin(rest[1:]) {
 		return true, nil
 	}
 	if why == "" {
 		why = "a frame cut short, and frames after it"
 	}
-	return false, packCorrupt("%s at offset %d: %s", p.segPath(p.seg), p.off, why)
+	return false, packCorrupt("%s at offset %d: %s", l.segPath(l.seg), l.off, why)
 }
 
 // frameWithin reports whether a whole frame starts anywhere in b.
-func frameWithin(b []byte) bool {
+func (l *Log) frameWithin(b []byte) bool {
 	magic := binary.LittleEndian.AppendUint32(nil, frameMagic)
 	for i := 0; ; i++ {
 		j := bytes.Index(b[i:], magic)
@@ -504,7 +602,7 @@ func frameWithin(b []byte) bool {
 			return false
 		}
 		i += j
-		if _, _, st, _ := decodeFrame(b[i:]); st == frameOK {
+		if _, _, st, _ := decodeFrame(b[i:], l.validKey); st == frameOK {
 			return true
 		}
 	}
@@ -523,11 +621,11 @@ func allZero(b []byte) bool {
 
 // apply enters a frame's records, at offset off of segment seg, in the
 // index.
-func (p *pack) apply(recs []packRec, seg uint64, off int64) {
+func (l *Log) apply(recs []packRec, seg uint64, off int64) {
 	for _, r := range recs {
-		if old, ok := p.keys[r.key]; ok {
-			p.live[old.seg]--
-			delete(p.keys, r.key)
+		if old, ok := l.keys[r.key]; ok {
+			l.live[old.seg]--
+			delete(l.keys, r.key)
 		}
 		if r.del {
 			continue
@@ -536,38 +634,39 @@ func (p *pack) apply(recs []packRec, seg uint64, off int64) {
 		if version == "" {
 			version = Version(r.value)
 		}
-		p.keys[r.key] = packLoc{
+		l.keys[r.key] = packLoc{
 			seg:     seg,
 			off:     off + int64(r.off+recHeader+len(r.key)),
 			size:    len(r.value),
 			crc:     r.crc,
 			version: version,
 		}
-		p.live[seg]++
+		l.live[seg]++
 	}
 }
 
-// get reads key's value, into buf's memory if it fits, and its version.
-func (p *pack) get(key string, max int64, buf []byte) ([]byte, string, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
+// Get reads key's value, of at most max bytes, into buf's memory if it
+// fits, and its version. A missing key is a driver.NotFound error.
+func (l *Log) Get(key string, max int64, buf []byte) ([]byte, string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
 		return nil, "", errClosed()
 	}
 	for try := 1; ; try++ {
-		if err := p.catchUp(false); err != nil {
+		if err := l.catchUp(false); err != nil {
 			return nil, "", err
 		}
-		loc, ok := p.keys[key]
+		loc, ok := l.keys[key]
 		if !ok {
 			return nil, "", driver.Errorf(driver.NotFound, "filestore: no such key")
 		}
 		if int64(loc.size) > max {
 			return nil, "", driver.TooLargeError(int64(loc.size), max)
 		}
-		f, err := p.open(loc.seg)
+		f, err := l.open(loc.seg)
 		if errors.Is(err, fs.ErrNotExist) && try < packGapTries {
-			p.reset() // removed since: the key was overwritten or deleted
+			l.reset() // removed since: the key was overwritten or deleted
 			continue
 		}
 		if err != nil {
@@ -582,46 +681,70 @@ func (p *pack) get(key string, max int64, buf []byte) ([]byte, string, error) {
 			return nil, "", ioErr("read pack segment", err)
 		}
 		if recCRC(key, data) != loc.crc {
-			return nil, "", packCorrupt("%s at offset %d: the value of %q does not match its checksum", p.segPath(loc.seg), loc.off, key)
+			return nil, "", packCorrupt("%s at offset %d: the value of %q does not match its checksum", l.segPath(loc.seg), loc.off, key)
 		}
 		return data, loc.version, nil
 	}
 }
 
-// packItem is a key a pack's listing found.
-type packItem struct {
-	key     string
-	version string
-	size    int64
+// Item is a key a pack's listing found.
+type Item struct {
+	Key     string
+	Version string
+	Size    int64
 }
 
-// list returns the keys with prefix after after, in order.
-func (p *pack) list(prefix, after string) ([]packItem, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
+// List returns the keys with prefix after after, in order.
+func (l *Log) List(prefix, after string) ([]Item, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
 		return nil, errClosed()
 	}
-	if err := p.catchUp(false); err != nil {
+	if err := l.catchUp(false); err != nil {
 		return nil, err
 	}
-	var out []packItem
-	for k, loc := range p.keys {
+	var out []Item
+	for k, loc := range l.keys {
 		if strings.HasPrefix(k, prefix) && k > after {
-			out = append(out, packItem{k, loc.version, int64(loc.size)})
+			out = append(out, Item{k, loc.version, int64(loc.size)})
 		}
 	}
-	slices.SortFunc(out, func(a, b packItem) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(out, func(a, b Item) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
+}
+
+// Put writes key's value under cond (driver.IfAbsent or driver.IfMatch),
+// and returns its version once it is durable.
+func (l *Log) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
+	if len(data) > ValueMax {
+		return "", driver.TooLargeError(int64(len(data)), ValueMax)
+	}
+	op := &packOp{key: key, value: data, cond: cond}
+	l.do(ctx, op)
+	return op.version, op.err
+}
+
+// Delete deletes key under cond (unconditional, or driver.IfMatch), and
+// returns once the deletion is durable. Deleting a missing key
+// unconditionally is no error.
+func (l *Log) Delete(ctx context.Context, key string, cond driver.Cond) error {
+	op := &packOp{key: key, del: true, cond: cond}
+	l.do(ctx, op)
+	return op.err
 }
 
 // do runs op in a batch, and returns once the batch is durable or ctx
 // ends before a batch took op (op.err says which).
-func (p *pack) do(ctx context.Context, op *packOp) {
+func (l *Log) do(ctx context.Context, op *packOp) {
 	op.done = make(chan struct{})
-	p.qmu.Lock()
-	p.queue = append(p.queue, op)
-	p.qmu.Unlock()
+	l.qmu.Lock()
+	l.queue = append(l.queue, op)
+	n := len(l.queue)
+	l.qmu.Unlock()
+	if h := l.hooks.Queued; h != nil {
+		h(n)
+	}
 	for {
 		select {
 		case <-op.done:
@@ -633,9 +756,9 @@ func (p *pack) do(ctx context.Context, op *packOp) {
 			}
 			<-op.done // taken: its batch decides it
 			return
-		case p.lead <- struct{}{}:
-			p.writeQueued(ctx)
-			<-p.lead
+		case l.lead <- struct{}{}:
+			l.writeQueued(ctx)
+			<-l.lead
 		}
 	}
 }
@@ -644,24 +767,24 @@ func (p *pack) do(ctx context.Context, op *packOp) {
 // It takes the head's lock before it takes any op, waiting at most until
 // ctx (its own op's) ends: the ops stay queued for another waiter to
 // write then.
-func (p *pack) writeQueued(ctx context.Context) {
+func (l *Log) writeQueued(ctx context.Context) {
 	for {
-		p.qmu.Lock()
-		empty := len(p.queue) == 0
-		p.qmu.Unlock()
+		l.qmu.Lock()
+		empty := len(l.queue) == 0
+		l.qmu.Unlock()
 		if empty {
 			return
 		}
-		p.mu.Lock()
-		err := p.lockHead(ctx)
+		l.mu.Lock()
+		err := l.lockHead(ctx)
 		if err != nil && ctx.Err() != nil {
-			p.mu.Unlock()
+			l.mu.Unlock()
 			return
 		}
-		p.qmu.Lock()
-		q := p.queue
-		p.queue = nil
-		p.qmu.Unlock()
+		l.qmu.Lock()
+		q := l.queue
+		l.queue = nil
+		l.qmu.Unlock()
 		ops := q[:0]
 		for _, op := range q {
 			if op.state.CompareAndSwap(opQueued, opTaken) {
@@ -669,13 +792,13 @@ func (p *pack) writeQueued(ctx context.Context) {
 			}
 		}
 		if err == nil {
-			p.writeBatch(ops) // and unlocks the head
+			l.writeBatch(ops) // and unlocks the head
 		} else {
 			for _, op := range ops {
 				op.err = err
 			}
 		}
-		p.mu.Unlock()
+		l.mu.Unlock()
 		for _, op := range ops {
 			close(op.done)
 		}
@@ -683,30 +806,31 @@ func (p *pack) writeQueued(ctx context.Context) {
 }
 
 // lockHead takes the head's flock, opening the head first if need be.
-func (p *pack) lockHead(ctx context.Context) error {
-	if p.closed {
+func (l *Log) lockHead(ctx context.Context) error {
+	if l.closed {
 		return errClosed()
 	}
-	if p.headFD < 0 {
-		fd, err := openLockFile(p.head)
+	if l.headFD < 0 {
+		fd, err := fsys.OpenLockFile(l.head)
 		if err != nil {
 			return ioErr("open pack head", err)
 		}
-		p.headFD = fd
+		l.headFD = fd
 	}
-	if _, err := waitLock(ctx, p.headFD, tryLock); err != nil {
+	if _, err := fsys.WaitLock(ctx, l.headFD, fsys.TryLock); err != nil {
+		if se := (*os.SyscallError)(nil); errors.As(err, &se) {
+			return ioErr("flock", se.Err)
+		}
 		return err
 	}
 	// The lock is the head's, found by its path: a head replaced since
 	// (by hand) would be another lock, excluding no one.
-	if id, err := fdID(p.headFD); err != nil || id != p.headID {
-		_ = unlock(p.headFD)
-		_ = closeFD(p.headFD)
-		p.headFD = -1
-		if p.gone != nil {
-			p.gone()
-		}
-		return driver.Errorf(driver.Transient, "filestore: pack %s: %w", p.head, errPackGone)
+	if id, err := fsys.FDID(l.headFD); err != nil || id != l.headID {
+		_ = fsys.Unlock(l.headFD)
+		_ = fsys.CloseFD(l.headFD)
+		l.headFD = -1
+		l.forget()
+		return driver.Errorf(driver.Transient, "filestore: pack %s: %w", l.head, ErrGone)
 	}
 	return nil
 }
@@ -717,11 +841,11 @@ func (p *pack) lockHead(ctx context.Context) error {
 // a writer that takes it next syncs what it finds appended (catchUp), so
 // only the last frame may be unsynced still, and a writer stopped in its
 // sync (SIGSTOP, a slow disk) holds no one else up.
-func (p *pack) writeBatch(ops []*packOp) {
+func (l *Log) writeBatch(ops []*packOp) {
 	locked := true
 	release := func() {
 		if locked {
-			_ = unlock(p.headFD)
+			_ = fsys.Unlock(l.headFD)
 			locked = false
 		}
 	}
@@ -733,57 +857,57 @@ func (p *pack) writeBatch(ops []*packOp) {
 			}
 		}
 	}
-	if err := p.catchUp(true); err != nil {
+	if err := l.catchUp(true); err != nil {
 		fail(err)
 		return
 	}
-	recs := p.check(ops)
+	recs := l.check(ops)
 	if len(recs) == 0 {
 		return
 	}
-	seg, off, err := p.appendTo()
+	seg, off, err := l.appendTo()
 	if err != nil {
 		fail(err)
 		return
 	}
-	frame := appendFrame(p.frame[:0], recs)
+	frame := appendFrame(l.frame[:0], recs)
 	if cap(frame) <= frameKeep {
-		p.frame = frame
+		l.frame = frame
 	}
-	f := p.segs[seg]
+	f := l.segs[seg]
 	if _, err := f.WriteAt(frame, off); err != nil {
 		// Cut off again, under the lock: no one appended after it.
 		if f.Truncate(off) != nil {
-			p.reset() // readers may find it: start over from the files
+			l.reset() // readers may find it: start over from the files
 		}
-		fail(driver.Errorf(driver.Transient, "filestore: append to pack %s: %w", p.head, err))
+		fail(driver.Errorf(driver.Transient, "filestore: append to pack %s: %w", l.head, err))
 		return
 	}
-	// In the index now: this process's readers wait for p.mu, held until
+	// In the index now: this process's readers wait for l.mu, held until
 	// the sync.
-	if seg != p.seg {
-		p.durable = 0
+	if seg != l.seg {
+		l.durable = 0
 	}
-	p.apply(recs, seg, off)
+	l.apply(recs, seg, off)
 	end := off + int64(len(frame))
-	p.seg, p.off = seg, end
-	p.reclaim(true)
+	l.seg, l.off = seg, end
+	l.reclaim(true)
 	release()
-	if beforePackSync != nil {
-		beforePackSync()
+	if h := l.hooks.BeforeSync; h != nil {
+		h()
 	}
-	if err := packSync(f); err != nil {
+	if err := l.sync(f); err != nil {
 		// Others may have appended after it, and their syncs (or a
 		// reader's) may yet make it durable: not a definite failure.
-		fail(driver.Errorf(driver.Transient, "filestore: sync of pack %s after an append (it may be lost in a crash): %w", p.head, err))
+		fail(driver.Errorf(driver.Transient, "filestore: sync of pack %s after an append (it may be lost in a crash): %w", l.head, err))
 		return
 	}
-	p.durable = end // p.mu is held: still the segment's end
+	l.durable = end // l.mu is held: still the segment's end
 }
 
 // check decides each op against the index and the ops before it in the
 // batch, and returns the records of those whose condition holds.
-func (p *pack) check(ops []*packOp) []packRec {
+func (l *Log) check(ops []*packOp) []packRec {
 	type cur struct {
 		present bool
 		version string
@@ -793,7 +917,7 @@ func (p *pack) check(ops []*packOp) []packRec {
 		if c, ok := batch[key]; ok {
 			return c
 		}
-		loc, ok := p.keys[key]
+		loc, ok := l.keys[key]
 		return cur{ok, loc.version}
 	}
 	var recs []packRec
@@ -826,15 +950,15 @@ func (p *pack) check(ops []*packOp) []packRec {
 // appendTo returns the segment to append to and its end: the last, or a
 // new one if the last is full (or there is none). A new segment's name
 // is synced into its directory before any frame in it is acknowledged.
-func (p *pack) appendTo() (uint64, int64, error) {
-	if p.seg != 0 && p.off < packSegMax {
-		return p.seg, p.off, nil
+func (l *Log) appendTo() (uint64, int64, error) {
+	if l.seg != 0 && l.off < l.segMax {
+		return l.seg, l.off, nil
 	}
-	n := p.seg + 1
-	if err := os.MkdirAll(p.segDir, 0o755); err != nil {
+	n := l.seg + 1
+	if err := os.MkdirAll(l.segDir, 0o755); err != nil {
 		return 0, 0, ioErr("make pack segments directory", err)
 	}
-	f, err := os.OpenFile(p.segPath(n), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(l.segPath(n), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return 0, 0, ioErr("create pack segment", err)
 	}
@@ -842,24 +966,24 @@ func (p *pack) appendTo() (uint64, int64, error) {
 	// append then only marks blocks written, where allocating them would
 	// be part of each append's sync. Where the file system cannot, each
 	// append allocates its own.
-	if packPrealloc {
-		preallocate(f, packSegMax)
+	if l.prealloc {
+		fsys.Preallocate(f, l.segMax)
 	}
-	if err := packSyncDir(p.segDir); err != nil {
+	if err := l.syncDir(l.segDir); err != nil {
 		_ = f.Close()
 		return 0, 0, ioErr("sync pack segments directory", err)
 	}
-	p.segs[n] = f
-	if p.seg == 0 {
-		p.first, p.shut = n, n
+	l.segs[n] = f
+	if l.seg == 0 {
+		l.first, l.shut = n, n
 	}
 	return n, 0, nil
 }
 
 // reclaim drops the oldest segments while none of their puts is live,
 // never the one read or appended to: a writer (remove, under the head's
-// lock) removes them, oldest first, and every Store closes its
-// descriptors of them, removed or not, so that a Store that only reads
+// lock) removes them, oldest first, and every Log closes its
+// descriptors of them, removed or not, so that a Log that only reads
 // holds no removed segment's blocks. Removal goes strictly from the
 // oldest: a segment missing after one that is still there is damage
 // (isLast), which a reader that has not listed the segments since would
@@ -868,15 +992,15 @@ func (p *pack) appendTo() (uint64, int64, error) {
 //
 // Closing the last descriptor of a removed segment frees its blocks,
 // which took 18 ms for a 32 MiB segment on ext4 with online discard,
-// and every write of the Store waited for it. So a writer opens a
+// and every write of the Log waited for it. So a writer opens a
 // segment before it removes it (the unlink then frees nothing), and the
 // descriptors are closed by a goroutine of their own, off every batch's
 // and read's path.
-func (p *pack) reclaim(remove bool) {
+func (l *Log) reclaim(remove bool) {
 	var drop []*os.File
-	for remove && p.first != 0 && p.first < p.seg && p.live[p.first] <= 0 {
-		if _, open := p.segs[p.first]; !open {
-			f, err := os.Open(p.segPath(p.first))
+	for remove && l.first != 0 && l.first < l.seg && l.live[l.first] <= 0 {
+		if _, open := l.segs[l.first]; !open {
+			f, err := os.Open(l.segPath(l.first))
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				break
 			}
@@ -884,20 +1008,20 @@ func (p *pack) reclaim(remove bool) {
 				drop = append(drop, f)
 			}
 		}
-		if err := os.Remove(p.segPath(p.first)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(l.segPath(l.first)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			break
 		}
-		p.first++
+		l.first++
 	}
-	n := p.shut
-	for ; n != 0 && n < p.seg && (n < p.first || p.live[n] <= 0); n++ {
-		if f, ok := p.segs[n]; ok {
+	n := l.shut
+	for ; n != 0 && n < l.seg && (n < l.first || l.live[n] <= 0); n++ {
+		if f, ok := l.segs[n]; ok {
 			drop = append(drop, f)
-			delete(p.segs, n)
+			delete(l.segs, n)
 		}
-		delete(p.live, n)
+		delete(l.live, n)
 	}
-	p.shut = n
+	l.shut = n
 	if len(drop) > 0 {
 		go closeFiles(drop)
 	}
@@ -910,22 +1034,22 @@ func closeFiles(files []*os.File) {
 	}
 }
 
-// close closes the pack's files; later calls fail.
-func (p *pack) close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
+// Close closes the pack's files; later calls fail with store.ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
 		return nil
 	}
-	p.closed = true
+	l.closed = true
 	var errs []error
-	for n, f := range p.segs {
+	for n, f := range l.segs {
 		errs = append(errs, f.Close())
-		delete(p.segs, n)
+		delete(l.segs, n)
 	}
-	if p.headFD >= 0 {
-		errs = append(errs, closeFD(p.headFD))
-		p.headFD = -1
+	if l.headFD >= 0 {
+		errs = append(errs, fsys.CloseFD(l.headFD))
+		l.headFD = -1
 	}
 	return errors.Join(errs...)
 }

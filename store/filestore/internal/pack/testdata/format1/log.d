@@ -1,0 +1,1 @@
+tenure filestore pack, format 1
