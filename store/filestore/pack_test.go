@@ -895,3 +895,32 @@ func TestPackWriterStoppedInSync(t *testing.T) {
 	}
 	wantValue(t, a, packPrefix+"b", "from b")
 }
+
+// TestPackSegmentFilledWhileReaderLooks: a Store that has read the last
+// segment to its end, while another Store appends the frame that fills it
+// and starts the next, reads that frame before moving on: the key it
+// holds is not read as absent, nor created again over its value.
+func TestPackSegmentFilledWhileReaderLooks(t *testing.T) {
+	_, w, r := smallSegments(t)
+	val := strings.Repeat("v", 100)
+	mustPutKey(t, w, packKey(0), val, create)
+	filled := false
+	packHooks.AfterSegmentRead = func(writer bool) {
+		if !writer && !filled {
+			filled = true
+			mustPutKey(t, w, packKey(1), val, create) // fills segment 1
+			mustPutKey(t, w, packKey(2), val, create) // starts segment 2
+		}
+	}
+	defer func() { packHooks.AfterSegmentRead = nil }()
+	wantValue(t, r, packKey(0), val)
+	if !filled {
+		t.Fatal("the reader never read a segment to its end: nothing tested")
+	}
+	packHooks.AfterSegmentRead = nil
+	wantValue(t, r, packKey(1), val)
+	if _, err := r.Put(t.Context(), packKey(1), []byte("over"), create); driver.Classify(nil, err) != driver.PreconditionFailed {
+		t.Fatalf("create over the key the reader skipped: %v; want precondition failed", err)
+	}
+	wantValue(t, w, packKey(1), val)
+}
