@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -52,7 +53,14 @@ func runElect(ctx context.Context, e *env, args []string) error {
 	ops := newOpsState("elect", cfg.ServerID)
 	defer context.AfterFunc(ctx, func() { ops.stopping.Store(true) })()
 	if *httpAddr != "" {
-		stop, err := serveOps(*httpAddr, opsMux(ops.status, metrics.reg), cfg.Logger)
+		mux := opsMux(ops.status, metrics.reg)
+		stop, err := serveOps(*httpAddr, mux, cfg.Logger)
+		if err != nil && !flagGiven(fs, "http") && errors.Is(err, syscall.EADDRINUSE) {
+			// The default port, taken: most likely by another member on
+			// this host. A second member needs nothing but its own --id.
+			cfg.Logger.Warn("the default --http address is taken, by another member on this host perhaps; serving on a free port (set --http to choose one)", "default", *httpAddr)
+			stop, err = serveOps("127.0.0.1:0", mux, cfg.Logger)
+		}
 		if err != nil {
 			return err
 		}

@@ -118,3 +118,10 @@ func checkFlagValues(fs *flag.FlagSet, failed *flagError) (restore func()) {
 		undo = nil
 	}
 }
+
+// flagGiven reports whether the command line set the flag name.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
