@@ -882,6 +882,7 @@ func runProcessChild(t *testing.T, cfg processConfig) {
 	switch cfg.Kind {
 	case "s3":
 		tr := faultstore.NewTransport(http.DefaultTransport.(*http.Transport).Clone(), faultstore.WithSeed(rng.Uint64()))
+		defer tr.CloseIdleConnections() // the child exits leaving no connection behind
 		client := s3.New(s3.Options{
 			Region:       cfg.Region,
 			BaseEndpoint: aws.String(cfg.Endpoint),
@@ -956,6 +957,7 @@ func runProcessChild(t *testing.T, cfg processConfig) {
 			IdleConnTimeout:     2 * cfg.Infrequent,
 			TLSHandshakeTimeout: cfg.PeerTimeout,
 		}, faultstore.WithSeed(rng.Uint64()))
+		defer tr.CloseIdleConnections()
 		peerClient = &http.Client{Transport: tr}
 		peerKnob = knob{
 			apply: func(rng *rand.Rand) (string, func()) { return applyPeerFault(t, tr, rng) },
