@@ -118,6 +118,9 @@ func DecodeRecord(data []byte) (Record, error) {
 	if dec.More() {
 		return Record{}, fmt.Errorf("election: lock record has data after the JSON object: %q", truncate(data))
 	}
+	if r.Kind != "" && r.Kind != RecordKind {
+		return Record{}, fmt.Errorf("%w: it is a record of kind %q", ErrForeignRecord, r.Kind)
+	}
 	for name, s := range map[string]string{"leaderID": r.LeaderID, "leaderAddr": r.LeaderAddr, "session": r.Session, "nonce": r.Nonce, "handoverTo": r.HandoverTo, "peerKey": r.PeerKey} {
 		if !utf8.ValidString(s) || len(s) > 1024 {
 			return Record{}, fmt.Errorf("election: lock record field %s is not valid UTF-8 of at most 1024 bytes", name)

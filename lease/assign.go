@@ -8,12 +8,17 @@ import (
 	"sort"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tenure-io/tenure/internal/recordkind"
 )
 
 // Assignment is the record that maps shards to members in member-lease
 // mode. It changes, by compare-and-swap, only when membership or the set of
 // shards changes, never on a renewal.
 type Assignment struct {
+	// Kind says what the record is: Encode writes AssignmentKind. Records
+	// of the previous version have none.
+	Kind string `json:"kind,omitempty"`
 	// Epoch grows by one with every change.
 	Epoch uint64 `json:"epoch"`
 	// Shards maps each shard to its entry.
@@ -62,8 +67,18 @@ func (e Entry) equal(o Entry) bool {
 // (store.ErrTooLarge), before it is loaded, and by the decoders.
 const maxRecordSize = 16 << 20
 
+// AssignmentKind and MemberKind are the kind fields of the assignment and
+// member records.
+const (
+	AssignmentKind = recordkind.LeaseAssignment
+	MemberKind     = recordkind.LeaseMember
+)
+
 // DecodeAssignment parses an assignment record, refusing anything that is
-// not one with an error that says why.
+// not one with an error that says why: a record whose kind is not
+// AssignmentKind, or that has no kind and not the fields of the previous
+// version's assignment (epoch, shards, updatedBy) or has those of another
+// tenure record, is refused with an error matching ErrForeignRecord.
 func DecodeAssignment(data []byte) (Assignment, error) {
 	a, _, err := decodeAssignment(data)
 	return a, err
@@ -77,6 +92,9 @@ func decodeAssignment(data []byte) (Assignment, []string, error) {
 	}
 	a, ids, ok := decodeFast(data)
 	if !ok {
+		if err := recordkind.Require(data, AssignmentKind); err != nil {
+			return Assignment{}, nil, fmt.Errorf("lease: assignment record: %w: %w", ErrForeignRecord, err)
+		}
 		a, ids = Assignment{}, nil
 		dec := json.NewDecoder(bytes.NewReader(data))
 		if err := dec.Decode(&a); err != nil {
@@ -84,6 +102,9 @@ func decodeAssignment(data []byte) (Assignment, []string, error) {
 		}
 		if dec.More() {
 			return Assignment{}, nil, fmt.Errorf("lease: assignment record has data after the JSON object")
+		}
+		if a.Kind != "" && a.Kind != AssignmentKind {
+			return Assignment{}, nil, fmt.Errorf("lease: assignment record: %w: it is a record of kind %q", ErrForeignRecord, a.Kind)
 		}
 	}
 	for id, e := range a.Shards {

@@ -51,7 +51,7 @@ func encodeRecord(hdr Assignment, nullShards bool, ids []string, at func(i int) 
 		size += len(id) + 64 + len(at(i).Waits)*64
 	}
 	b := make([]byte, 0, size)
-	b = append(b, `{"epoch":`...)
+	b = append(b, `{"kind":"`+AssignmentKind+`","epoch":`...)
 	b = strconv.AppendUint(b, hdr.Epoch, 10)
 	b = append(b, `,"shards":`...)
 	if nullShards {
@@ -82,6 +82,7 @@ func encodeRecord(hdr Assignment, nullShards bool, ids []string, at func(i int) 
 }
 
 func (a Assignment) encodeReflect() []byte {
+	a.Kind = AssignmentKind
 	b, err := json.Marshal(a)
 	if err != nil {
 		panic("lease: encoding an assignment: " + err.Error())
@@ -155,7 +156,7 @@ func decodeFastWith(data []byte, add func(id string, e Entry)) (a Assignment, id
 	if !p.lit('{') {
 		return a, nil, false
 	}
-	var seen [6]bool
+	var seen [7]bool
 	sorted := true
 	for first := true; ; first = false {
 		if first && p.lit('}') {
@@ -165,7 +166,7 @@ func decodeFastWith(data []byte, add func(id string, e Entry)) (a Assignment, id
 		if !ok || !p.lit(':') {
 			return a, nil, false
 		}
-		field := slices.Index([]string{"epoch", "shards", "updatedBy", "lastUpdated", "nonce", "evicted"}, string(key))
+		field := slices.Index([]string{"epoch", "shards", "updatedBy", "lastUpdated", "nonce", "evicted", "kind"}, string(key))
 		if field < 0 || seen[field] {
 			return a, nil, false
 		}
@@ -186,6 +187,10 @@ func decodeFastWith(data []byte, add func(id string, e Entry)) (a Assignment, id
 			a.Nonce, ok = p.str()
 		case 5:
 			a.Evicted, ok = p.holders()
+		case 6:
+			// Another kind is for the fallback to refuse, by name.
+			a.Kind, ok = p.str()
+			ok = ok && a.Kind == AssignmentKind
 		}
 		if !ok {
 			return a, nil, false
@@ -200,6 +205,11 @@ func decodeFastWith(data []byte, add func(id string, e Entry)) (a Assignment, id
 	}
 	p.ws()
 	if p.i != len(p.b) {
+		return a, nil, false
+	}
+	if !seen[6] && !seen[0] && !seen[1] && !seen[2] {
+		// Without a kind, only the previous version's fields say what it
+		// is: the fallback refuses it, by name.
 		return a, nil, false
 	}
 	if !sorted {

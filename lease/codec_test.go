@@ -78,7 +78,7 @@ func TestEncodeIsEncodingJSON(t *testing.T) {
 // TestDecodeFastTakesWhatEncodeWrites: the one-pass decoder, not its
 // fallback, reads the records members write with plain names.
 func TestDecodeFastTakesWhatEncodeWrites(t *testing.T) {
-	a := lease.Assignment{Epoch: 7, Shards: map[string]lease.Entry{
+	a := lease.Assignment{Kind: lease.AssignmentKind, Epoch: 7, Shards: map[string]lease.Entry{
 		"s1": {Owner: "m1", Session: "S1", Term: 3, Waits: []lease.Holder{{Owner: "m2", Session: "S2", Term: 2}}},
 		"s2": {Term: 1},
 	}, UpdatedBy: "m1", LastUpdated: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Nonce: "N",
@@ -102,6 +102,10 @@ func FuzzDecodeAssignment(f *testing.F) {
 	f.Add([]byte(`{"epoch":01,"shards":{"a":{"term":1e3}}}`))
 	f.Add([]byte(`{"shards":{"b":{"term":1},"a":{"term":2},"a":{"term":3}},"evicted":[],"lastUpdated":"2026-01-02T03:04:05Z"}`))
 	f.Add(randomAssignment(rand.New(rand.NewPCG(1, 1)), 5).Encode())
+	f.Add([]byte(`{"kind":"tenure.lease.assignment","epoch":3,"shards":{}}`))
+	f.Add([]byte(`{"kind":"tenure.lock","epoch":3,"shards":{}}`))
+	f.Add([]byte(`{"epoch":3,"shards":{},"leaderID":"a"}`))
+	f.Add([]byte(`{"kind":"tenure.lease.assignment"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if fast, ok := lease.DecodeFast(data); ok {
 			var slow lease.Assignment

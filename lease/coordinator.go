@@ -22,6 +22,13 @@ var (
 	// shard at once; in MemberLeases mode the later process stays idle
 	// until the other dies.
 	ErrDuplicateOwner = errors.New("lease: another process uses this OwnerID")
+	// ErrForeignRecord is reported when the object where a member record
+	// or the assignment record belongs is another kind of record (an
+	// election lock, a replicated state machine group's leader_state.json,
+	// a record of a kind this version does not know, another program's
+	// JSON). A member never writes over it, never evicts it and never
+	// counts it as a member.
+	ErrForeignRecord = errors.New("lease: the object is another kind of record")
 )
 
 // Coordinator holds leases on many shards for one member. It is safe for

@@ -73,6 +73,22 @@
 // (store.GetLimited): a larger object at such a key is refused unread and
 // reported in Status.LastError.
 //
+// Every record a member writes says what it is: "kind":
+// "tenure.lease.member" (MemberKind) or "tenure.lease.assignment"
+// (AssignmentKind). Records of the previous version have no kind and are
+// known by their fields: ownerID for a member record; epoch, shards or
+// updatedBy for the assignment. Any other object where one belongs (an
+// election lock, a replicated state machine group's leader_state.json, a
+// record of a kind this version does not know, another program's JSON) is
+// refused with ErrForeignRecord, logged at ERROR naming its key and what it
+// is, and reported in Status.LastError: another kind of record where the
+// assignment belongs stops every member from acting on any shard, and
+// nobody writes over it; one among the member records is no member (it
+// gets no shard) and is never evicted or deleted. Members of the previous
+// version ignore the kind field, so a group can be upgraded one member at a
+// time (they read an assignment with a kind through encoding/json, more
+// slowly, instead of their one-pass decoder).
+//
 // # Metrics
 //
 // With Config.Registerer set, a Coordinator exports these series, each

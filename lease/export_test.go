@@ -73,3 +73,6 @@ func tableAssignment(t *table) Assignment {
 // SetBeforeNotify installs a function run by a ShardLeases coordinator
 // just before it queues a change of its held set, before Start.
 func SetBeforeNotify(c *Coordinator, f func(held []string)) { c.impl.(*shardMode).beforeNotify = f }
+
+// EncodeMember is the encoding members write their records with.
+func EncodeMember(r MemberRecord) []byte { return r.encode() }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/internal/notify"
+	"github.com/tenure-io/tenure/internal/recordkind"
 	"github.com/tenure-io/tenure/store"
 )
 
@@ -36,6 +37,9 @@ import (
 
 // MemberRecord is a member's lease record.
 type MemberRecord struct {
+	// Kind says what the record is: every record a member writes says
+	// MemberKind. Records of the previous version have none.
+	Kind        string    `json:"kind,omitempty"`
 	OwnerID     string    `json:"ownerID"`
 	Session     string    `json:"session"`
 	LastUpdated time.Time `json:"lastUpdated"`
@@ -58,14 +62,23 @@ type MemberRecord struct {
 	EvictedBy string `json:"evictedBy,omitempty"`
 }
 
-// DecodeMemberRecord parses a member record.
+// DecodeMemberRecord parses a member record. A record whose kind is not
+// MemberKind, or that has no kind and not the previous version's ownerID or
+// has the fields of another tenure record, is refused with an error
+// matching ErrForeignRecord.
 func DecodeMemberRecord(data []byte) (MemberRecord, error) {
 	var r MemberRecord
 	if len(data) > maxRecordSize {
 		return r, fmt.Errorf("lease: member record is %d bytes", len(data))
 	}
+	if err := recordkind.Require(data, MemberKind); err != nil {
+		return r, fmt.Errorf("lease: member record: %w: %w", ErrForeignRecord, err)
+	}
 	if err := json.Unmarshal(data, &r); err != nil {
 		return MemberRecord{}, fmt.Errorf("lease: member record: %w", err)
+	}
+	if r.Kind != "" && r.Kind != MemberKind {
+		return MemberRecord{}, fmt.Errorf("lease: member record: %w: it is a record of kind %q", ErrForeignRecord, r.Kind)
 	}
 	if r.OwnerID == "" || r.Session == "" {
 		return MemberRecord{}, errors.New("lease: member record without ownerID or session")
@@ -74,6 +87,18 @@ func DecodeMemberRecord(data []byte) (MemberRecord, error) {
 		return MemberRecord{}, fmt.Errorf("lease: member record has a negative leaseMillis %d", r.LeaseMillis)
 	}
 	return r, nil
+}
+
+// encode returns the record's JSON, with its kind.
+func (r MemberRecord) encode() []byte {
+	r.Kind = MemberKind
+	b, err := json.Marshal(r)
+	if err != nil {
+		// Strings, numbers, a time and a map of numbers: Marshal cannot
+		// fail on them.
+		panic("lease: encoding a member record: " + err.Error())
+	}
+	return b
 }
 
 const assignmentKey = "assignment.json"
@@ -109,6 +134,10 @@ type memberView struct {
 	rec        MemberRecord
 	recVersion string
 	evicted    bool
+	// foreign is set while the object is another kind of record
+	// (ErrForeignRecord): not a member, never evicted or written.
+	foreign  bool
+	reported string // the version of the foreign record last logged
 	// lease is the longest lease the holder's records have stated
 	// (leaseMillis), and leaseKnown whether its record has been read at
 	// all: until then the holder cannot be judged dead, since its lease
@@ -496,7 +525,7 @@ func (m *memberMode) renew(ctx context.Context) bool {
 		LeaseMillis: cfg.LeaseDuration.Milliseconds(), Nonce: rand.Text(), Counter: m.counter,
 		Applied: applied,
 	}
-	data, _ := json.Marshal(rec)
+	data := rec.encode()
 	cond := store.IfAbsent()
 	if m.myVersion != "" {
 		cond = store.IfMatch(m.myVersion)
@@ -623,7 +652,12 @@ func (m *memberMode) observe(ctx context.Context, items []store.Item, start, end
 			m.setAssign(emptyTable(), m.assignVer, m.assignFound, true)
 			a, derr := decodeTable(data)
 			if derr != nil {
-				if !m.assignBad || m.assignVer != v {
+				derr = fmt.Errorf("%s: %w", m.key(assignmentKey), derr)
+				switch {
+				case m.assignBad && m.assignVer == v:
+				case errors.Is(derr, ErrForeignRecord):
+					m.c.log.Error("the object where the assignment record belongs is another kind of record; acting on no shard and never writing it: give the coordinators a Prefix of their own", "version", v, "err", derr)
+				default:
 					m.c.log.Error("the assignment record is corrupt; acting on no shard until it is repaired", "version", v, "err", derr)
 				}
 				m.setErr(derr)
@@ -660,7 +694,13 @@ func (m *memberMode) fetch(ctx context.Context, rel string, v *memberView) bool 
 		return false
 	}
 	rec, err := DecodeMemberRecord(data)
+	v.foreign = errors.Is(err, ErrForeignRecord)
 	if err != nil {
+		err = fmt.Errorf("%s: %w", m.key(rel), err)
+		if v.foreign && ver != v.reported {
+			v.reported = ver
+			m.c.log.Error("an object among the member records is another kind of record; it is never counted as a member nor written over", "err", err)
+		}
 		m.setErr(err)
 		v.learn(rec, false)
 		return false
@@ -699,7 +739,7 @@ func (m *memberMode) nextDeath() time.Time {
 func (m *memberMode) evictDead(ctx context.Context) {
 	cfg := m.c.cfg
 	for rel, v := range m.views {
-		if v.evicted && v.at.Sub(v.since) >= 2*m.leaseOf(v) {
+		if v.evicted && !v.foreign && v.at.Sub(v.since) >= 2*m.leaseOf(v) {
 			// A tombstone everyone has had time to see: its session is
 			// dead for good, so an unconditional delete is safe.
 			dctx, cancel := context.WithTimeout(ctx, m.callTimeout())
@@ -709,14 +749,14 @@ func (m *memberMode) evictDead(ctx context.Context) {
 			cancel()
 			continue
 		}
-		if v.evicted || v.session == m.session || !m.dead(v) {
+		if v.evicted || v.foreign || v.session == m.session || !m.dead(v) {
 			continue
 		}
 		// The tombstone keeps the holder's lease, so that members that
 		// first see it wait as long before deleting it.
 		tomb := MemberRecord{OwnerID: v.owner, Session: v.session, LastUpdated: cfg.Clock.Wall(),
 			LeaseMillis: m.leaseOf(v).Milliseconds(), Nonce: rand.Text(), EvictedBy: cfg.OwnerID}
-		data, _ := json.Marshal(tomb)
+		data := tomb.encode()
 		wctx, cancel := context.WithTimeout(ctx, m.callTimeout())
 		ver, err := store.PutResolved(wctx, cfg.Store, m.key(rel), data, store.IfMatch(v.version), store.ResolveOptions{Attempts: 2, MaxSize: maxRecordSize})
 		cancel()
@@ -777,8 +817,9 @@ func (m *memberMode) live() map[string]string {
 	dup := false
 	for _, v := range m.views {
 		// A member judged dead but not evicted still counts: its shards
-		// move only with a wait until the eviction lands.
-		if v.evicted {
+		// move only with a wait until the eviction lands. Another kind of
+		// record is no member at all.
+		if v.evicted || v.foreign {
 			continue
 		}
 		if b, ok := best[v.owner]; ok {

@@ -313,6 +313,9 @@ func decodeLeaderState(b []byte) (leaderState, error) {
 	if err := json.Unmarshal(b, &ls); err != nil {
 		return leaderState{}, fmt.Errorf("leader state does not decode: %w", err)
 	}
+	if ls.Kind != "" && ls.Kind != recordkind.RSMLeaderState {
+		return leaderState{}, fmt.Errorf("%w: it is a record of kind %q", ErrForeignRecord, ls.Kind)
+	}
 	if ls.Checksum != ls.sum() {
 		return leaderState{}, fmt.Errorf("leader state checksum mismatch: stored %q, computed %q", ls.Checksum, ls.sum())
 	}

@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // The kinds of JSON record tenure writes.
@@ -84,9 +85,15 @@ func Of(data []byte) (f Found, ok bool) {
 	if len(data) == 0 || data[0] != '{' {
 		return Found{}, false
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(data, &fields); err != nil {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
 		return Found{}, false
+	}
+	// Field names as encoding/json matches them into a record's struct:
+	// without regard to case.
+	fields := make(map[string]json.RawMessage, len(raw))
+	for k, v := range raw {
+		fields[strings.ToLower(k)] = v
 	}
 	if raw, has := fields["kind"]; has {
 		var k string
@@ -97,7 +104,7 @@ func Of(data []byte) (f Found, ok bool) {
 	}
 	for _, l := range legacy {
 		for _, name := range l.fields {
-			if _, has := fields[name]; has {
+			if _, has := fields[strings.ToLower(name)]; has {
 				return Found{Kind: l.kind, By: name}, true
 			}
 		}
@@ -115,6 +122,21 @@ func Check(data []byte, want string) error {
 	f, ok := Of(data)
 	if !ok || f.Kind == want || f.Kind == "" && !f.Declared {
 		return nil
+	}
+	return fmt.Errorf("it is a record %s, not %s", f, names[want])
+}
+
+// Require is Check for a reader that knows the previous version's records
+// by their fields: a record without a kind field is accepted only if its
+// fields show want. Bytes that are not a JSON object are left to the
+// reader's decoder.
+func Require(data []byte, want string) error {
+	f, ok := Of(data)
+	if !ok || f.Kind == want {
+		return nil
+	}
+	if !f.Declared && f.Kind == "" {
+		return fmt.Errorf("it is a JSON object without a kind field or the fields of %s", names[want])
 	}
 	return fmt.Errorf("it is a record %s, not %s", f, names[want])
 }

@@ -34,6 +34,22 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+func TestRequire(t *testing.T) {
+	for data, want := range map[string]string{
+		`{"kind":"tenure.lease.assignment","epoch":1}`: "",
+		`{"epoch":1,"shards":{}}`:                      "",
+		`{}`:                                           "without a kind field or the fields of a shard-lease assignment record",
+		`{"hello":1}`:                                  "without a kind field or the fields of a shard-lease assignment record",
+		`{"leaderID":"a","epoch":1}`:                   `with the field "leaderID"`,
+		`{"kind":"tenure.lock","epoch":1}`:             `of kind "tenure.lock"`,
+	} {
+		err := Require([]byte(data), LeaseAssignment)
+		if (err == nil) != (want == "") || err != nil && !strings.Contains(err.Error(), want) {
+			t.Errorf("Require(%s) = %v; want %q", data, err, want)
+		}
+	}
+}
+
 func TestDescribe(t *testing.T) {
 	for data, want := range map[string]string{
 		`{"kind":"tenure.lock"}`: `it is a record of kind "tenure.lock" (an election lock record)`,
