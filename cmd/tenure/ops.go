@@ -298,6 +298,9 @@ func electionView(el *election.Elector) func(opsStatus) opsStatus {
 		case es.DuplicateServerID:
 			s.Ready, s.Reason = false, "another process takes part in this election with the same --id"
 		case s.Role == "leader":
+		case errors.Is(el.RecordProblem(), election.ErrForeignRecord):
+			// Not a lock at all: no repair replaces it.
+			s.Ready, s.Reason = false, "the lock's key holds another kind of record, never taken over or written: "+es.RecordProblem+" (give the lock a key of its own)"
 		case es.RecordProblem != "":
 			// No member can take the lock over until it is repaired:
 			// whoever it names, the group has no leader it can follow.

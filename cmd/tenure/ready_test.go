@@ -47,3 +47,31 @@ func TestReadinessNamesABrokenLock(t *testing.T) {
 		<-done
 	})
 }
+
+// A member pointed at another kind of record (a kv group's
+// leader_state.json) says so in /readyz, and does not advise a repair
+// that would refuse it.
+func TestReadinessNamesAForeignRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := store.New(memstore.New())
+		if _, err := st.Put(t.Context(), "leader.json", []byte(`{"kind":"tenure.rsm.leader_state","term":3,"leaderID":"node-1","leaderAddr":"h:1","followers":[],"commitIndex":9,"nonce":"n","counter":2,"checksum":"00000000"}`), store.IfAbsent()); err != nil {
+			t.Fatal(err)
+		}
+		el, err := election.New(t.Context(), election.Config{Store: st, ServerID: "a", SkipProbe: true,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- el.Run(ctx) }()
+		time.Sleep(2 * election.DefaultLeaderTimeout)
+		synctest.Wait()
+		s := electionView(el)(opsStatus{Ready: true})
+		if s.Ready || !strings.Contains(s.Reason, "another kind of record") || !strings.Contains(s.Reason, "tenure.rsm.leader_state") || strings.Contains(s.Reason, "repair") {
+			t.Fatalf("readiness %v %q; want not ready, naming the record's kind and no repair", s.Ready, s.Reason)
+		}
+		cancel()
+		<-done
+	})
+}
