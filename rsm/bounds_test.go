@@ -299,3 +299,63 @@ func TestBoundsHoldWhatTenureWrites(t *testing.T) {
 		t.Fatalf("objects written: %v, %v", items, err)
 	}
 }
+
+// TestRefusedObjectNotReadAgain: a base part or segment refused as
+// corrupt is not read again by the next load of the same manifest (a
+// node's next join attempt): the load lists the object, finds the
+// version it refused, and refuses it unread. One an operator replaced is
+// read again.
+func TestRefusedObjectNotReadAgain(t *testing.T) {
+	gs, d, raw := boundedGroupStore(t)
+	m := &manifest{Group: "g", Nonce: []byte{1}, Writer: "a", WriterTerm: 1, End: 10,
+		Base: baseRef{Index: 10, Term: 1, Nonce: "0a", Parts: 2, Bytes: 200}}
+	snap := &storedSnapshot{Snapshot: &rsmpb.Snapshot{EndIndex: 10, Group: "g"}, man: m, version: "v1"}
+	keys := m.baseKeys()
+	// The first part is damaged: the base does not decode.
+	for i, k := range keys {
+		if _, err := raw.Put(t.Context(), k, []byte(fmt.Sprintf("damaged part %d", i)), store.IfAbsent()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restore := func(cs *chunkedStream) error { return cs.finish() }
+	apply := func(*rsmpb.Entry, []any) error { return nil }
+	for attempt := range 3 {
+		err := gs.loadManifest(t.Context(), snap, 0, restore, apply)
+		var c *CorruptError
+		if !errors.As(err, &c) || c.Key != keys[0] {
+			t.Fatalf("load %d: %v; want a *CorruptError naming %s", attempt, err, keys[0])
+		}
+	}
+	if n := len(d.of(keys[0])); n != 1 {
+		t.Fatalf("the refused part was read %d times in 3 loads; want once", n)
+	}
+	// The operator puts other bytes there: the next load reads them.
+	v, err := raw.Put(t.Context(), keys[0], []byte("another damaged part"), store.IfMatch(listedVersion(t, raw, keys[0])))
+	if err != nil || v == "" {
+		t.Fatal(err)
+	}
+	if err := gs.loadManifest(t.Context(), snap, 0, restore, apply); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("load after the repair: %v; want the new bytes read and refused", err)
+	}
+	if n := len(d.of(keys[0])); n != 2 {
+		t.Fatalf("the replaced part was read %d times in all; want 2", n)
+	}
+	// Another manifest (a newer snapshot) reads its objects afresh.
+	other := *snap
+	other.version = "v2"
+	if err := gs.loadManifest(t.Context(), &other, 0, restore, apply); !errors.Is(err, ErrCorrupt) {
+		t.Fatal(err)
+	}
+	if n := len(d.of(keys[0])); n != 3 {
+		t.Fatalf("a newer manifest's load did not read the part: %d reads", n)
+	}
+}
+
+func listedVersion(t *testing.T, st *store.Store, key string) string {
+	t.Helper()
+	items, err := st.List(t.Context(), key, "", 1)
+	if err != nil || len(items) == 0 {
+		t.Fatalf("list %s: %v, %v", key, items, err)
+	}
+	return items[0].Version
+}

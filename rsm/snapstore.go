@@ -286,8 +286,77 @@ func (g *groupStore) listSnapObjects(ctx context.Context) ([]string, error) {
 // returned for their commands (nil if none). Objects are read once each, up
 // to par at a time. An object missing while the manifest is unchanged is
 // refused (a *CorruptError naming it, rule 12); missing because the
-// manifest has moved on since it was read, errSnapshotMoved.
+// manifest has moved on since it was read, errSnapshotMoved. An object
+// refused as corrupt by an earlier load of the same manifest is refused
+// again unread while a listing shows it unchanged (refusedObject).
 func (g *groupStore) loadManifest(ctx context.Context, snap *storedSnapshot, applied uint64,
+	restore func(cs *chunkedStream) error, apply func(e *rsmpb.Entry, prepared []any) error) error {
+	if err := g.stillRefused(ctx, snap, applied); err != nil {
+		return err
+	}
+	err := g.loadManifestOnce(ctx, snap, applied, restore, apply)
+	var c *CorruptError
+	if errors.As(err, &c) && !errors.Is(c.Err, errMissing) && c.Key != g.key(snapshotKey) {
+		g.refuseObject(ctx, snap.version, c)
+	}
+	return err
+}
+
+// refusedObject is a base part or segment a load refused as corrupt: the
+// manifest version that referenced it, its own version as listed after
+// the refusal, and the error.
+type refusedObject struct {
+	snapVersion, key, version string
+	err                       *CorruptError
+}
+
+// refuseObject remembers c's object, refused by a load of the manifest
+// at snapVersion, at the version a listing gives it now (not at all if
+// the listing fails or finds nothing: the next load reads it again).
+func (g *groupStore) refuseObject(ctx context.Context, snapVersion string, c *CorruptError) {
+	if snapVersion == "" {
+		return
+	}
+	items, err := g.st.List(ctx, c.Key, "", 1)
+	if err != nil || len(items) == 0 || items[0].Key != c.Key {
+		return
+	}
+	g.mu.Lock()
+	g.refusedObj = &refusedObject{snapVersion: snapVersion, key: c.Key, version: items[0].Version, err: c}
+	g.mu.Unlock()
+}
+
+// stillRefused returns the error of the object an earlier load of snap
+// refused, if this load would read it and a listing shows it unchanged;
+// else nil, and what was remembered is dropped.
+func (g *groupStore) stillRefused(ctx context.Context, snap *storedSnapshot, applied uint64) error {
+	g.mu.Lock()
+	r := g.refusedObj
+	g.mu.Unlock()
+	if r == nil || r.snapVersion != snap.version {
+		return nil
+	}
+	m := snap.man
+	reads := applied < m.Base.Index && slices.Contains(m.baseKeys(), r.key)
+	for _, s := range m.segments() {
+		reads = reads || s.last > applied && s.key == r.key
+	}
+	if reads {
+		items, err := g.st.List(ctx, r.key, "", 1)
+		if err == nil && len(items) > 0 && items[0].Key == r.key && items[0].Version == r.version {
+			return r.err
+		}
+	}
+	g.mu.Lock()
+	if g.refusedObj == r {
+		g.refusedObj = nil
+	}
+	g.mu.Unlock()
+	return nil
+}
+
+// loadManifestOnce is loadManifest's load.
+func (g *groupStore) loadManifestOnce(ctx context.Context, snap *storedSnapshot, applied uint64,
 	restore func(cs *chunkedStream) error, apply func(e *rsmpb.Entry, prepared []any) error) error {
 	m := snap.man
 	var baseRead uint64 // the base's bytes, if this load restores it

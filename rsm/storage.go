@@ -41,6 +41,9 @@ type groupStore struct {
 	// error: refused again, not read again, while the key lists it.
 	refused    string
 	refusedErr error
+	// refusedObj is the base part or segment a load last refused as
+	// corrupt (groupStore.loadManifest).
+	refusedObj *refusedObject
 
 	// logPacked is whether the store keeps the log packed, as packLog
 	// last found.
