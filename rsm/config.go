@@ -136,10 +136,21 @@ type HostConfig struct {
 	Addr string
 	// Listener serves the RPCs. Default: listen on Addr.
 	Listener net.Listener
-	// ServerTLS and ClientTLS secure the RPCs; both or neither. Without
-	// them RPCs are plaintext, which only tests and loopback should use.
+	// ServerTLS and ClientTLS secure the RPCs with mutual TLS; both or
+	// neither. ServerTLS must require and verify client certificates
+	// (ClientAuth tls.RequireAndVerifyClientCert, with ClientCAs) and
+	// ClientTLS must present one: every peer of every group is then
+	// whoever holds a certificate of those CAs. Without them (the
+	// default) peers authenticate with ephemeral keys that each node
+	// publishes in the group's records in the store, and accept only keys
+	// published there (docs/security.md).
 	ServerTLS *tls.Config
 	ClientTLS *tls.Config
+	// PlaintextLoopback turns peer authentication off: RPCs are plaintext
+	// and anyone who reaches Addr may call them. Only for a group whose
+	// nodes all listen on loopback: Addr (and Listener, if given) must be
+	// loopback addresses, and ServerTLS and ClientTLS unset.
+	PlaintextLoopback bool
 	// Dialer opens connections to other nodes. Default: net.Dialer.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 	// ConnectTimeout bounds dialing a node. Default 10 s.
@@ -245,8 +256,8 @@ func (c HostConfig) Validate() error {
 	var errs []string
 	if c.ID == "" {
 		errs = append(errs, "ID is required")
-	} else if strings.ContainsAny(c.ID, "/\x00") || len(c.ID) > 200 {
-		errs = append(errs, fmt.Sprintf("ID %q must be at most 200 bytes without '/' or NUL", c.ID))
+	} else if err := validID(c.ID); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if c.Addr == "" {
 		errs = append(errs, "Addr is required")
@@ -255,6 +266,25 @@ func (c HostConfig) Validate() error {
 	}
 	if (c.ServerTLS == nil) != (c.ClientTLS == nil) {
 		errs = append(errs, "ServerTLS and ClientTLS must be set together")
+	}
+	if c.ServerTLS != nil && c.ServerTLS.ClientAuth != tls.RequireAndVerifyClientCert {
+		errs = append(errs, fmt.Sprintf("ServerTLS.ClientAuth is %v, must be tls.RequireAndVerifyClientCert (with ClientCAs): every peer RPC is authenticated", c.ServerTLS.ClientAuth))
+	}
+	if c.ClientTLS != nil && len(c.ClientTLS.Certificates) == 0 && c.ClientTLS.GetClientCertificate == nil {
+		errs = append(errs, "ClientTLS presents no certificate: peers require one (mutual TLS)")
+	}
+	if c.PlaintextLoopback {
+		if c.ServerTLS != nil || c.ClientTLS != nil {
+			errs = append(errs, "PlaintextLoopback excludes ServerTLS and ClientTLS")
+		}
+		if c.Addr != "" && !isLoopback(c.Addr) {
+			errs = append(errs, fmt.Sprintf("PlaintextLoopback needs a loopback Addr (got %q): elsewhere peers must authenticate", c.Addr))
+		}
+		if c.Listener != nil {
+			if a, ok := c.Listener.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+				errs = append(errs, fmt.Sprintf("PlaintextLoopback needs a loopback Listener (it listens on %s)", c.Listener.Addr()))
+			}
+		}
 	}
 	if c.ConnectTimeout < 0 || c.HandshakeTimeout < 0 || c.MaxPendingPerClient < 0 {
 		errs = append(errs, "ConnectTimeout, HandshakeTimeout and MaxPendingPerClient must not be negative")

@@ -28,8 +28,23 @@
 // Layout in the store, under {group}/: leader_state.json (JSON), log/{index}
 // (one batch per object, write-once), snapshot (a small manifest) and
 // snap/ (the immutable objects it references: a base of the whole state in
-// parts, and log segments since it). Store bytes per command do not grow
-// with the state. docs/rsm.md has the protocol and its safety argument.
+// parts, and log segments since it), and peers/{id} (each node's peer
+// key). Store bytes per command do not grow with the state. docs/rsm.md
+// has the protocol and its safety argument.
+//
+// # Peers
+//
+// Every RPC between nodes is authenticated (docs/security.md). Without
+// ServerTLS and ClientTLS, each Host makes an ephemeral key, each node
+// publishes its fingerprint in {group}/peers/{id} before its first RPC,
+// and peers accept only keys published there; with them, mutual TLS with
+// the configured CA. A follower applies replicated entries only from the
+// leader leader_state.json names, proving the key that record names, and
+// a leader is deposed only by what the store says. PlaintextLoopback
+// turns authentication off, for loopback addresses only. Nodes of
+// versions without peer authentication cannot talk to these: a rolling
+// upgrade from one fails closed, with ErrPeerUnauthenticated or a failed
+// TLS handshake; restart every node instead.
 //
 // # Errors
 //

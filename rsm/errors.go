@@ -38,6 +38,12 @@ var (
 	// errMissing is a *CorruptError's cause when an object the group's
 	// state depends on is absent (deleted by hand, or never copied).
 	errMissing = errors.New("missing")
+	// ErrPeerUnauthenticated: an RPC's peer is not authenticated as a
+	// member of the group (its key is not one the group's records in the
+	// store list, or it presented none, as nodes of versions without peer
+	// authentication do), or a Synchronize does not come from the leader
+	// that leader_state.json names. Nothing it asked for was done.
+	ErrPeerUnauthenticated = errors.New("rsm: peer not authenticated")
 	// ErrCorrupt matches a *CorruptError.
 	ErrCorrupt = errors.New("rsm: corrupt object in the store")
 	// ErrForeignRecord is a *CorruptError's cause when the object where

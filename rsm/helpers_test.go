@@ -76,6 +76,22 @@ func startHost(t testing.TB, st *store.Store, id string) *rsm.Host {
 	return h
 }
 
+// startPlainHost starts a host on a loopback port without peer
+// authentication (HostConfig.PlaintextLoopback).
+func startPlainHost(t testing.TB, st *store.Store, id string) *rsm.Host {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := rsm.NewHost(t.Context(), st, rsm.HostConfig{ID: id, Addr: lis.Addr().String(), Listener: lis, PlaintextLoopback: true, Logger: quietLogger(t).With("id", id)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
 // waitLeader waits until exactly one of nodes is a joined leader.
 func waitLeader(t testing.TB, nodes ...*rsm.Node) *rsm.Node {
 	t.Helper()

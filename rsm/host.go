@@ -2,6 +2,7 @@ package rsm
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,10 +12,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 
+	"github.com/tenure-io/tenure/internal/peerkey"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 	"github.com/tenure-io/tenure/store"
 )
@@ -42,6 +44,14 @@ type Host struct {
 	// noPacks makes this host's Follow requests say its version reads no
 	// packed log, as versions without packs do (set by tests).
 	noPacks bool
+
+	// Peer authentication (peerauth.go): the mode, this host's ephemeral
+	// identity and its fingerprint (in mutual TLS, the client
+	// certificate's, if it has one), and the peer records read.
+	mode  peerMode
+	ident tls.Certificate
+	key   string
+	trust peerTrust
 }
 
 // NewHost probes the store, starts the RPC server and returns the host.
@@ -87,14 +97,27 @@ func NewHost(ctx context.Context, st *store.Store, cfg HostConfig) (*Host, error
 	}
 	h := &Host{st: st, cfg: cfg, log: log.With("host", cfg.ID), m: m, lis: lis,
 		groups: map[string]*Node{}, conns: map[string]*grpc.ClientConn{}, shaken: map[string]bool{}}
+	switch {
+	case cfg.PlaintextLoopback:
+		h.mode = peerPlain
+	case cfg.ServerTLS != nil:
+		h.mode, h.key = peerCA, peerkey.Configured(cfg.ClientTLS)
+	default:
+		if h.ident, h.key, err = peerkey.New(cfg.ID); err != nil {
+			if cfg.Listener == nil {
+				_ = lis.Close()
+			}
+			return nil, fmt.Errorf("rsm: %w", err)
+		}
+	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxServerMessage),
 		grpc.MaxSendMsgSize(maxServerMessage),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 	}
-	if cfg.ServerTLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.ServerTLS)))
+	if creds := h.serverCreds(); creds != nil {
+		opts = append(opts, grpc.Creds(creds))
 	}
 	h.srv = grpc.NewServer(opts...)
 	rsmpb.RegisterReplicaServer(h.srv, &rpcServer{h: h})
@@ -194,9 +217,9 @@ func (h *Host) client(ctx context.Context, addr, group string) (rsmpb.ReplicaCli
 	}
 	conn := h.conns[addr]
 	if conn == nil {
-		creds := insecure.NewCredentials()
-		if h.cfg.ClientTLS != nil {
-			creds = credentials.NewTLS(h.cfg.ClientTLS)
+		creds := h.clientCreds(addr)
+		if creds == nil {
+			creds = insecure.NewCredentials()
 		}
 		opts := []grpc.DialOption{
 			grpc.WithTransportCredentials(creds),
@@ -236,10 +259,14 @@ func (h *Host) client(ctx context.Context, addr, group string) (rsmpb.ReplicaCli
 	start := time.Now()
 	hctx, cancel := context.WithTimeout(ctx, h.cfg.HandshakeTimeout)
 	defer cancel()
-	resp, err := c.Handshake(hctx, &rsmpb.HandshakeRequest{Group: group, NodeId: h.cfg.ID, Addr: h.cfg.Addr, Protocol: protocolVersion})
+	var p peer.Peer
+	resp, err := c.Handshake(hctx, &rsmpb.HandshakeRequest{Group: group, NodeId: h.cfg.ID, Addr: h.cfg.Addr, Protocol: protocolVersion}, grpc.Peer(&p))
 	h.m.handshake.Observe(time.Since(start).Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("rsm: handshake with %s: %w", addr, err)
+		return nil, fmt.Errorf("rsm: handshake with %s (peer authentication: %s; see docs/security.md): %w", addr, h.mode, err)
+	}
+	if err := h.checkServer(hctx, group, addr, &p); err != nil {
+		return nil, err
 	}
 	if resp.Status != rsmpb.Status_OK {
 		return nil, &handshakeRefused{addr: addr, resp: resp}
@@ -290,6 +317,11 @@ type rpcServer struct {
 
 func (s *rpcServer) Handshake(ctx context.Context, req *rsmpb.HandshakeRequest) (*rsmpb.HandshakeResponse, error) {
 	resp := &rsmpb.HandshakeResponse{NodeId: s.h.cfg.ID, Protocol: protocolVersion}
+	if n := s.h.node(req.Group); n != nil {
+		if _, err := s.h.authorizeAs(ctx, n, req.NodeId); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case req.Protocol != protocolVersion:
 		s.h.m.badHandshakes.Inc()
@@ -310,6 +342,9 @@ func (s *rpcServer) Follow(ctx context.Context, req *rsmpb.FollowRequest) (*rsmp
 		s.h.m.unknownGroup.Inc()
 		return &rsmpb.FollowResponse{Status: rsmpb.Status_UNKNOWN_GROUP}, nil
 	}
+	if _, err := s.h.authorizeAs(ctx, n, req.NodeId); err != nil {
+		return nil, err
+	}
 	return n.handleFollow(ctx, req), nil
 }
 
@@ -319,7 +354,11 @@ func (s *rpcServer) Synchronize(ctx context.Context, req *rsmpb.SynchronizeReque
 		s.h.m.unknownGroup.Inc()
 		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_UNKNOWN_GROUP}, nil
 	}
-	return n.handleSynchronize(req), nil
+	c, err := s.h.authorizeAs(ctx, n, req.LeaderId)
+	if err != nil {
+		return nil, err
+	}
+	return n.handleSynchronize(ctx, req, c), nil
 }
 
 // Submit reads state requests in order and hands each to its group's
@@ -352,6 +391,12 @@ func (s *rpcServer) Submit(stream rsmpb.Replica_SubmitServer) error {
 		h.m.backpressure.Observe(time.Since(start).Seconds())
 		var p *pending
 		n := h.node(req.Group)
+		if n != nil {
+			if _, err := h.authorize(ctx, n); err != nil {
+				<-tokens
+				return err
+			}
+		}
 		switch {
 		case n == nil:
 			h.m.unknownGroup.Inc()

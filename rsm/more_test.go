@@ -217,7 +217,7 @@ func TestOversizedRequests(t *testing.T) {
 	st := store.New(memstore.New())
 	opts := fastOptions()
 	opts.MaxMessageSize = 64 << 10
-	h := startHost(t, st, "a")
+	h := startPlainHost(t, st, "a") // the test talks to it with a bare client
 	n, err := h.Join(t.Context(), "g", map[string]rsm.StateMachine{"counter": &counter{}}, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -367,10 +367,19 @@ func (n *Node) resetReplica() {
 // then JOINED until the leader is lost, then JOINING again.
 func (n *Node) run() {
 	attempt := 0
+	published := false
 	for n.ctx.Err() == nil {
 		start := time.Now()
 		n.setState(Joining, NoRole)
-		err := n.joinOnce()
+		var err error
+		if !published {
+			// Peers accept this node only once its key is in the store.
+			err = n.publishKey(n.ctx)
+			published = err == nil
+		}
+		if err == nil {
+			err = n.joinOnce()
+		}
 		if n.ctx.Err() != nil {
 			return
 		}
@@ -829,7 +838,7 @@ func (n *Node) lead(prev leaderState, version string) error {
 	// The commit index never decreases: a node that restarted empty
 	// knows less than the group did.
 	ls := leaderState{Term: prev.Term + 1, LeaderID: n.host.cfg.ID, LeaderAddr: n.host.cfg.Addr, Incarnation: n.incarnation,
-		CommitIndex: max(applied, prev.CommitIndex), Counter: prev.Counter}
+		LeaderKey: n.host.key, CommitIndex: max(applied, prev.CommitIndex), Counter: prev.Counter}
 	v, err := n.gs.writeLeaderState(n.ctx, ls, version)
 	n.m.leaderUpdate.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
 	if errors.Is(err, store.ErrPreconditionFailed) && !store.IsAmbiguous(err) {
@@ -1123,18 +1132,34 @@ func (n *Node) handleFollow(ctx context.Context, req *rsmpb.FollowRequest) *rsmp
 	return resp
 }
 
-// handleSynchronize applies committed entries from the leader, in order.
-func (n *Node) handleSynchronize(req *rsmpb.SynchronizeRequest) *rsmpb.SynchronizeResponse {
+// handleSynchronize applies committed entries from the leader, in order:
+// only from the leader leader_state.json names for the request's term (c
+// is the authenticated caller).
+func (n *Node) handleSynchronize(ctx context.Context, req *rsmpb.SynchronizeRequest, c caller) *rsmpb.SynchronizeResponse {
+	n.mu.Lock()
+	term := n.term
+	n.mu.Unlock()
+	if req.Term < term {
+		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_STALE_TERM, Message: fmt.Sprintf("term %d is behind %d", req.Term, term)}
+	}
+	if err := n.fromLeader(ctx, req, c); err != nil {
+		n.m.syncs.WithLabelValues(n.group, "refused").Inc()
+		n.log.Warn("refused a Synchronize", "err", err)
+		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: err.Error()}
+	}
 	n.mu.Lock()
 	if req.Term < n.term {
 		n.mu.Unlock()
 		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_STALE_TERM, Message: fmt.Sprintf("term %d is behind %d", req.Term, n.term)}
 	}
-	if n.leader != nil {
-		// A higher term leads: we are deposed.
-		n.leader.depose(fmt.Errorf("%w: synchronized by %s of term %d", errDeposed, req.LeaderId, req.Term))
+	if l := n.leader; l != nil {
+		if req.Term > l.term {
+			// The store names another leader of a higher term: we are
+			// deposed (by leader_state.json, not by the request's word).
+			l.depose(fmt.Errorf("%w: leader_state.json names %s leader of term %d", errDeposed, req.LeaderId, req.Term))
+		}
 		n.mu.Unlock()
-		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: "stepping down"}
+		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: "this node leads or led term " + fmt.Sprint(l.term)}
 	}
 	n.term, n.leaderID = req.Term, req.LeaderId
 	n.reached = max(n.reached, req.Term)

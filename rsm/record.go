@@ -265,12 +265,16 @@ func checkSnapshot(s *rsmpb.Snapshot) error {
 // outside the checksum, so that a node of the previous version, which
 // ignores the field, still verifies the rest during a rolling upgrade.
 type leaderState struct {
-	Kind        string         `json:"kind,omitempty"`
-	Term        uint64         `json:"term"`
-	LeaderID    string         `json:"leaderID"`
-	LeaderAddr  string         `json:"leaderAddr"`
-	Group       string         `json:"group,omitempty"`
-	Incarnation string         `json:"incarnation,omitempty"` // the leader's process: random per Node
+	Kind        string `json:"kind,omitempty"`
+	Term        uint64 `json:"term"`
+	LeaderID    string `json:"leaderID"`
+	LeaderAddr  string `json:"leaderAddr"`
+	Group       string `json:"group,omitempty"`
+	Incarnation string `json:"incarnation,omitempty"` // the leader's process: random per Node
+	// LeaderKey is the fingerprint of the key the leader proves to its
+	// peers (peerauth.go); absent in records of versions without peer
+	// authentication, which therefore cannot lead nodes of this one.
+	LeaderKey   string         `json:"leaderKey,omitempty"`
 	Followers   []followerInfo `json:"followers"`
 	CommitIndex uint64         `json:"commitIndex"` // a hint, not the truth
 	LastUpdated string         `json:"lastUpdated"` // for people only

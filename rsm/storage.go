@@ -53,6 +53,10 @@ type groupStore struct {
 	// bytes: a leader's confirmation reads find the same bytes round after
 	// round, so only a change is decoded again.
 	lastLeaderState atomic.Pointer[decodedLeaderState]
+
+	// named is the leader of the highest term read or written in
+	// leader_state.json: a Synchronize is taken only from it.
+	named namedLeader
 }
 
 // decodedLeaderState is leader_state.json's bytes and what they decode to.
@@ -121,6 +125,7 @@ func (g *groupStore) readLeaderState(ctx context.Context) (ls leaderState, versi
 	if last := g.lastLeaderState.Load(); last != nil && bytes.Equal(last.data, data) {
 		ls = last.ls
 		ls.Followers = slices.Clone(ls.Followers)
+		g.named.note(ls)
 		return ls, version, nil
 	}
 	ls, err = decodeLeaderState(data)
@@ -133,6 +138,7 @@ func (g *groupStore) readLeaderState(ctx context.Context) (ls leaderState, versi
 	kept := ls
 	kept.Followers = slices.Clone(ls.Followers) // the caller may change its copy
 	g.lastLeaderState.Store(&decodedLeaderState{data: data, ls: kept})
+	g.named.note(ls)
 	return ls, version, nil
 }
 
@@ -150,7 +156,11 @@ func (g *groupStore) writeLeaderState(ctx context.Context, ls leaderState, prev 
 	if prev != "" {
 		cond = store.IfMatch(prev)
 	}
-	return store.PutResolved(ctx, g.st, key, data, cond, g.resolve(nil, leaderStateMax))
+	v, err := store.PutResolved(ctx, g.st, key, data, cond, g.resolve(nil, leaderStateMax))
+	if err == nil {
+		g.named.note(ls)
+	}
+	return v, err
 }
 
 // readEntry returns the entry at index; store.ErrNotFound if absent.

@@ -1,0 +1,50 @@
+package rsm
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// FuzzDecodePeerRecord: a peer record read from the store either decodes
+// to a record of the node and group it is stored under, with 1 to
+// maxPeerKeys keys, or is refused; it never panics.
+func FuzzDecodePeerRecord(f *testing.F) {
+	valid := peerRecord{Kind: peerRecordKind, Group: "g", ID: "b", Nonce: "n",
+		Keys: []peerKeyInfo{{Key: "sha256:abc", Addr: "10.0.0.2:7400", Incarnation: "i"}}}
+	b, _ := json.Marshal(valid)
+	f.Add(b)
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`{"kind":"rsm-peer","group":"g","id":"b","nonce":"n","keys":[]}`))
+	f.Add([]byte(`{"term":1,"leaderID":"b"}`)) // leader_state.json is another kind
+	f.Add(b[:len(b)/2])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodePeerRecord(b, "g", "b")
+		if err != nil {
+			return
+		}
+		if r.Kind != peerRecordKind || r.Group != "g" || r.ID != "b" || len(r.Keys) == 0 || len(r.Keys) > maxPeerKeys || r.Nonce == "" {
+			t.Fatalf("accepted %+v", r)
+		}
+	})
+}
+
+// withKey puts the newest key first, keeps at most maxPeerKeys, and
+// changes nothing when the key is first already.
+func TestPeerRecordWithKey(t *testing.T) {
+	var r peerRecord
+	for i := range maxPeerKeys + 2 {
+		k := peerKeyInfo{Key: "sha256:" + string(rune('a'+i)), Addr: "x:1"}
+		next, changed := r.withKey(k)
+		if !changed || next.Keys[0] != k || len(next.Keys) > maxPeerKeys {
+			t.Fatalf("step %d: %+v changed %v", i, next.Keys, changed)
+		}
+		r = next
+		if _, changed := r.withKey(k); changed {
+			t.Fatalf("step %d: the same key again changed the record", i)
+		}
+	}
+	if !r.lists("sha256:f", "x:1") || r.lists("sha256:a", "") || r.lists("sha256:f", "y:1") {
+		t.Fatalf("lists: %+v", r.Keys)
+	}
+}
