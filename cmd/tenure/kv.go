@@ -85,8 +85,10 @@ const kvServeHelp = "kv serve --store URL --peer-listen HOST:PORT [--group NAME]
 	"Security: plain HTTP is served on a loopback --http only, unless --insecure-http. Serve HTTPS\n" +
 	"with --http-tls-cert/--http-tls-key; --http-client-ca requires client certificates and\n" +
 	"--token-file a bearer token on every request except the probes (so /status and /metrics need them\n" +
-	"too; --metrics-http serves /metrics on a second address without them). The peer RPCs have their own TLS\n" +
-	"flags (--tls-dir or --tls-cert/--tls-key/--tls-ca).\n\n" +
+	"too; --metrics-http serves /metrics on a second address without them). The peer RPCs are authenticated:\n" +
+	"by default with keys each node publishes in the group's records in the store, or with mutual TLS\n" +
+	"(--tls-dir or --tls-cert/--tls-key/--tls-ca); --peer-plaintext turns that off on loopback only, and\n" +
+	"is refused with --token-file or --http-client-ca (docs/security.md).\n\n" +
 	"Give every node of a group the same --max-value-size: the group's RPC message limit follows it.\n" +
 	"SIGINT or SIGTERM leaves the group (a leader steps down) and exits."
 
@@ -111,6 +113,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	tlsCert := fs.String("tls-cert", "", "certificate for the peer RPCs, as server and as client (PEM; with --tls-key and --tls-ca)")
 	tlsKey := fs.String("tls-key", "", "key of --tls-cert (PEM)")
 	tlsCA := fs.String("tls-ca", "", "CA that signs every node's certificate (PEM)")
+	peerPlain := fs.Bool("peer-plaintext", false, "serve and call the peer RPCs in clear and unauthenticated: only with loopback --peer-listen and --advertise, and never with --token-file or --http-client-ca (default: peers authenticate with keys published in the store)")
 	httpCert := fs.String("http-tls-cert", "", "serve the HTTP API over HTTPS with this certificate (PEM; with --http-tls-key)")
 	httpKey := fs.String("http-tls-key", "", "key of --http-tls-cert (PEM)")
 	httpClientCA := fs.String("http-client-ca", "", "require API clients to present a certificate signed by these CAs (PEM; needs --http-tls-cert; the probes do not)")
@@ -194,6 +197,9 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	if err := opts.Validate(); err != nil {
 		return fail(err)
 	}
+	if err := kvPeerPolicy(*peerPlain, *tlsDir != "" || *tlsCert != "" || *tlsKey != "" || *tlsCA != "", *tokenFile != "", *httpClientCA != ""); err != nil {
+		return fail(err)
+	}
 	serverTLS, clientTLS, err := kvTLS(*tlsDir, *tlsCert, *tlsKey, *tlsCA)
 	if err != nil {
 		return fail(err)
@@ -229,8 +235,8 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		host, _ := os.Hostname()
 		*id = strings.ReplaceAll(host+"-"+addr, "/", "_")
 	}
-	if serverTLS == nil && !loopback(addr) {
-		log.Warn("peer RPCs are plaintext: pass --tls-dir or --tls-cert/--tls-key/--tls-ca outside loopback")
+	if *peerPlain && !loopback(addr) {
+		return fail(fmt.Errorf("--peer-plaintext needs a loopback address, and the other nodes dial %s: drop --peer-plaintext (peers then authenticate with keys published in the store) or listen on loopback", addr))
 	}
 	if apiTLS == nil && !loopback(*listen) {
 		log.Warn("the HTTP API is plain HTTP on a non-loopback address (--insecure-http): its traffic and any token cross the network in clear")
@@ -241,7 +247,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	reg.MustRegister(sm.collectors()...)
 	reg.MustRegister(processCollectors()...)
 	gatherers := prometheus.Gatherers{reg, rsmReg}
-	hcfg := rsm.HostConfig{ID: *id, Addr: addr, Listener: peerLn, ServerTLS: serverTLS, ClientTLS: clientTLS, Logger: log, Registerer: rsmReg}
+	hcfg := rsm.HostConfig{ID: *id, Addr: addr, Listener: peerLn, ServerTLS: serverTLS, ClientTLS: clientTLS, PlaintextLoopback: *peerPlain, Logger: log, Registerer: rsmReg}
 	if err := hcfg.Validate(); err != nil {
 		return fail(err)
 	}
@@ -636,8 +642,23 @@ func (g grpcSlog) Fatalln(args ...any)               { g.Errorln(args...); os.Ex
 func (g grpcSlog) Fatalf(format string, args ...any) { g.Errorf(format, args...); os.Exit(1) }
 func (grpcSlog) V(l int) bool                        { return l <= 0 }
 
+// kvPeerPolicy refuses a peer port left open while the API is protected:
+// the peer RPCs reach the same state as the API.
+func kvPeerPolicy(plaintext, peerTLS, token, clientCerts bool) error {
+	if !plaintext {
+		return nil
+	}
+	if peerTLS {
+		return errors.New("--peer-plaintext and the peer TLS flags (--tls-dir, --tls-cert/--tls-key/--tls-ca) are exclusive")
+	}
+	if token || clientCerts {
+		return errors.New("--peer-plaintext with --token-file or --http-client-ca: the API would be protected and the peer port, which reaches the same state, not (any local process could submit commands and read state past the token); drop --peer-plaintext, peers then authenticate with keys published in the store")
+	}
+	return nil
+}
+
 // kvTLS loads the peer RPCs' TLS: from a directory, or from three files.
-// No flags: plaintext.
+// No flags: peer keys (rsm's default).
 func kvTLS(dir, cert, key, ca string) (server, client *tls.Config, err error) {
 	if dir != "" {
 		if cert != "" || key != "" || ca != "" {

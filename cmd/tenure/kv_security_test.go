@@ -197,6 +197,8 @@ func TestKVServeRefuses(t *testing.T) {
 	short := filepath.Join(dir, "short")
 	_ = os.WriteFile(empty, []byte("\n"), 0o600)
 	_ = os.WriteFile(short, []byte("abc"), 0o600)
+	good := filepath.Join(dir, "good")
+	_ = os.WriteFile(good, []byte("0123456789abcdef0123"), 0o600)
 	base := []string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0"}
 	cases := []struct {
 		name     string
@@ -213,6 +215,12 @@ func TestKVServeRefuses(t *testing.T) {
 		{"value larger than an RPC message", []string{"--max-value-size", "70000000"},
 			[]string{"--max-value-size 70000000", "rsm.MaxMessageSizeLimit", "kv.MaxValueSizeLimit"}},
 		{"unknown store scheme", []string{"--store", "nope://x"}, []string{"unknown URL scheme"}},
+		// The peer port reaches the state the API guards: it is never left
+		// open while the API is protected, nor off loopback.
+		{"plaintext peers with a token", []string{"--peer-plaintext", "--token-file", good}, []string{"--peer-plaintext with --token-file", "peer port"}},
+		{"plaintext peers with API client certificates", []string{"--peer-plaintext", "--http-client-ca", "ca.pem"}, []string{"--peer-plaintext with --token-file or --http-client-ca"}},
+		{"plaintext peers with peer TLS", []string{"--peer-plaintext", "--tls-dir", dir}, []string{"exclusive"}},
+		{"plaintext peers off loopback", []string{"--peer-plaintext", "--advertise", "10.0.0.1:7400"}, []string{"--peer-plaintext needs a loopback address", "10.0.0.1:7400"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
