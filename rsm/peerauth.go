@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tenure-io/tenure/internal/peerkey"
+	"github.com/tenure-io/tenure/internal/recordkind"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 	"github.com/tenure-io/tenure/store"
 )
@@ -62,7 +63,7 @@ func (m peerMode) String() string {
 
 const (
 	peersDir       = "peers/"
-	peerRecordKind = "rsm-peer"
+	peerRecordKind = recordkind.RSMPeer
 	// maxPeerKeys bounds the keys a peer record keeps: the newest process
 	// under the ID and those before it, so that an earlier process still
 	// running under the same ID is recognised as a member (and reported as
@@ -101,8 +102,14 @@ func peerKey(group, id string) string { return group + "/" + peersDir + id }
 
 // decodePeerRecord decodes the record read at {group}/peers/{id}.
 func decodePeerRecord(b []byte, group, id string) (peerRecord, error) {
+	if err := recordkind.Check(b, peerRecordKind); err != nil {
+		return peerRecord{}, err
+	}
 	var r peerRecord
 	if err := json.Unmarshal(b, &r); err != nil {
+		if d := recordkind.Describe(b); d != "" {
+			return peerRecord{}, fmt.Errorf("peer record does not decode (%s): %w", d, err)
+		}
 		return peerRecord{}, fmt.Errorf("peer record does not decode: %w", err)
 	}
 	switch {

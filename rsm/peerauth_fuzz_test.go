@@ -2,6 +2,7 @@ package rsm
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -46,5 +47,20 @@ func TestPeerRecordWithKey(t *testing.T) {
 	}
 	if !r.lists("sha256:f", "x:1") || r.lists("sha256:a", "") || r.lists("sha256:f", "y:1") {
 		t.Fatalf("lists: %+v", r.Keys)
+	}
+}
+
+// A record of another kind at a peer record's key is refused, naming what
+// it is.
+func TestPeerRecordRefusesOtherKinds(t *testing.T) {
+	for _, b := range []string{
+		`{"kind":"tenure.lock","leaderID":"b","term":3}`,
+		`{"leaderID":"b","term":3}`,
+		`{"kind":"tenure.rsm.leader_state","term":3,"leaderID":"b","followers":[]}`,
+	} {
+		_, err := decodePeerRecord([]byte(b), "g", "b")
+		if err == nil || !strings.Contains(err.Error(), "it is a record") && !strings.Contains(err.Error(), "not a peer record") {
+			t.Errorf("%s: %v, want it refused as another kind", b, err)
+		}
 	}
 }

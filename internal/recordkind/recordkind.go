@@ -30,6 +30,9 @@ const (
 	// RSMLeaderState is a replicated state machine group's
 	// leader_state.json.
 	RSMLeaderState = "tenure.rsm.leader_state"
+	// RSMPeer is a replicated state machine node's peer record,
+	// {group}/peers/{id}: the keys it proves to its peers.
+	RSMPeer = "tenure.rsm.peer"
 )
 
 // names says what each kind is, for error messages.
@@ -38,6 +41,7 @@ var names = map[string]string{
 	LeaseMember:     "a shard-lease member record",
 	LeaseAssignment: "a shard-lease assignment record",
 	RSMLeaderState:  "a replicated state machine group's leader_state.json",
+	RSMPeer:         "a replicated state machine node's peer record",
 }
 
 // legacy lists, for records of the previous version (no kind field), the
