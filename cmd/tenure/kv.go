@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -31,6 +29,7 @@ import (
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
+	"github.com/tenure-io/tenure/rsm/kv/kvserver"
 	"github.com/tenure-io/tenure/store"
 )
 
@@ -197,9 +196,6 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	if err := opts.Validate(); err != nil {
 		return fail(err)
 	}
-	if err := kvPeerPolicy(*peerPlain, *tlsDir != "" || *tlsCert != "" || *tlsKey != "" || *tlsCA != "", *tokenFile != "", *httpClientCA != ""); err != nil {
-		return fail(err)
-	}
 	serverTLS, clientTLS, err := kvTLS(*tlsDir, *tlsCert, *tlsKey, *tlsCA)
 	if err != nil {
 		return fail(err)
@@ -208,17 +204,11 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fail(err)
 	}
-	if apiTLS == nil && !*insecureHTTP && !loopback(*listen) {
-		return fail(fmt.Errorf("--http %s is not a loopback address: serve HTTPS there with --http-tls-cert and --http-tls-key, or pass --insecure-http to serve plain HTTP anyway", *listen))
-	}
-	var token *[sha256.Size]byte
+	var token string
 	if *tokenFile != "" {
-		tok, err := readKVToken(*tokenFile, "--token-file", 16)
-		if err != nil {
+		if token, err = readKVToken(*tokenFile, "--token-file", kvserver.MinTokenLen); err != nil {
 			return fail(err)
 		}
-		sum := sha256.Sum256([]byte(tok))
-		token = &sum
 	}
 
 	// Listen before touching the store, so a busy port costs nothing.
@@ -235,10 +225,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		host, _ := os.Hostname()
 		*id = strings.ReplaceAll(host+"-"+addr, "/", "_")
 	}
-	if *peerPlain && !loopback(addr) {
-		return fail(fmt.Errorf("--peer-plaintext needs a loopback address, and the other nodes dial %s: drop --peer-plaintext (peers then authenticate with keys published in the store) or listen on loopback", addr))
-	}
-	if apiTLS == nil && !loopback(*listen) {
+	if apiTLS == nil && !kvserver.Loopback(*listen) {
 		log.Warn("the HTTP API is plain HTTP on a non-loopback address (--insecure-http): its traffic and any token cross the network in clear")
 	}
 	// The rsm metrics have their own registry: readiness reads the
@@ -248,6 +235,20 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	reg.MustRegister(processCollectors()...)
 	gatherers := prometheus.Gatherers{reg, rsmReg}
 	hcfg := rsm.HostConfig{ID: *id, Addr: addr, Listener: peerLn, ServerTLS: serverTLS, ClientTLS: clientTLS, PlaintextLoopback: *peerPlain, Logger: log, Registerer: rsmReg}
+	ops := newOpsState("kv serve", *id)
+	ko := &kvOps{ops: ops}
+	// The server's policy (which port needs what, what the token guards)
+	// is kvserver's: its errors name the flags.
+	ks, err := kvserver.New(kvserver.Config{
+		HTTPAddr: *listen, TLS: apiTLS, InsecureHTTP: *insecureHTTP, RequireClientCert: *httpClientCA != "", Token: token,
+		Peer: hcfg, Ops: opsMux(ko.opsStatus, gatherers), NotReady: ko.notReady,
+		Names: map[string]string{"HTTPAddr": "--http", "TLS": "--http-tls-cert and --http-tls-key", "InsecureHTTP": "--insecure-http",
+			"RequireClientCert": "--http-client-ca", "Token": "--token-file", "PlaintextLoopback": "--peer-plaintext",
+			"ServerTLS": "--tls-dir, --tls-cert/--tls-key/--tls-ca"},
+	})
+	if err != nil {
+		return fail(err)
+	}
 	if err := hcfg.Validate(); err != nil {
 		return fail(err)
 	}
@@ -264,9 +265,6 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		defer metricsLn.Close()
 	}
 
-	ops := newOpsState("kv serve", *id)
-	ks := newKVAPIServer(ops, gatherers)
-	ks.token, ks.clientCerts = token, *httpClientCA != ""
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	srv := &http.Server{Handler: ks, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 	apiLn, scheme := httpLn, "http"
@@ -323,8 +321,8 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		stopHTTP()
 		return fail(err)
 	}
-	ks.status.Store(ptr(node.Status))
-	ks.api.Store(&h)
+	ko.status.Store(ptr(node.Status))
+	ks.SetAPI(h)
 	ops.starting.Store(nil)
 
 	var runErr error
@@ -426,141 +424,57 @@ func kvConnect(ctx context.Context, log *slog.Logger, o *opsState, storeURL stri
 	return st, host, nil
 }
 
-// kvServer is kv serve's HTTP handler: the probes, then authentication,
-// then /metrics and the API. It is safe for concurrent use.
-type kvServer struct {
-	token       *[sha256.Size]byte // of the bearer token; nil: none required
-	clientCerts bool               // require a verified client certificate
-	ops         *opsState
-	mux         *http.ServeMux // the probes, /status and /metrics
-
+// kvOps is what kv serve reports on /readyz and /status. It is safe for
+// concurrent use.
+type kvOps struct {
+	ops    *opsState
 	status atomic.Pointer[func() rsm.Status] // the node's, once joined
-	api    atomic.Pointer[http.Handler]
 }
 
-func newKVAPIServer(ops *opsState, g prometheus.Gatherer) *kvServer {
-	s := &kvServer{ops: ops}
-	s.mux = opsMux(s.opsStatus, g)
-	return s
-}
-
-func (s *kvServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/livez", "/readyz", "/healthz":
-		// Kubelets and load balancers probe without credentials.
-		s.mux.ServeHTTP(w, r)
-		return
+// notReady says why the API is not served yet.
+func (s *kvOps) notReady() string {
+	if p := s.ops.starting.Load(); p != nil {
+		return *p
 	}
-	if s.clientCerts && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
-		writeJSON(w, http.StatusUnauthorized, map[string]any{"error": "this server requires a client certificate (tenure kv: --cert and --key)", "code": "client_certificate_required"})
-		return
-	}
-	if !s.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="tenure kv"`)
-		writeJSON(w, http.StatusUnauthorized, map[string]any{"error": "missing or wrong bearer token: send Authorization: Bearer TOKEN (tenure kv: --token-file or $TENURE_KV_TOKEN)", "code": "unauthorized"})
-		return
-	}
-	if r.URL.Path == "/metrics" || r.URL.Path == "/status" {
-		s.mux.ServeHTTP(w, r)
-		return
-	}
-	api := s.api.Load()
-	if api == nil {
-		reason := "starting"
-		if p := s.ops.starting.Load(); p != nil {
-			reason = *p
-		}
-		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "not ready: " + reason, "code": "not_ready", "outcome": "not_applied"})
-		return
-	}
-	(*api).ServeHTTP(w, r)
+	return ""
 }
 
 // opsStatus is the node's status in the form every command reports.
-func (s *kvServer) opsStatus() opsStatus {
+func (s *kvOps) opsStatus() opsStatus {
 	h := s.healthNow()
 	st := opsStatus{Command: s.ops.command, ID: s.ops.id}
-	st.Ready, st.Reason = kvReadiness(h)
-	if h.storeErr != nil {
-		st.StoreError = h.storeErr.Error()
+	st.Ready, st.Reason = kvserver.Readiness(h)
+	if h.StoreErr != nil {
+		st.StoreError = h.StoreErr.Error()
 	}
 	switch {
-	case h.stopping:
+	case h.Stopping:
 		st.Role = "stopping"
-	case h.starting != "":
+	case h.Starting != "":
 		st.Role = "starting"
 	default:
-		node := h.status
+		node := h.Status
 		st.Node = &node
 		st.ID, st.Role, st.Leader, st.Term = node.ID, strings.ToLower(node.Role), node.LeaderID, node.Term
 	}
 	return st
 }
 
-// authorized compares the bearer token in constant time (of hashes, so the
-// length does not show either).
-func (s *kvServer) authorized(r *http.Request) bool {
-	if s.token == nil {
-		return true
-	}
-	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	return subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
-}
-
-func (s *kvServer) healthNow() kvHealth {
-	h := kvHealth{stopping: s.ops.stopping.Load(), storeErr: s.ops.health.err()}
+func (s *kvOps) healthNow() kvserver.Health {
+	h := kvserver.Health{Stopping: s.ops.stopping.Load(), StoreErr: s.ops.health.err()}
 	if p := s.ops.starting.Load(); p != nil {
-		h.starting = *p
+		h.Starting = *p
 	}
 	if f := s.status.Load(); f != nil {
-		h.status = (*f)()
-	} else if h.starting == "" {
-		h.starting = "starting"
+		h.Status = (*f)()
+	} else if h.Starting == "" {
+		h.Starting = "starting"
 	}
 	return h
 }
 
-// kvHealth is what readiness is decided on.
-type kvHealth struct {
-	stopping bool
-	starting string // why there is no node yet
-	status   rsm.Status
-	storeErr error // the store's calls have been failing
-}
-
-// kvReadiness: ready while the node leads, or follows a leader it knows,
-// on a store that answers, and refuses nothing: a corrupt or missing
-// object the group needs (docs/rsm.md, rule 12) keeps it out of service,
-// named, until it is repaired and the node serves again.
-func kvReadiness(h kvHealth) (ready bool, reason string) {
-	switch {
-	case h.stopping:
-		return false, "shutting down"
-	case h.starting != "":
-		return false, h.starting
-	case h.status.Problem != "":
-		return false, "refusing to serve: " + h.status.Problem
-	case h.storeErr != nil:
-		return false, "store unreachable: " + h.storeErr.Error()
-	case h.status.State != rsm.Joined.String():
-		return false, "joining the group"
-	case h.status.Role == rsm.Leader.String():
-		return true, ""
-	case h.status.Role == rsm.Follower.String() && h.status.LeaderID != "":
-		return true, ""
-	case h.status.Role == rsm.Follower.String():
-		return false, "no leader known"
-	}
-	return false, "no role in the group (" + h.status.Role + ")"
-}
-
 // kvAPITLS loads the HTTP API's TLS. With a client CA, a client
-// certificate is verified if given and kvServer requires one everywhere
+// certificate is verified if given and kvserver requires one everywhere
 // but the probes, which kubelets and load balancers call without one.
 func kvAPITLS(cert, key, clientCA string) (*tls.Config, error) {
 	switch {
@@ -642,21 +556,6 @@ func (g grpcSlog) Fatalln(args ...any)               { g.Errorln(args...); os.Ex
 func (g grpcSlog) Fatalf(format string, args ...any) { g.Errorf(format, args...); os.Exit(1) }
 func (grpcSlog) V(l int) bool                        { return l <= 0 }
 
-// kvPeerPolicy refuses a peer port left open while the API is protected:
-// the peer RPCs reach the same state as the API.
-func kvPeerPolicy(plaintext, peerTLS, token, clientCerts bool) error {
-	if !plaintext {
-		return nil
-	}
-	if peerTLS {
-		return errors.New("--peer-plaintext and the peer TLS flags (--tls-dir, --tls-cert/--tls-key/--tls-ca) are exclusive")
-	}
-	if token || clientCerts {
-		return errors.New("--peer-plaintext with --token-file or --http-client-ca: the API would be protected and the peer port, which reaches the same state, not (any local process could submit commands and read state past the token); drop --peer-plaintext, peers then authenticate with keys published in the store")
-	}
-	return nil
-}
-
 // kvTLS loads the peer RPCs' TLS: from a directory, or from three files.
 // No flags: peer keys (rsm's default).
 func kvTLS(dir, cert, key, ca string) (server, client *tls.Config, err error) {
@@ -702,15 +601,6 @@ func advertiseAddr(advertise, peer string, bound net.Addr) (string, error) {
 		return "", err
 	}
 	return net.JoinHostPort(host, port), nil
-}
-
-func loopback(addr string) bool {
-	host, _, _ := net.SplitHostPort(addr)
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // ---- client commands ----

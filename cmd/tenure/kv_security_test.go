@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/internal/tlsutil"
-	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
@@ -199,6 +198,19 @@ func TestKVServeRefuses(t *testing.T) {
 	_ = os.WriteFile(short, []byte("abc"), 0o600)
 	good := filepath.Join(dir, "good")
 	_ = os.WriteFile(good, []byte("0123456789abcdef0123"), 0o600)
+	ca, err := tlsutil.NewCA("kv test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerTLS := filepath.Join(dir, "peer")
+	_ = os.Mkdir(peerTLS, 0o700)
+	if _, err := ca.WriteFiles(peerTLS, "node", "127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	api, err := ca.WriteFiles(dir, "api", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := []string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0"}
 	cases := []struct {
 		name     string
@@ -218,8 +230,9 @@ func TestKVServeRefuses(t *testing.T) {
 		// The peer port reaches the state the API guards: it is never left
 		// open while the API is protected, nor off loopback.
 		{"plaintext peers with a token", []string{"--peer-plaintext", "--token-file", good}, []string{"--peer-plaintext with --token-file", "peer port"}},
-		{"plaintext peers with API client certificates", []string{"--peer-plaintext", "--http-client-ca", "ca.pem"}, []string{"--peer-plaintext with --token-file or --http-client-ca"}},
-		{"plaintext peers with peer TLS", []string{"--peer-plaintext", "--tls-dir", dir}, []string{"exclusive"}},
+		{"plaintext peers with API client certificates", []string{"--peer-plaintext", "--http-tls-cert", api.Cert, "--http-tls-key", api.Key, "--http-client-ca", api.CA},
+			[]string{"--peer-plaintext with --token-file or --http-client-ca"}},
+		{"plaintext peers with peer TLS", []string{"--peer-plaintext", "--tls-dir", peerTLS}, []string{"--peer-plaintext and the peer TLS", "exclusive"}},
 		{"plaintext peers off loopback", []string{"--peer-plaintext", "--advertise", "10.0.0.1:7400"}, []string{"--peer-plaintext needs a loopback address", "10.0.0.1:7400"}},
 	}
 	for _, c := range cases {
@@ -291,32 +304,6 @@ func waitRole(t *testing.T, addr string, leader bool) {
 		last = out
 	}
 	t.Fatalf("node at %s never became %s:\n%s", addr, want, last)
-}
-
-func TestKVReadiness(t *testing.T) {
-	leader := rsm.Status{State: "JOINED", Role: "LEADER", LeaderID: "a", Term: 3}
-	follower := rsm.Status{State: "JOINED", Role: "FOLLOWER", LeaderID: "a", Term: 3}
-	cases := []struct {
-		name   string
-		h      kvHealth
-		ready  bool
-		reason string
-	}{
-		{"leader", kvHealth{status: leader}, true, ""},
-		{"follower of a known leader", kvHealth{status: follower}, true, ""},
-		{"follower without a leader", kvHealth{status: rsm.Status{State: "JOINED", Role: "FOLLOWER"}}, false, "no leader known"},
-		{"joining", kvHealth{status: rsm.Status{State: "JOINING", Role: "NONE"}}, false, "joining"},
-		{"store unreachable at start", kvHealth{starting: "store unreachable: refused"}, false, "store unreachable: refused"},
-		{"store failing", kvHealth{status: leader, storeErr: errors.New("timeout")}, false, "store unreachable: timeout"},
-		{"corrupt object", kvHealth{status: rsm.Status{State: "JOINING", Role: "NONE", Problem: `rsm: corrupt object "kv/log/1" in the store`}}, false, `refusing to serve: rsm: corrupt object "kv/log/1"`},
-		{"stopping", kvHealth{status: leader, stopping: true}, false, "shutting down"},
-	}
-	for _, c := range cases {
-		ready, reason := kvReadiness(c.h)
-		if ready != c.ready || !strings.Contains(reason, c.reason) {
-			t.Errorf("%s: ready %v, %q; want %v, %q", c.name, ready, reason, c.ready, c.reason)
-		}
-	}
 }
 
 // The store counts as unreachable after a few failures in a row; any
