@@ -253,6 +253,7 @@ func TestKVServeRefuses(t *testing.T) {
 	}
 	// The limit itself is accepted.
 	addr, stop := startKVServe(t, "--store", "mem://kvlimit"+randomSuffix(), "--max-value-size", strconv.Itoa(kv.MaxValueSizeLimit), "--http", "0.0.0.0:0", "--insecure-http")
+	waitRole(t, addr, true)
 	if code, out, errs := runCmd(t, "kv", "status", "--server", addr); code != 0 || !strings.Contains(out, "LEADER") {
 		t.Errorf("kv serve with --max-value-size at the limit, on 0.0.0.0 with --insecure-http: status exit %d, stdout %q, stderr %q", code, out, errs)
 	}
