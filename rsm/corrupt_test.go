@@ -796,3 +796,47 @@ func TestOversizedLeaderStateRefused(t *testing.T) {
 	})
 	command(t, nb, 2)
 }
+
+// TestForeignObjectInTheLogOrSnapshot: a JSON record (an election lock)
+// where the group's snapshot or its next log entry belongs stops a
+// restarted node from leading or serving, is reported naming the object
+// and what it is, and stays as it was.
+func TestForeignObjectInTheLogOrSnapshot(t *testing.T) {
+	lock := election.Record{LeaderID: "intruder", Term: 2, Session: "s", Nonce: "n"}.Encode()
+	for _, where := range []string{"snapshot", "next log entry"} {
+		t.Run(where, func(t *testing.T) {
+			mem, st := newCluster()
+			opts := corruptOptions()
+			a := startCorruptHost(t, mem, "a")
+			na := a.join(t, opts)
+			waitLeader(t, na)
+			command(t, na, 1)
+			next := na.Status().ApplyIndex + 1
+			if err := a.h.Close(); err != nil {
+				t.Fatal(err)
+			}
+			key := snapshotKeyOf
+			if where != "snapshot" {
+				key = logKeyOf(next)
+			}
+			if _, err := st.Put(t.Context(), key, lock, store.IfAbsent()); err != nil {
+				t.Fatalf("put the lock at %s: %v", key, err)
+			}
+			b := startCorruptHost(t, mem, "a")
+			nb := b.join(t, opts)
+			says := `object \"` + key + `\" in the store is not the group's: rsm: an object of another kind: it is a record of kind \"tenure.lock\"`
+			poll(t, "the foreign object reported", func() bool {
+				if s := nb.Status(); s.Role == "LEADER" {
+					t.Fatalf("the node leads over a foreign object at %s: %+v", key, s)
+				}
+				return b.log.contains(says)
+			})
+			if got := getRaw(t, st, key); !bytes.Equal(got, lock) {
+				t.Fatalf("%s was overwritten with %q", key, got)
+			}
+			if got := b.calls.putCount(key); got != 0 {
+				t.Fatalf("the node wrote %s %d times", key, got)
+			}
+		})
+	}
+}
