@@ -64,3 +64,39 @@ func TestPeerRecordRefusesOtherKinds(t *testing.T) {
 		}
 	}
 }
+
+// sentByLeader: a Synchronize is taken only from the leader the record
+// names for its term, proving the record's key; a record without a key (a
+// leader of a version without peer authentication) is refused with peer
+// keys, and taken on the CA's word in mutual TLS.
+func TestSentByLeader(t *testing.T) {
+	ls := leaderState{Term: 4, LeaderID: "a", LeaderKey: "sha256:A"}
+	old := leaderState{Term: 4, LeaderID: "a"}
+	req := leaderState{Term: 4, LeaderID: "a"}
+	cases := []struct {
+		name string
+		mode peerMode
+		ls   leaderState
+		req  leaderState
+		c    caller
+		want bool
+	}{
+		{"the named leader", peerKeys, ls, req, caller{id: "a", key: "sha256:A"}, true},
+		{"another key under its ID", peerKeys, ls, req, caller{id: "a", key: "sha256:X"}, false},
+		{"another member naming it", peerKeys, ls, req, caller{id: "c", key: "sha256:A"}, false},
+		{"a higher term than the record's", peerKeys, ls, leaderState{Term: 5, LeaderID: "a"}, caller{id: "a", key: "sha256:A"}, false},
+		{"a lower term than the record's", peerKeys, ls, leaderState{Term: 3, LeaderID: "a"}, caller{id: "a", key: "sha256:A"}, false},
+		{"another leader of the term", peerKeys, ls, leaderState{Term: 4, LeaderID: "c"}, caller{id: "c", key: "sha256:C"}, false},
+		{"a record of a version without keys", peerKeys, old, req, caller{id: "a", key: "sha256:A"}, false},
+		{"mutual TLS, the record's key", peerCA, ls, req, caller{key: "sha256:A"}, true},
+		{"mutual TLS, another key", peerCA, ls, req, caller{key: "sha256:X"}, false},
+		{"mutual TLS, a record without a key", peerCA, old, req, caller{key: "sha256:X"}, true},
+		{"plaintext, the named leader", peerPlain, old, req, caller{}, true},
+		{"plaintext, another leader", peerPlain, old, leaderState{Term: 4, LeaderID: "c"}, caller{}, false},
+	}
+	for _, c := range cases {
+		if got := sentByLeader(c.mode, c.ls, c.req, c.c); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
