@@ -49,7 +49,7 @@ func newCollector() *collector {
 		term: prometheus.NewDesc("tenure_election_term",
 			"This member's term while it leads, else the highest term it has seen.", memberLabels, nil),
 		problem: prometheus.NewDesc("tenure_election_record_problem",
-			"1 while the lock record cannot be taken over (its term cannot be read, or is at its maximum): repair it with tenure lock repair.", memberLabels, nil),
+			"1 while the lock record cannot be taken over: its term cannot be read or is at its maximum (repair it with tenure lock repair), or it is another kind of record (give the election a key of its own).", memberLabels, nil),
 		members: map[memberKey]*Elector{},
 	}
 }
