@@ -89,7 +89,7 @@ func TestElectMetricReportsRecordProblem(t *testing.T) {
 			t.Fatal("the elector did not report the corrupt record within 30 s")
 		}
 	}
-	want := "# HELP tenure_election_record_problem 1 while the lock record cannot be taken over (its term cannot be read, or is at its maximum): repair it with tenure lock repair.\n" +
+	want := "# HELP tenure_election_record_problem 1 while the lock record cannot be taken over: its term cannot be read or is at its maximum (repair it with tenure lock repair), or it is another kind of record (give the election a key of its own).\n" +
 		"# TYPE tenure_election_record_problem gauge\ntenure_election_record_problem{id=\"a\",lock=\"leader.json\"} 1\n"
 	if err := testutil.GatherAndCompare(m.reg, strings.NewReader(want), "tenure_election_record_problem"); err != nil {
 		t.Fatal(err)
