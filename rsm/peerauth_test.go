@@ -261,3 +261,58 @@ func TestHostConfigPeerRules(t *testing.T) {
 		})
 	}
 }
+
+// Authorisation is per group: a member of one group of a host is a
+// stranger to the host's other groups.
+func TestPeerAuthorisedPerGroup(t *testing.T) {
+	st := store.New(memstore.New())
+	opts := peerOptions()
+	hx, hy := startHost(t, st, "x"), startHost(t, st, "y")
+	join := func(h *rsm.Host, group string) *rsm.Node {
+		n, err := h.Join(t.Context(), group, map[string]rsm.StateMachine{"counter": &counter{}}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	y1 := join(hy, "g1")
+	y2 := join(hy, "g2")
+	waitLeader(t, y1)
+	waitLeader(t, y2)
+	x1 := join(hx, "g1")
+	waitApplied(t, x1, 1)
+	if _, err := y2.Command(ctxT(t, 5*time.Second), "counter", nil); err != nil {
+		t.Fatal(err)
+	}
+	before, term := y2.Status().ApplyIndex, y2.Status().Term
+
+	conn, err := rsm.DialAsPeer(hx, hy.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rsmpb.NewReplicaClient(conn)
+	ctx := ctxT(t, 5*time.Second)
+	if _, err := c.Handshake(ctx, &rsmpb.HandshakeRequest{Group: "g1", NodeId: "x", Addr: hx.Addr().String(), Protocol: 2}); err != nil {
+		t.Fatalf("x's handshake for its own group g1: %v", err)
+	}
+	if resp, err := c.Handshake(ctx, &rsmpb.HandshakeRequest{Group: "g2", NodeId: "x", Addr: hx.Addr().String(), Protocol: 2}); err == nil {
+		t.Errorf("x's handshake for g2, of which it is no member: answered %s, want refused", resp.Status)
+	}
+	if resp, err := c.Follow(ctx, &rsmpb.FollowRequest{Group: "g2", NodeId: "x", Addr: hx.Addr().String(), Term: term}); err == nil {
+		t.Errorf("x's Follow of g2: answered %s, want refused", resp.Status)
+	}
+	s, err := c.Submit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&rsmpb.StateRequest{Group: "g2", Id: 1, Type: rsmpb.RequestType_READ, Machine: "counter"}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := s.Recv(); err == nil {
+		t.Errorf("x's read of g2: answered %s, want refused", resp.Status)
+	}
+	if got := y2.Status(); got.ApplyIndex != before || len(got.Followers) != 0 {
+		t.Errorf("g2 after x's calls: %+v, want index %d and no followers", got, before)
+	}
+}
