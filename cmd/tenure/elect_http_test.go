@@ -58,7 +58,9 @@ func TestElectDefaultHTTPPortTaken(t *testing.T) {
 	w := &lineWatcher{re: regexp.MustCompile(`serving HTTP"? addr=(\S+)`), hit: make(chan []string, 1)}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, &env{stdout: io.Discard, stderr: w}, []string{"elect", "--lock", lock, "--id", "second"}) }()
+	go func() {
+		done <- run(ctx, &env{stdout: io.Discard, stderr: w}, []string{"elect", "--lock", lock, "--id", "second"})
+	}()
 	var addr string
 	select {
 	case m := <-w.hit:
