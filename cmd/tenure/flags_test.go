@@ -117,7 +117,7 @@ func TestDeprecatedFlags(t *testing.T) {
 		t.Errorf("kv put --server: exit %d, stderr %q; want no warning", code, errs)
 	}
 	// kv serve's --peer is --peer-listen: the address is checked as such.
-	code, _, errs = runCmd(t, "kv", "serve", "--store", "mem://", "--peer", ":0", "--http", "127.0.0.1:0")
+	code, _, errs = runCmd(t, "kv", "serve", "--store", tempStore(t), "--peer", ":0", "--http", "127.0.0.1:0")
 	if code != 1 || !strings.Contains(errs, "--peer is deprecated; use --peer-listen") || !strings.Contains(errs, "--peer-listen :0 listens on every interface") {
 		t.Errorf("kv serve --peer :0: exit %d, stderr %q", code, errs)
 	}

@@ -148,6 +148,9 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		}
 		return err
 	}
+	if err := refuseMemStore("--store", *storeURL); err != nil {
+		return fail(err)
+	}
 	if u, err := url.Parse(*storeURL); err != nil || !slices.Contains(store.Schemes(), u.Scheme) {
 		// Open refuses the URL before any I/O, with the message.
 		if _, err := store.Open(ctx, *storeURL); err != nil {

@@ -132,7 +132,7 @@ func TestKVServeToken(t *testing.T) {
 	}
 	good := write("token", "  correct-horse-battery-staple\n")
 	wrong := write("wrong", "correct-horse-battery-stapl")
-	addr, _ := startKVServe(t, "--store", "mem://kvtoken"+randomSuffix(), "--token-file", good)
+	addr, _ := startKVServe(t, "--store", tempStore(t), "--token-file", good)
 	t.Setenv("TENURE_KV_TOKEN", "")
 	if code, _, errs := runCmd(t, "kv", "put", "k", "v", "--server", addr); code != 1 || !strings.Contains(errs, "HTTP 401") {
 		t.Errorf("put without a token: exit %d, stderr %q; want 401", code, errs)
@@ -157,7 +157,7 @@ func TestKVServeMetricsHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	metricsAddr := freeTCPAddr(t)
-	addr, _ := startKVServe(t, "--store", "mem://kvmetrics"+randomSuffix(), "--token-file", token, "--metrics-http", metricsAddr)
+	addr, _ := startKVServe(t, "--store", tempStore(t), "--token-file", token, "--metrics-http", metricsAddr)
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if code, _, _ := kvGet(addr+"/readyz", nil); code == http.StatusOK {
 			break
@@ -211,7 +211,7 @@ func TestKVServeRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := []string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0"}
+	base := []string{"kv", "serve", "--store", tempStore(t), "--peer-listen", "127.0.0.1:0"}
 	cases := []struct {
 		name     string
 		args     []string
@@ -252,7 +252,7 @@ func TestKVServeRefuses(t *testing.T) {
 		})
 	}
 	// The limit itself is accepted.
-	addr, stop := startKVServe(t, "--store", "mem://kvlimit"+randomSuffix(), "--max-value-size", strconv.Itoa(kv.MaxValueSizeLimit), "--http", "0.0.0.0:0", "--insecure-http")
+	addr, stop := startKVServe(t, "--store", tempStore(t), "--max-value-size", strconv.Itoa(kv.MaxValueSizeLimit), "--http", "0.0.0.0:0", "--insecure-http")
 	waitRole(t, addr, true)
 	if code, out, errs := runCmd(t, "kv", "status", "--server", addr); code != 0 || !strings.Contains(out, "LEADER") {
 		t.Errorf("kv serve with --max-value-size at the limit, on 0.0.0.0 with --insecure-http: status exit %d, stdout %q, stderr %q", code, out, errs)
@@ -424,7 +424,7 @@ func randomSuffix() string {
 // A corrupt object in the store keeps the node out of service, and
 // /readyz says so.
 func TestKVServeCorruptNotReady(t *testing.T) {
-	url := "mem://kvcorrupt" + randomSuffix()
+	url := tempStore(t)
 	st, err := store.Open(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -460,7 +460,7 @@ func TestKVServeJSONErrorLog(t *testing.T) {
 	var out, errb lockedBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, &env{stdout: &out, stderr: &errb}, []string{"kv", "serve", "--store", "mem://kvjson" + randomSuffix(),
+		done <- run(ctx, &env{stdout: &out, stderr: &errb}, []string{"kv", "serve", "--store", tempStore(t),
 			"--http", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--log-format", "json",
 			"--http-tls-cert", files.Cert, "--http-tls-key", files.Key})
 	}()

@@ -150,6 +150,7 @@ func TestKVAddr(t *testing.T) {
 }
 
 func TestKVUsage(t *testing.T) {
+	dir := tempStore(t)
 	cases := []struct {
 		args     []string
 		code     int
@@ -160,12 +161,15 @@ func TestKVUsage(t *testing.T) {
 		{[]string{"kv", "frob"}, 2, `unknown subcommand "frob"`},
 		{[]string{"kv", "serve"}, 2, "--store and --peer-listen are required"},
 		{[]string{"kv", "serve", "--help"}, 0, "the library's default is S2C's 2s"},
-		{[]string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0", "--flush-interval", "-1s"}, 1, "FlushInterval must not be negative"},
-		{[]string{"kv", "serve", "--store", "mem://", "--peer-listen", ":0"}, 1, "--advertise"},
-		{[]string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0", "--tls-cert", "x.pem"}, 1, "go together"},
-		{[]string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0", "--max-value-size", "0"}, 1, "--max-value-size must be positive"},
-		{[]string{"kv", "serve", "--store", "mem://", "--peer-listen", "127.0.0.1:0", "--gc-percent", "-2"}, 1, "--gc-percent must be -1"},
+		{[]string{"kv", "serve", "--store", dir, "--peer-listen", "127.0.0.1:0", "--flush-interval", "-1s"}, 1, "FlushInterval must not be negative"},
+		{[]string{"kv", "serve", "--store", dir, "--peer-listen", ":0"}, 1, "--advertise"},
+		{[]string{"kv", "serve", "--store", dir, "--peer-listen", "127.0.0.1:0", "--tls-cert", "x.pem"}, 1, "go together"},
+		{[]string{"kv", "serve", "--store", dir, "--peer-listen", "127.0.0.1:0", "--max-value-size", "0"}, 1, "--max-value-size must be positive"},
+		{[]string{"kv", "serve", "--store", dir, "--peer-listen", "127.0.0.1:0", "--gc-percent", "-2"}, 1, "--gc-percent must be -1"},
 		{[]string{"kv", "list", "--limit", "0"}, 1, "--limit must be at least 1"},
+		// Each kv serve is a process of its own: on mem:// each would run
+		// a group of its own.
+		{[]string{"kv", "serve", "--store", "mem://kv", "--peer-listen", "127.0.0.1:0"}, 1, "--store mem://kv: a mem:// store lives inside one process"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -295,7 +299,7 @@ func TestKVServe(t *testing.T) {
 // snapshot, its base and its segments, as the JSON status gives them:
 // what a cold start reads.
 func TestKVStatusSnapshotSizes(t *testing.T) {
-	addr, _ := startKVServe(t, "--store", "mem://kvsnapsizes"+randomSuffix(), "--snapshot-threshold", "2")
+	addr, _ := startKVServe(t, "--store", tempStore(t), "--snapshot-threshold", "2")
 	var st rsm.Status
 	for i := 0; i < 200 && st.SnapshotSegments == 0; i++ {
 		if code, _, errs := runCmd(t, "kv", "put", fmt.Sprintf("k%03d", i), "value", "--server", addr); code != 0 {

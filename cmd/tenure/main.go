@@ -135,7 +135,7 @@ var schemeHelp = map[string][2]string{
 	"dynamodb": {"dynamodb://table/namespace?region=R", "DynamoDB (items up to 400 KB)"},
 	"etcd":     {"etcd://host:2379/prefix", "etcd 3.4+ (followers watch instead of polling)"},
 	"route53":  {"route53://ZONEID/name", "Route 53 TXT records (small values; not for kv)"},
-	"mem":      {"mem://  or  mem://name", "in memory, inside one process (not for elect, run or shards)"},
+	"mem":      {"mem://  or  mem://name", "in memory, inside one process (not for elect, run, shards or kv serve)"},
 }
 
 // newFlags returns a FlagSet that prints its usage to e.stderr and returns
