@@ -522,10 +522,12 @@ var kvGRPCLogger atomic.Pointer[slog.Logger]
 // in init, as grpclog asks, before any gRPC call.
 func init() { grpclog.SetLoggerV2(grpcSlog{}) }
 
-// grpcSlog is a grpclog.LoggerV2 on slog. gRPC's info is debug here and its
-// warnings info (it hides both by default: they include every failed
-// reconnection to a node that left); without kv serve's logger only
-// errors print, as with gRPC's default.
+// grpcSlog is a grpclog.LoggerV2 on slog. gRPC's info and warnings are
+// debug here (it hides both by default): its warnings are mostly
+// "createTransport failed" for each reconnection to a node that stopped,
+// which the node's own lines already report once, with the leader's
+// loss. Without kv serve's logger only errors print, as with gRPC's
+// default.
 type grpcSlog struct{}
 
 func (grpcSlog) log(level slog.Level, msg string) {
@@ -544,10 +546,10 @@ func (g grpcSlog) Infoln(args ...any) { g.log(slog.LevelDebug, fmt.Sprintln(args
 func (g grpcSlog) Infof(format string, args ...any) {
 	g.log(slog.LevelDebug, fmt.Sprintf(format, args...))
 }
-func (g grpcSlog) Warning(args ...any)   { g.log(slog.LevelInfo, fmt.Sprint(args...)) }
-func (g grpcSlog) Warningln(args ...any) { g.log(slog.LevelInfo, fmt.Sprintln(args...)) }
+func (g grpcSlog) Warning(args ...any)   { g.log(slog.LevelDebug, fmt.Sprint(args...)) }
+func (g grpcSlog) Warningln(args ...any) { g.log(slog.LevelDebug, fmt.Sprintln(args...)) }
 func (g grpcSlog) Warningf(format string, args ...any) {
-	g.log(slog.LevelInfo, fmt.Sprintf(format, args...))
+	g.log(slog.LevelDebug, fmt.Sprintf(format, args...))
 }
 func (g grpcSlog) Error(args ...any)   { g.log(slog.LevelError, fmt.Sprint(args...)) }
 func (g grpcSlog) Errorln(args ...any) { g.log(slog.LevelError, fmt.Sprintln(args...)) }

@@ -366,6 +366,13 @@ func TestGRPCLogsThroughSlog(t *testing.T) {
 	if code != 1 || kvGRPCLogger.Load() == nil {
 		t.Fatalf("exit %d, logger set %v", code, kvGRPCLogger.Load() != nil)
 	}
+	// A reconnection's warning is below the default level: a follower
+	// whose leader died would print one per attempt.
+	grpcSlog{}.Warningf("[core] addrConn.createTransport failed to connect to %s", "127.0.0.1:1")
+	grpcSlog{}.Infof("[core] Channel Connectivity change to %s", "IDLE")
+	if strings.Contains(buf.String(), "createTransport") || strings.Contains(buf.String(), "Connectivity") {
+		t.Errorf("gRPC's warnings and info print at the default level:\n%s", buf.String())
+	}
 	grpcSlog{}.Errorf("transport: %s", "boom")
 	lines := parseJSONLines(t, buf.String())
 	if len(lines) == 0 || lines[len(lines)-1]["msg"] != "transport: boom" || lines[len(lines)-1]["component"] != "grpc" || lines[len(lines)-1]["level"] != "ERROR" {
