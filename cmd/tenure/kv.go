@@ -285,11 +285,10 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		log.Info("serving /metrics", "addr", metricsLn.Addr().String())
 	}
 	apiURL := scheme + "://" + httpLn.Addr().String()
-	if *logFormat == "json" {
-		log.Info("serving", "node", *id, "group", *group, "api", apiURL, "peers", addr)
-	} else {
-		fmt.Fprintf(e.stdout, "tenure kv: node %s of group %q: HTTP API on %s, peers dial %s\n", *id, *group, apiURL, addr)
-	}
+	// The probes answer from here on (not ready while the store is
+	// unreachable); the banner waits for the group, so that a start that
+	// fails (a missing bucket, a bad group name) never announces an API.
+	log.Info("connecting to the store; the probes are served", "http", apiURL)
 	stopHTTP := func() {
 		ops.stopping.Store(true)
 		// Let requests in flight finish (each is bounded by RequestTimeout).
@@ -326,6 +325,11 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	}
 	ko.status.Store(ptr(node.Status))
 	ks.SetAPI(h)
+	if *logFormat == "json" {
+		log.Info("serving", "node", *id, "group", *group, "api", apiURL, "peers", addr)
+	} else {
+		fmt.Fprintf(e.stdout, "tenure kv: node %s of group %q: HTTP API on %s, peers dial %s\n", *id, *group, apiURL, addr)
+	}
 	ops.starting.Store(nil)
 
 	var runErr error

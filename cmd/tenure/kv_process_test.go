@@ -392,6 +392,9 @@ func TestKVServeProcess(t *testing.T) {
 		if !found {
 			t.Errorf("no JSON ERROR line saying the bucket does not exist:\n%s%s", stdout.String(), stderr.String())
 		}
+		if strings.Contains(stdout.String()+stderr.String(), `"msg":"serving"`) {
+			t.Errorf("kv serve announced its API before failing on a missing bucket:\n%s%s", stdout.String(), stderr.String())
+		}
 	})
 }
 

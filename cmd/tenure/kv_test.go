@@ -167,6 +167,7 @@ func TestKVUsage(t *testing.T) {
 		{[]string{"kv", "serve", "--store", dir, "--peer-listen", "127.0.0.1:0", "--max-value-size", "0"}, 1, "--max-value-size must be positive"},
 		{[]string{"kv", "serve", "--store", dir, "--peer-listen", "127.0.0.1:0", "--gc-percent", "-2"}, 1, "--gc-percent must be -1"},
 		{[]string{"kv", "list", "--limit", "0"}, 1, "--limit must be at least 1"},
+		{[]string{"kv", "serve", "--store", dir, "--peer-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--group", "a/b"}, 1, `invalid group name "a/b"`},
 		// Each kv serve is a process of its own: on mem:// each would run
 		// a group of its own.
 		{[]string{"kv", "serve", "--store", "mem://kv", "--peer-listen", "127.0.0.1:0"}, 1, "--store mem://kv: a mem:// store lives inside one process"},
@@ -179,6 +180,9 @@ func TestKVUsage(t *testing.T) {
 			}
 			if !strings.Contains(out+errs, c.mentions) {
 				t.Errorf("output does not mention %q:\nstdout: %s\nstderr: %s", c.mentions, out, errs)
+			}
+			if c.code != 0 && strings.Contains(out, "HTTP API on") {
+				t.Errorf("a start that failed announced its API: %s", out)
 			}
 		})
 	}
