@@ -774,6 +774,22 @@ func keyPath(key string) string {
 	return "/v1/kv/" + esc
 }
 
+// argCountRule says, in one line, which arguments the synopsis ("kv put
+// KEY VALUE|- [--server URL] …") asks for and which were given.
+func argCountRule(synopsis string, got []string) string {
+	var want []string
+	for _, w := range strings.Fields(strings.SplitN(synopsis, "\n", 2)[0])[2:] {
+		if strings.HasPrefix(w, "[--") {
+			break
+		}
+		want = append(want, w)
+	}
+	if len(want) == 0 {
+		return fmt.Sprintf("takes no arguments, got %q", got)
+	}
+	return fmt.Sprintf("want %s, got %d argument(s) %q", strings.Join(want, " "), len(got), got)
+}
+
 // kvClientCommand parses a client command's flags and positional
 // arguments (between minArgs and maxArgs) and returns a client with the
 // timeout applied to ctx.
@@ -791,7 +807,7 @@ func kvClientCommand(ctx context.Context, e *env, name, synopsis string, minArgs
 		fmt.Fprintf(e.stderr, "tenure kv %s: warning: %s\n", name, d)
 	}
 	if len(pos) < minArgs || len(pos) > maxArgs {
-		fs.Usage()
+		fmt.Fprintf(e.stderr, "tenure kv %s: %s (see tenure kv %s --help)\n", name, argCountRule(synopsis, pos), name)
 		return nil, nil, nil, nil, errUsage
 	}
 	c, err := cf.client(e)
@@ -854,7 +870,7 @@ func (e *env) value(arg string) ([]byte, error) {
 }
 
 func runKVPut(ctx context.Context, e *env, args []string) error {
-	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "put", "kv put KEY VALUE|- [--server URL] [--json]\n\nSets KEY to VALUE, or to stdin's bytes with -, and prints the write's revision.", 2, 2, args, nil)
+	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "put", "kv put KEY VALUE|- [--server URL] [--json]\n\nSets KEY to VALUE, or to stdin's bytes with -, and prints the write's revision. A VALUE (or\nKEY) that starts with - goes after --, which ends the flags: tenure kv put KEY -- -1", 2, 2, args, nil)
 	if err != nil {
 		return err
 	}

@@ -167,6 +167,10 @@ func TestKVUsage(t *testing.T) {
 		{[]string{"kv", "serve", "--store", dir, "--peer-listen", "127.0.0.1:0", "--max-value-size", "0"}, 1, "--max-value-size must be positive"},
 		{[]string{"kv", "serve", "--store", dir, "--peer-listen", "127.0.0.1:0", "--gc-percent", "-2"}, 1, "--gc-percent must be -1"},
 		{[]string{"kv", "list", "--limit", "0"}, 1, "--limit must be at least 1"},
+		{[]string{"kv", "put", "a"}, 2, `tenure kv put: want KEY VALUE|-, got 1 argument(s) ["a"]`},
+		{[]string{"kv", "get"}, 2, `tenure kv get: want KEY, got 0 argument(s) []`},
+		{[]string{"kv", "status", "x"}, 2, `tenure kv status: takes no arguments, got ["x"]`},
+		{[]string{"kv", "list", "a", "b"}, 2, `tenure kv list: want [PREFIX], got 2 argument(s) ["a" "b"]`},
 		{[]string{"kv", "serve", "--store", dir, "--peer-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--group", "a/b"}, 1, `invalid group name "a/b"`},
 		// Each kv serve is a process of its own: on mem:// each would run
 		// a group of its own.
@@ -180,6 +184,9 @@ func TestKVUsage(t *testing.T) {
 			}
 			if !strings.Contains(out+errs, c.mentions) {
 				t.Errorf("output does not mention %q:\nstdout: %s\nstderr: %s", c.mentions, out, errs)
+			}
+			if strings.Contains(c.mentions, "argument") && strings.Count(errs, "\n") != 1 {
+				t.Errorf("a wrong argument count is told in more than one line: %q", errs)
 			}
 			if c.code != 0 && strings.Contains(out, "HTTP API on") {
 				t.Errorf("a start that failed announced its API: %s", out)
