@@ -324,6 +324,13 @@ func TestStoreHealth(t *testing.T) {
 	if err := h.err(); err == nil {
 		t.Fatalf("reachable after %d failures in a row", storeFailuresUnready)
 	}
+	// A call that waited out its deadline: the store does not answer,
+	// and each such call takes that long; one is enough.
+	h.observe(store.Call{Op: "get"})
+	h.observe(store.Call{Op: "get", Err: &store.Error{Op: "get", Kind: driver.Transient, Err: context.DeadlineExceeded}})
+	if err := h.err(); err == nil {
+		t.Fatal("reachable after a call that waited out its deadline")
+	}
 	for _, k := range []driver.Kind{driver.NotFound, driver.TooLarge} {
 		for range storeFailuresUnready {
 			h.observe(fail)

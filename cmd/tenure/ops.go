@@ -266,6 +266,12 @@ func (h *storeHealth) observe(c store.Call) {
 	default:
 		h.fails++
 		h.last = c.Err
+		if errors.Is(c.Err, context.DeadlineExceeded) {
+			// A call that waited out its whole deadline: a store that
+			// does not answer (frozen, or black-holed) fails no faster
+			// than that, so one such call says it at once.
+			h.fails = max(h.fails, storeFailuresUnready)
+		}
 	}
 }
 
