@@ -19,7 +19,7 @@ import (
 	"testing"
 )
 
-// The Go snippets in the README and in the package docs are type-checked
+// The Go snippets in the README, in docs/*.md and in the package docs are type-checked
 // against the module, so an example that does not build fails here. A
 // snippet is a fragment of a function body: it may use the names below
 // without declaring them (the reader's own program would), and "{ … }" or
@@ -79,7 +79,8 @@ type snippet struct {
 	code  string
 }
 
-// readmeSnippets returns the ```go blocks of a Markdown file.
+// readmeSnippets returns the ```go blocks of a Markdown file (the README or
+// a page of docs/).
 func readmeSnippets(t *testing.T, path string) []snippet {
 	f, err := os.Open(path)
 	if err != nil {
@@ -236,7 +237,14 @@ func exportData(t *testing.T) map[string]string {
 }
 
 func TestDocSnippetsCompile(t *testing.T) {
-	snippets := readmeSnippets(t, "README.md")
+	pages, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snippets []snippet
+	for _, p := range append([]string{"README.md"}, pages...) {
+		snippets = append(snippets, readmeSnippets(t, p)...)
+	}
 	docs, err := filepath.Glob("*/doc.go")
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +254,7 @@ func TestDocSnippetsCompile(t *testing.T) {
 		snippets = append(snippets, docSnippets(t, d)...)
 	}
 	if len(snippets) < 5 {
-		t.Fatalf("found %d snippets; the README alone has more: is the extraction broken?", len(snippets))
+		t.Fatalf("found %d snippets; the README and docs/ alone have more: is the extraction broken?", len(snippets))
 	}
 	exports := exportData(t)
 	fset := token.NewFileSet()

@@ -16,7 +16,7 @@ import (
 	"github.com/tenure-io/tenure/store"
 )
 
-// flagCommands are the commands the README's flag table covers: every
+// flagCommands are the commands the flag table of docs/cli.md covers: every
 // command with flags but the benchmarks (docs/BENCHMARKS.md).
 var flagCommands = []string{
 	"elect", "run", "shards", "status", "lock repair", "store probe", "store get", "store list",
@@ -41,29 +41,30 @@ func helpFlags(t *testing.T, command string) []string {
 	return flags
 }
 
-// readmeFlagTable reads the README's flag table: for each flag, the
+// flagTable reads the flag table of docs/cli.md: for each flag, the
 // commands the table names it for.
-func readmeFlagTable(t *testing.T) map[string][]string {
+func flagTable(t *testing.T) map[string][]string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, table, ok := strings.Cut(string(b), "<!-- flag table -->\n")
 	if !ok {
-		t.Fatal("README.md has no <!-- flag table --> marker")
+		t.Fatal("docs/cli.md has no <!-- flag table --> marker")
 	}
 	table, _, _ = strings.Cut(table, "\n\n")
+	table = strings.TrimRight(table, "\n")
 	row := regexp.MustCompile("^\\| `--([a-z0-9-]+)[^`]*` \\| ([^|]+) \\|")
 	out := map[string][]string{}
 	for _, line := range strings.Split(table, "\n")[2:] {
 		m := row.FindStringSubmatch(line)
 		if m == nil {
-			t.Errorf("README flag table: a row not of the form | `--flag ARG` | commands | meaning |: %q", line)
+			t.Errorf("docs/cli.md flag table: a row not of the form | `--flag ARG` | commands | meaning |: %q", line)
 			continue
 		}
 		if _, dup := out[m[1]]; dup {
-			t.Errorf("README flag table: --%s has two rows; one flag, one meaning", m[1])
+			t.Errorf("docs/cli.md flag table: --%s has two rows; one flag, one meaning", m[1])
 		}
 		for _, c := range strings.Split(m[2], ",") {
 			out[m[1]] = append(out[m[1]], strings.TrimSpace(c))
@@ -72,18 +73,18 @@ func readmeFlagTable(t *testing.T) map[string][]string {
 	return out
 }
 
-// TestREADMEFlagTable: every flag a command's --help lists is in the
-// README's table under that command, and every flag the table names for a
+// TestFlagTable: every flag a command's --help lists is in the
+// table of docs/cli.md under that command, and every flag the table names for a
 // command is one its --help lists.
-func TestREADMEFlagTable(t *testing.T) {
-	table := readmeFlagTable(t)
+func TestFlagTable(t *testing.T) {
+	table := flagTable(t)
 	inHelp := map[string]map[string]bool{}
 	for _, c := range flagCommands {
 		inHelp[c] = map[string]bool{}
 		for _, f := range helpFlags(t, c) {
 			inHelp[c][f] = true
 			if !slices.Contains(table[f], c) {
-				t.Errorf("tenure %s --help lists --%s; the README's flag table does not name it for %s (it has %q)", c, f, c, table[f])
+				t.Errorf("tenure %s --help lists --%s; the flag table of docs/cli.md does not name it for %s (it has %q)", c, f, c, table[f])
 			}
 		}
 	}
@@ -96,9 +97,9 @@ func TestREADMEFlagTable(t *testing.T) {
 		for _, c := range table[f] {
 			switch {
 			case inHelp[c] == nil:
-				t.Errorf("the README's flag table names --%s for %q, which is not a command the table covers", f, c)
+				t.Errorf("the flag table of docs/cli.md names --%s for %q, which is not a command the table covers", f, c)
 			case !inHelp[c][f]:
-				t.Errorf("the README's flag table names --%s for %s; tenure %s --help does not list it", f, c, c)
+				t.Errorf("the flag table of docs/cli.md names --%s for %s; tenure %s --help does not list it", f, c, c)
 			}
 		}
 	}
