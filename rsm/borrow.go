@@ -177,7 +177,7 @@ func unmarshalCommand(p []byte, in interner) *rsmpb.Command {
 		}
 		p = p[n:]
 		switch {
-		case typ == protowire.VarintType && (num == 2 || num == 20 || num == 21):
+		case typ == protowire.VarintType && (num == 2 || num == 20 || num == 21 || num == 22):
 			v, n := protowire.ConsumeVarint(p)
 			if n < 0 {
 				return nil
@@ -190,6 +190,8 @@ func unmarshalCommand(p []byte, in interner) *rsmpb.Command {
 				c.Session = v
 			case 21:
 				c.Register = protowire.DecodeBool(v)
+			case 22:
+				c.FirstPending = v
 			}
 		case typ == protowire.BytesType && (num == 1 || num == 3 || num == 4):
 			v, n := protowire.ConsumeBytes(p)

@@ -219,14 +219,45 @@ func (r *replica) applySession(c *rsmpb.Command, index uint64, prepared any) res
 		}
 		return result{status: rsmpb.Status_OK, data: rec.Result}
 	case c.Seq < rec.Seq:
-		return result{status: rsmpb.Status_APPLICATION_RESULT_UNAVAILABLE}
+		// LastUsed stays as the previous version keeps it: both evict alike.
+		i, found := slices.BinarySearchFunc(rec.Earlier, c.Seq, func(e *rsmpb.SessionResult, seq uint64) int { return cmp.Compare(e.Seq, seq) })
+		if !found || !rec.Earlier[i].HasResult {
+			return result{status: rsmpb.Status_APPLICATION_RESULT_UNAVAILABLE}
+		}
+		return result{status: rsmpb.Status_OK, data: rec.Earlier[i].Result}
 	case c.Seq > rec.Seq+1:
 		return result{status: rsmpb.Status_REQUEST_OUT_OF_SEQUENCE}
 	}
 	res := r.run(c, prepared)
+	keepEarlier(rec, c.FirstPending)
 	rec.Seq, rec.LastUsed = c.Seq, index
 	rec.Result, rec.HasResult = res.data, res.status == rsmpb.Status_OK
 	return res
+}
+
+// maxEarlierResults bounds the results a session keeps besides its last:
+// a node awaiting more answers than this at once may find the oldest
+// replaced (ErrApplicationResultUnavailable) if it must retry them.
+const maxEarlierResults = 1024
+
+// keepEarlier moves rec's last result among the earlier ones its node
+// still awaits, before a new command replaces it, and forgets those the
+// node no longer awaits (below firstPending). A node sends its commands
+// concurrently under one session: a leader change can leave several of
+// them applied with their answers lost, and each retry must find its own
+// result, not only the last one's. firstPending 0 is the previous
+// version's command: it keeps only the last.
+func keepEarlier(rec *rsmpb.SessionRecord, firstPending uint64) {
+	if firstPending != 0 && rec.Seq != 0 && rec.Seq >= firstPending {
+		rec.Earlier = append(rec.Earlier, &rsmpb.SessionResult{Seq: rec.Seq, Result: rec.Result, HasResult: rec.HasResult})
+	}
+	drop := 0
+	for drop < len(rec.Earlier) && (firstPending == 0 || rec.Earlier[drop].Seq < firstPending || len(rec.Earlier)-drop > maxEarlierResults) {
+		drop++
+	}
+	if drop > 0 {
+		rec.Earlier = slices.Delete(rec.Earlier, 0, drop)
+	}
 }
 
 // run applies c to its machine; prepared, if not nil, is what the

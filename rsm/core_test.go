@@ -233,6 +233,14 @@ func sCmd(session, seq uint64, machine, data string) *rsmpb.Command {
 	return &rsmpb.Command{Session: session, Seq: seq, Machine: machine, Data: []byte(data)}
 }
 
+// pCmd is a command of session on "tape" sent while its node awaited
+// the answers from firstPending on.
+func pCmd(session, seq, firstPending uint64, data string) *rsmpb.Command {
+	c := sCmd(session, seq, "tape", data)
+	c.FirstPending = firstPending
+	return c
+}
+
 func sessionResult(id uint64) result {
 	return result{status: rsmpb.Status_OK, data: binary.BigEndian.AppendUint64(nil, id)}
 }
@@ -290,6 +298,25 @@ func TestReplicaExactlyOnce(t *testing.T) {
 				single(sCmd(1, 1, "tape", "a"), unavailable),
 			},
 			applied: []string{"a", "b"}, seqs: map[uint64]uint64{1: 2, 2: 0}},
+		{name: "every result its node still awaits is kept",
+			// A node sends commands concurrently under its session; a
+			// leader change loses the answers of a batch that was applied,
+			// and each retry finds its own result.
+			steps: []applyStep{
+				{cmds: []*rsmpb.Command{pCmd(1, 1, 1, "a"), pCmd(1, 2, 1, "b"), pCmd(1, 3, 1, "c")},
+					want: []result{okResult("1:a"), okResult("2:b"), okResult("3:c")}},
+				{cmds: []*rsmpb.Command{pCmd(1, 2, 1, "b"), pCmd(1, 1, 1, "a"), pCmd(1, 3, 1, "c")},
+					want: []result{okResult("2:b"), okResult("1:a"), okResult("3:c")}},
+				single(pCmd(1, 4, 2, "d"), okResult("4:d")), // 1 answered
+				single(pCmd(1, 1, 1, "a"), unavailable),
+				single(pCmd(1, 2, 2, "b"), okResult("2:b")),
+				single(pCmd(1, 3, 2, "c"), okResult("3:c")),
+				single(pCmd(1, 5, 5, "e"), okResult("5:e")), // 2 to 4 answered
+				single(pCmd(1, 3, 2, "c"), unavailable),
+				single(pCmd(1, 4, 2, "d"), unavailable),
+				single(pCmd(1, 5, 5, "e"), okResult("5:e")),
+			},
+			applied: []string{"a", "b", "c", "d", "e"}, seqs: map[uint64]uint64{1: 5, 2: 0}},
 		{name: "a gap is refused and not applied",
 			steps: []applyStep{
 				single(sCmd(1, 1, "tape", "a"), okResult("1:a")),
@@ -830,7 +857,12 @@ func randomEntries(rng *rand.Rand, n int, sessions bool) []*rsmpb.Entry {
 		if !sessions {
 			return mkCmd(c, seq, machine, data)
 		}
-		return sCmd(session[c], seq, machine, data)
+		cmd := sCmd(session[c], seq, machine, data)
+		if seq > 0 && rng.IntN(3) > 0 {
+			// The node still awaits some of the answers before it.
+			cmd.FirstPending = seq - rng.Uint64N(min(seq, 4))
+		}
+		return cmd
 	}
 	if sessions {
 		out = append(out, settingsSeal(1, 1, 4, "x", "y"))
@@ -894,4 +926,46 @@ func randomEntries(rng *rand.Rand, n int, sessions bool) []*rsmpb.Entry {
 		out = append(out, mkEntry(i, t, cmds...))
 	}
 	return out
+}
+
+// TestReplicaKeptResultsInSnapshot: the results a session keeps for the
+// commands its node still awaits travel in the snapshot, so a retry
+// answered by a node that started from it finds its own; a snapshot
+// whose kept results are out of order is refused.
+func TestReplicaKeptResultsInSnapshot(t *testing.T) {
+	a, _ := newSessionReplica(t, 10, 1, "tape")
+	a.apply(mkEntry(a.applied+1, 1, pCmd(1, 1, 1, "a"), pCmd(1, 2, 1, "b"), pCmd(1, 3, 1, "c")))
+	s, err := a.snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Nonce = []byte("n")
+	stored, err := encodeSnapshot(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := decodeSnapshot(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := newTapeReplica(t, 10, "tape")
+	if err := b.restore(loaded); err != nil {
+		t.Fatal(err)
+	}
+	_, got := b.apply(mkEntry(b.applied+1, 1, pCmd(1, 1, 1, "a"), pCmd(1, 2, 1, "b"), pCmd(1, 3, 1, "c")))
+	if want := []result{okResult("1:a"), okResult("2:b"), okResult("3:c")}; !equalResults(got, want) {
+		t.Fatalf("retries after a restore: %+v, want %+v", got, want)
+	}
+
+	for _, earlier := range [][]*rsmpb.SessionResult{
+		{{Seq: 2}, {Seq: 1}}, // out of order
+		{{Seq: 3}},           // not before the last
+		{{Seq: 0}},
+	} {
+		bad := proto.Clone(loaded).(*rsmpb.Snapshot)
+		bad.Sessions[0].Earlier = earlier
+		if err := checkSnapshot(bad); err == nil {
+			t.Errorf("a snapshot keeping results %v was accepted", earlier)
+		}
+	}
 }

@@ -52,7 +52,9 @@
 // deadline passed while its fate was open, or its session expired after an
 // attempt whose answer was lost; then it wraps ErrSessionExpired).
 // ErrApplicationResultUnavailable: it was applied, once, but its result was
-// replaced by a later command of the same node. *SettingsMismatchError
+// replaced by a later command of the same node (which happens only beyond
+// 1,024 of its commands awaiting their answers at once, or under a leader
+// of the previous version). *SettingsMismatchError
 // (matching ErrSettingsMismatch): this node's options disagree with a
 // setting the group recorded (MaxDedupClients, the machines' names); the
 // node stops, and Node.Done and Node.Err report it. *NotLeaderError,

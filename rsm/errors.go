@@ -15,8 +15,11 @@ var (
 	// sequence.
 	ErrRequestOutOfSequence = errors.New("rsm: request out of sequence")
 	// ErrApplicationResultUnavailable: the command was applied, exactly
-	// once, but its result is no longer kept (a later command of the same
-	// client replaced it). The command is not applied again.
+	// once, but its result is no longer kept. The group keeps the result
+	// of every command of a node that the node still awaits, up to 1,024
+	// at once; beyond that (or with a leader of the previous version,
+	// which kept only the last) a later command of the same node may have
+	// replaced it. The command is not applied again.
 	ErrApplicationResultUnavailable = errors.New("rsm: command applied, result unavailable")
 	// ErrUnknownOutcome: the request timed out or was cancelled after it
 	// may have been committed. The node retried it under its sequence

@@ -83,7 +83,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		{Index: 1 << 40, Term: 1 << 50, Nonce: []byte("n"), Commands: []*rsmpb.Command{{Client: "c", Seq: 1}}},
 		{Index: 1, Term: 1, Writer: "w", Nonce: []byte{1}, Noop: true, Settings: &rsmpb.Settings{MaxSessions: 3, Machines: []string{"counter", "kv"}}},
 		{Index: 9, Term: 2, Writer: "w", Nonce: []byte{1}, Commands: []*rsmpb.Command{
-			{Register: true, Client: "node-a#1"}, {Session: 4, Seq: 2, Machine: "kv", Data: []byte("x")}}},
+			{Register: true, Client: "node-a#1"}, {Session: 4, Seq: 2, Machine: "kv", Data: []byte("x")}, {Session: 4, Seq: 5, FirstPending: 3, Machine: "kv", Data: []byte("y")}}},
 	}
 	f.Add([]byte(`{"kind":"tenure.lock","leaderID":"a","term":7}`), uint64(1))
 	f.Add([]byte(`{"leaderID":"a","term":7}`), uint64(1))

@@ -540,7 +540,7 @@ func (f *forwarder) send(req *rsmpb.StateRequest) *pending {
 	f.waiting[id] = p
 	f.mu.Unlock()
 	wire := &rsmpb.StateRequest{Group: req.Group, Id: id, Type: req.Type, Machine: req.Machine, Data: req.Data, Client: req.Client, Seq: req.Seq,
-		Session: req.Session, Register: req.Register}
+		Session: req.Session, Register: req.Register, FirstPending: req.FirstPending}
 	if err := st.Send(wire); err != nil {
 		f.fail(err)
 	}

@@ -43,6 +43,7 @@ type Node struct {
 	subMu       sync.Mutex
 	session     uint64        // the node's client session; 0: none yet
 	seq         uint64        // last sequence number given out in session
+	awaiting    awaiting      // the numbers in session whose answers are awaited
 	registering chan struct{} // closed when the registration in flight ends
 	fwd         *forwarder
 	fwdCur      atomic.Pointer[forwarder] // fwd, for dropForwarder without subMu
@@ -1338,7 +1339,7 @@ func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string
 // maxData is the largest command for machine that fits in a log entry
 // alone: the entry's room less the command's other fields.
 func (n *Node) maxData(machine string) int {
-	return entryRoom(n.opts.MaxMessageSize, n.host.cfg.ID, n.group) - len(machine) - 48
+	return entryRoom(n.opts.MaxMessageSize, n.host.cfg.ID, n.group) - len(machine) - 60
 }
 
 // roundTrip sends req to the leader until it is answered or ctx ends. A
@@ -1351,6 +1352,9 @@ func (n *Node) roundTrip(ctx context.Context, req *rsmpb.StateRequest) ([]byte, 
 	inDoubt := false      // an attempt's answer was lost: it may have been applied
 	var refused error     // the node refuses to serve: an object in the store is corrupt or missing, or its ID is another's
 	var last rsmpb.Status // the last retryable answer, for the error at the deadline
+	// However it ends, the node awaits this number's answer no longer: the
+	// group may forget its result.
+	defer func() { n.settle(req.Session, req.Seq) }()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			d := min(time.Duration(attempt)*10*time.Millisecond, 500*time.Millisecond)
@@ -1406,12 +1410,14 @@ func (n *Node) roundTrip(ctx context.Context, req *rsmpb.StateRequest) ([]byte, 
 				// group evicted the session; no one can tell now.
 				return nil, fmt.Errorf("%w: %w", ErrUnknownOutcome, ErrSessionExpired)
 			}
+			n.settle(req.Session, req.Seq)
 			req.Session, req.Seq = 0, 0 // never applied: resubmit under the new session
 		case rsmpb.Status_REQUEST_OUT_OF_SEQUENCE:
 			if !inDoubt && req.Session != 0 && n.sessionDropped(req.Session) {
 				// Held behind a number the node gave up on (its command's
 				// outcome was unknown at its deadline): never applied, so
 				// it goes under the new session.
+				n.settle(req.Session, req.Seq)
 				req.Session, req.Seq = 0, 0
 			}
 		case rsmpb.Status_UNKNOWN_OUTCOME:
@@ -1471,6 +1477,7 @@ func (n *Node) send(req *rsmpb.StateRequest) (p *pending, sent bool) {
 			}
 			n.seq++
 			req.Session, req.Seq = n.session, n.seq
+			req.FirstPending = n.awaiting.add(n.seq)
 		}
 		return true
 	}

@@ -252,6 +252,14 @@ func checkSnapshot(s *rsmpb.Snapshot) error {
 		if c.Label == "" || c.LastUsed > s.EndIndex {
 			return fmt.Errorf("snapshot holds session %d without a label or used after the snapshot's end", c.Session)
 		}
+		if len(c.Earlier) > maxEarlierResults {
+			return fmt.Errorf("snapshot holds session %d with %d earlier results, above the bound %d", c.Session, len(c.Earlier), maxEarlierResults)
+		}
+		for i, e := range c.Earlier {
+			if e.Seq == 0 || e.Seq >= c.Seq || (i > 0 && c.Earlier[i-1].Seq >= e.Seq) {
+				return fmt.Errorf("snapshot holds session %d with earlier results out of order or not before its last (%d)", c.Session, c.Seq)
+			}
+		}
 		sessions[c.Session] = true
 	}
 	return nil

@@ -94,7 +94,7 @@ func (n *Node) Err() error {
 // commandOf is the log's form of a state request.
 func commandOf(req *rsmpb.StateRequest) *rsmpb.Command {
 	return &rsmpb.Command{Client: req.Client, Seq: req.Seq, Machine: req.Machine, Data: req.Data,
-		Session: req.Session, Register: req.Register}
+		Session: req.Session, Register: req.Register, FirstPending: req.FirstPending}
 }
 
 // ensureSession returns once the node holds a session, registering one
@@ -125,7 +125,7 @@ func (n *Node) ensureSession(ctx context.Context) error {
 		n.subMu.Lock()
 		n.registering = nil
 		if err == nil {
-			n.session, n.seq = id, 0
+			n.session, n.seq, n.awaiting = id, 0, awaiting{}
 		}
 		n.subMu.Unlock()
 		close(ch)
@@ -155,7 +155,57 @@ func (n *Node) dropSession(old uint64) {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
 	if old != 0 && n.session == old {
-		n.session, n.seq = 0, 0
+		n.session, n.seq, n.awaiting = 0, 0, awaiting{}
+	}
+}
+
+// settle notes that the node awaits the answer of command seq of session
+// no longer.
+func (n *Node) settle(session, seq uint64) {
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	if seq != 0 && session == n.session {
+		n.awaiting.remove(seq, n.seq)
+	}
+}
+
+// awaiting is the set of sequence numbers of a session whose answers its
+// node awaits, with the lowest of them: every command carries it
+// (Command.first_pending) so that the group keeps the results of the
+// commands a retry may ask for again, and forgets the others.
+type awaiting struct {
+	set   map[uint64]struct{}
+	first uint64 // the lowest number in set; 0 when set is empty
+}
+
+// add adds seq, the highest number given out so far, and returns the
+// lowest awaited.
+func (a *awaiting) add(seq uint64) uint64 {
+	if a.set == nil {
+		a.set = map[uint64]struct{}{}
+	}
+	a.set[seq] = struct{}{}
+	if a.first == 0 {
+		a.first = seq
+	}
+	return a.first
+}
+
+// remove removes seq; last is the highest number given out so far.
+func (a *awaiting) remove(seq, last uint64) {
+	if _, ok := a.set[seq]; !ok {
+		return
+	}
+	delete(a.set, seq)
+	if seq != a.first {
+		return
+	}
+	a.first = 0
+	for s := seq + 1; s <= last && len(a.set) > 0; s++ {
+		if _, ok := a.set[s]; ok {
+			a.first = s
+			return
+		}
 	}
 }
 

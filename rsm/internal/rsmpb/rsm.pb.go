@@ -170,8 +170,13 @@ type Command struct {
 	// carries session and seq and no client; a register command opens a
 	// session and carries only client, a label unique to that registration.
 	// A command with client and seq but no session is the previous version's.
-	Session       uint64 `protobuf:"varint,20,opt,name=session,proto3" json:"session,omitempty"`
-	Register      bool   `protobuf:"varint,21,opt,name=register,proto3" json:"register,omitempty"`
+	Session  uint64 `protobuf:"varint,20,opt,name=session,proto3" json:"session,omitempty"`
+	Register bool   `protobuf:"varint,21,opt,name=register,proto3" json:"register,omitempty"`
+	// The lowest sequence number of the session whose answer its node still
+	// awaits when it numbered this command: the group keeps the results of
+	// the session's commands from it on, so a retry of any of them finds
+	// its own. 0 (the previous version): only the last result is kept.
+	FirstPending  uint64 `protobuf:"varint,22,opt,name=first_pending,json=firstPending,proto3" json:"first_pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -246,6 +251,13 @@ func (x *Command) GetRegister() bool {
 		return x.Register
 	}
 	return false
+}
+
+func (x *Command) GetFirstPending() uint64 {
+	if x != nil {
+		return x.FirstPending
+	}
+	return 0
 }
 
 // Entry is one log object: a batch of commands written by a leader of term.
@@ -680,13 +692,16 @@ func (x *Settings) GetMachines() []string {
 
 // SessionRecord is one client session of the exactly-once table.
 type SessionRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"` // the n-th registration in the group's log
-	Label         string                 `protobuf:"bytes,2,opt,name=label,proto3" json:"label,omitempty"`      // the registration's label: its retries find the session
-	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`         // last sequence number applied
-	Result        []byte                 `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
-	HasResult     bool                   `protobuf:"varint,5,opt,name=has_result,json=hasResult,proto3" json:"has_result,omitempty"`
-	LastUsed      uint64                 `protobuf:"varint,6,opt,name=last_used,json=lastUsed,proto3" json:"last_used,omitempty"` // log index of the last use, for LRU eviction
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Session   uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"` // the n-th registration in the group's log
+	Label     string                 `protobuf:"bytes,2,opt,name=label,proto3" json:"label,omitempty"`      // the registration's label: its retries find the session
+	Seq       uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`         // last sequence number applied
+	Result    []byte                 `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	HasResult bool                   `protobuf:"varint,5,opt,name=has_result,json=hasResult,proto3" json:"has_result,omitempty"`
+	LastUsed  uint64                 `protobuf:"varint,6,opt,name=last_used,json=lastUsed,proto3" json:"last_used,omitempty"` // log index of the last use, for LRU eviction
+	// Results of the commands before seq whose answers the session's node
+	// still awaited (Command.first_pending), oldest first.
+	Earlier       []*SessionResult `protobuf:"bytes,7,rep,name=earlier,proto3" json:"earlier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -763,6 +778,74 @@ func (x *SessionRecord) GetLastUsed() uint64 {
 	return 0
 }
 
+func (x *SessionRecord) GetEarlier() []*SessionResult {
+	if x != nil {
+		return x.Earlier
+	}
+	return nil
+}
+
+// SessionResult is a kept result of one command of a session.
+type SessionResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Result        []byte                 `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	HasResult     bool                   `protobuf:"varint,3,opt,name=has_result,json=hasResult,proto3" json:"has_result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResult) Reset() {
+	*x = SessionResult{}
+	mi := &file_rsm_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResult) ProtoMessage() {}
+
+func (x *SessionResult) ProtoReflect() protoreflect.Message {
+	mi := &file_rsm_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResult.ProtoReflect.Descriptor instead.
+func (*SessionResult) Descriptor() ([]byte, []int) {
+	return file_rsm_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SessionResult) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SessionResult) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SessionResult) GetHasResult() bool {
+	if x != nil {
+		return x.HasResult
+	}
+	return false
+}
+
 type HandshakeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
@@ -775,7 +858,7 @@ type HandshakeRequest struct {
 
 func (x *HandshakeRequest) Reset() {
 	*x = HandshakeRequest{}
-	mi := &file_rsm_proto_msgTypes[7]
+	mi := &file_rsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +870,7 @@ func (x *HandshakeRequest) String() string {
 func (*HandshakeRequest) ProtoMessage() {}
 
 func (x *HandshakeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[7]
+	mi := &file_rsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +883,7 @@ func (x *HandshakeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandshakeRequest.ProtoReflect.Descriptor instead.
 func (*HandshakeRequest) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{7}
+	return file_rsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HandshakeRequest) GetGroup() string {
@@ -843,7 +926,7 @@ type HandshakeResponse struct {
 
 func (x *HandshakeResponse) Reset() {
 	*x = HandshakeResponse{}
-	mi := &file_rsm_proto_msgTypes[8]
+	mi := &file_rsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +938,7 @@ func (x *HandshakeResponse) String() string {
 func (*HandshakeResponse) ProtoMessage() {}
 
 func (x *HandshakeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[8]
+	mi := &file_rsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +951,7 @@ func (x *HandshakeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandshakeResponse.ProtoReflect.Descriptor instead.
 func (*HandshakeResponse) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{8}
+	return file_rsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HandshakeResponse) GetStatus() Status {
@@ -910,7 +993,7 @@ type FollowerInfo struct {
 
 func (x *FollowerInfo) Reset() {
 	*x = FollowerInfo{}
-	mi := &file_rsm_proto_msgTypes[9]
+	mi := &file_rsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1005,7 @@ func (x *FollowerInfo) String() string {
 func (*FollowerInfo) ProtoMessage() {}
 
 func (x *FollowerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[9]
+	mi := &file_rsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +1018,7 @@ func (x *FollowerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowerInfo.ProtoReflect.Descriptor instead.
 func (*FollowerInfo) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{9}
+	return file_rsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FollowerInfo) GetId() string {
@@ -977,7 +1060,7 @@ type FollowRequest struct {
 
 func (x *FollowRequest) Reset() {
 	*x = FollowRequest{}
-	mi := &file_rsm_proto_msgTypes[10]
+	mi := &file_rsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1072,7 @@ func (x *FollowRequest) String() string {
 func (*FollowRequest) ProtoMessage() {}
 
 func (x *FollowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[10]
+	mi := &file_rsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1085,7 @@ func (x *FollowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowRequest.ProtoReflect.Descriptor instead.
 func (*FollowRequest) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{10}
+	return file_rsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FollowRequest) GetGroup() string {
@@ -1071,7 +1154,7 @@ type FollowResponse struct {
 
 func (x *FollowResponse) Reset() {
 	*x = FollowResponse{}
-	mi := &file_rsm_proto_msgTypes[11]
+	mi := &file_rsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1166,7 @@ func (x *FollowResponse) String() string {
 func (*FollowResponse) ProtoMessage() {}
 
 func (x *FollowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[11]
+	mi := &file_rsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1179,7 @@ func (x *FollowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResponse.ProtoReflect.Descriptor instead.
 func (*FollowResponse) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{11}
+	return file_rsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FollowResponse) GetStatus() Status {
@@ -1175,7 +1258,7 @@ type SynchronizeRequest struct {
 
 func (x *SynchronizeRequest) Reset() {
 	*x = SynchronizeRequest{}
-	mi := &file_rsm_proto_msgTypes[12]
+	mi := &file_rsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1270,7 @@ func (x *SynchronizeRequest) String() string {
 func (*SynchronizeRequest) ProtoMessage() {}
 
 func (x *SynchronizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[12]
+	mi := &file_rsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1283,7 @@ func (x *SynchronizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynchronizeRequest.ProtoReflect.Descriptor instead.
 func (*SynchronizeRequest) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{12}
+	return file_rsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SynchronizeRequest) GetGroup() string {
@@ -1271,7 +1354,7 @@ type SynchronizeResponse struct {
 
 func (x *SynchronizeResponse) Reset() {
 	*x = SynchronizeResponse{}
-	mi := &file_rsm_proto_msgTypes[13]
+	mi := &file_rsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1366,7 @@ func (x *SynchronizeResponse) String() string {
 func (*SynchronizeResponse) ProtoMessage() {}
 
 func (x *SynchronizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[13]
+	mi := &file_rsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1379,7 @@ func (x *SynchronizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynchronizeResponse.ProtoReflect.Descriptor instead.
 func (*SynchronizeResponse) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{13}
+	return file_rsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SynchronizeResponse) GetStatus() Status {
@@ -1338,13 +1421,14 @@ type StateRequest struct {
 	Seq           uint64                 `protobuf:"varint,7,opt,name=seq,proto3" json:"seq,omitempty"`
 	Session       uint64                 `protobuf:"varint,20,opt,name=session,proto3" json:"session,omitempty"`
 	Register      bool                   `protobuf:"varint,21,opt,name=register,proto3" json:"register,omitempty"`
+	FirstPending  uint64                 `protobuf:"varint,22,opt,name=first_pending,json=firstPending,proto3" json:"first_pending,omitempty"` // as in Command
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_rsm_proto_msgTypes[14]
+	mi := &file_rsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1440,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[14]
+	mi := &file_rsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1453,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{14}
+	return file_rsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StateRequest) GetGroup() string {
@@ -1435,6 +1519,13 @@ func (x *StateRequest) GetRegister() bool {
 	return false
 }
 
+func (x *StateRequest) GetFirstPending() uint64 {
+	if x != nil {
+		return x.FirstPending
+	}
+	return 0
+}
+
 type StateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1451,7 +1542,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_rsm_proto_msgTypes[15]
+	mi := &file_rsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1554,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rsm_proto_msgTypes[15]
+	mi := &file_rsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1567,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_rsm_proto_rawDescGZIP(), []int{15}
+	return file_rsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StateResponse) GetId() uint64 {
@@ -1539,14 +1630,15 @@ var File_rsm_proto protoreflect.FileDescriptor
 
 const file_rsm_proto_rawDesc = "" +
 	"\n" +
-	"\trsm.proto\x12\rtenure.rsm.v1\"\x97\x01\n" +
+	"\trsm.proto\x12\rtenure.rsm.v1\"\xbc\x01\n" +
 	"\aCommand\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\tR\x06client\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x18\n" +
 	"\amachine\x18\x03 \x01(\tR\amachine\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x18\n" +
 	"\asession\x18\x14 \x01(\x04R\asession\x12\x1a\n" +
-	"\bregister\x18\x15 \x01(\bR\bregister\"\x8a\x02\n" +
+	"\bregister\x18\x15 \x01(\bR\bregister\x12#\n" +
+	"\rfirst_pending\x18\x16 \x01(\x04R\ffirstPending\"\x8a\x02\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x16\n" +
@@ -1584,7 +1676,7 @@ const file_rsm_proto_rawDesc = "" +
 	"\flast_session\x18\x16 \x01(\x04R\vlastSession\"I\n" +
 	"\bSettings\x12!\n" +
 	"\fmax_sessions\x18\x01 \x01(\x04R\vmaxSessions\x12\x1a\n" +
-	"\bmachines\x18\x02 \x03(\tR\bmachines\"\xa5\x01\n" +
+	"\bmachines\x18\x02 \x03(\tR\bmachines\"\xdd\x01\n" +
 	"\rSessionRecord\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12\x10\n" +
@@ -1592,7 +1684,13 @@ const file_rsm_proto_rawDesc = "" +
 	"\x06result\x18\x04 \x01(\fR\x06result\x12\x1d\n" +
 	"\n" +
 	"has_result\x18\x05 \x01(\bR\thasResult\x12\x1b\n" +
-	"\tlast_used\x18\x06 \x01(\x04R\blastUsed\"q\n" +
+	"\tlast_used\x18\x06 \x01(\x04R\blastUsed\x126\n" +
+	"\aearlier\x18\a \x03(\v2\x1c.tenure.rsm.v1.SessionResultR\aearlier\"X\n" +
+	"\rSessionResult\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\x12\x1d\n" +
+	"\n" +
+	"has_result\x18\x03 \x01(\bR\thasResult\"q\n" +
 	"\x10HandshakeRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
@@ -1643,7 +1741,7 @@ const file_rsm_proto_rawDesc = "" +
 	"\vapply_index\x18\x02 \x01(\x04R\n" +
 	"applyIndex\x12%\n" +
 	"\x0eenqueued_index\x18\x03 \x01(\x04R\renqueuedIndex\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xf2\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x97\x02\n" +
 	"\fStateRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12.\n" +
@@ -1653,7 +1751,8 @@ const file_rsm_proto_rawDesc = "" +
 	"\x06client\x18\x06 \x01(\tR\x06client\x12\x10\n" +
 	"\x03seq\x18\a \x01(\x04R\x03seq\x12\x18\n" +
 	"\asession\x18\x14 \x01(\x04R\asession\x12\x1a\n" +
-	"\bregister\x18\x15 \x01(\bR\bregister\"\xe8\x01\n" +
+	"\bregister\x18\x15 \x01(\bR\bregister\x12#\n" +
+	"\rfirst_pending\x18\x16 \x01(\x04R\ffirstPending\"\xe8\x01\n" +
 	"\rStateResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12-\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x15.tenure.rsm.v1.StatusR\x06status\x12\x16\n" +
@@ -1705,7 +1804,7 @@ func file_rsm_proto_rawDescGZIP() []byte {
 }
 
 var file_rsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_rsm_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_rsm_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_rsm_proto_goTypes = []any{
 	(Status)(0),                 // 0: tenure.rsm.v1.Status
 	(RequestType)(0),            // 1: tenure.rsm.v1.RequestType
@@ -1716,15 +1815,16 @@ var file_rsm_proto_goTypes = []any{
 	(*Snapshot)(nil),            // 6: tenure.rsm.v1.Snapshot
 	(*Settings)(nil),            // 7: tenure.rsm.v1.Settings
 	(*SessionRecord)(nil),       // 8: tenure.rsm.v1.SessionRecord
-	(*HandshakeRequest)(nil),    // 9: tenure.rsm.v1.HandshakeRequest
-	(*HandshakeResponse)(nil),   // 10: tenure.rsm.v1.HandshakeResponse
-	(*FollowerInfo)(nil),        // 11: tenure.rsm.v1.FollowerInfo
-	(*FollowRequest)(nil),       // 12: tenure.rsm.v1.FollowRequest
-	(*FollowResponse)(nil),      // 13: tenure.rsm.v1.FollowResponse
-	(*SynchronizeRequest)(nil),  // 14: tenure.rsm.v1.SynchronizeRequest
-	(*SynchronizeResponse)(nil), // 15: tenure.rsm.v1.SynchronizeResponse
-	(*StateRequest)(nil),        // 16: tenure.rsm.v1.StateRequest
-	(*StateResponse)(nil),       // 17: tenure.rsm.v1.StateResponse
+	(*SessionResult)(nil),       // 9: tenure.rsm.v1.SessionResult
+	(*HandshakeRequest)(nil),    // 10: tenure.rsm.v1.HandshakeRequest
+	(*HandshakeResponse)(nil),   // 11: tenure.rsm.v1.HandshakeResponse
+	(*FollowerInfo)(nil),        // 12: tenure.rsm.v1.FollowerInfo
+	(*FollowRequest)(nil),       // 13: tenure.rsm.v1.FollowRequest
+	(*FollowResponse)(nil),      // 14: tenure.rsm.v1.FollowResponse
+	(*SynchronizeRequest)(nil),  // 15: tenure.rsm.v1.SynchronizeRequest
+	(*SynchronizeResponse)(nil), // 16: tenure.rsm.v1.SynchronizeResponse
+	(*StateRequest)(nil),        // 17: tenure.rsm.v1.StateRequest
+	(*StateResponse)(nil),       // 18: tenure.rsm.v1.StateResponse
 }
 var file_rsm_proto_depIdxs = []int32{
 	2,  // 0: tenure.rsm.v1.Entry.commands:type_name -> tenure.rsm.v1.Command
@@ -1733,26 +1833,27 @@ var file_rsm_proto_depIdxs = []int32{
 	4,  // 3: tenure.rsm.v1.Snapshot.clients:type_name -> tenure.rsm.v1.ClientRecord
 	7,  // 4: tenure.rsm.v1.Snapshot.settings:type_name -> tenure.rsm.v1.Settings
 	8,  // 5: tenure.rsm.v1.Snapshot.sessions:type_name -> tenure.rsm.v1.SessionRecord
-	0,  // 6: tenure.rsm.v1.HandshakeResponse.status:type_name -> tenure.rsm.v1.Status
-	0,  // 7: tenure.rsm.v1.FollowResponse.status:type_name -> tenure.rsm.v1.Status
-	3,  // 8: tenure.rsm.v1.SynchronizeRequest.entries:type_name -> tenure.rsm.v1.Entry
-	11, // 9: tenure.rsm.v1.SynchronizeRequest.followers:type_name -> tenure.rsm.v1.FollowerInfo
-	0,  // 10: tenure.rsm.v1.SynchronizeResponse.status:type_name -> tenure.rsm.v1.Status
-	1,  // 11: tenure.rsm.v1.StateRequest.type:type_name -> tenure.rsm.v1.RequestType
-	0,  // 12: tenure.rsm.v1.StateResponse.status:type_name -> tenure.rsm.v1.Status
-	9,  // 13: tenure.rsm.v1.Replica.Handshake:input_type -> tenure.rsm.v1.HandshakeRequest
-	12, // 14: tenure.rsm.v1.Replica.Follow:input_type -> tenure.rsm.v1.FollowRequest
-	14, // 15: tenure.rsm.v1.Replica.Synchronize:input_type -> tenure.rsm.v1.SynchronizeRequest
-	16, // 16: tenure.rsm.v1.Replica.Submit:input_type -> tenure.rsm.v1.StateRequest
-	10, // 17: tenure.rsm.v1.Replica.Handshake:output_type -> tenure.rsm.v1.HandshakeResponse
-	13, // 18: tenure.rsm.v1.Replica.Follow:output_type -> tenure.rsm.v1.FollowResponse
-	15, // 19: tenure.rsm.v1.Replica.Synchronize:output_type -> tenure.rsm.v1.SynchronizeResponse
-	17, // 20: tenure.rsm.v1.Replica.Submit:output_type -> tenure.rsm.v1.StateResponse
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	9,  // 6: tenure.rsm.v1.SessionRecord.earlier:type_name -> tenure.rsm.v1.SessionResult
+	0,  // 7: tenure.rsm.v1.HandshakeResponse.status:type_name -> tenure.rsm.v1.Status
+	0,  // 8: tenure.rsm.v1.FollowResponse.status:type_name -> tenure.rsm.v1.Status
+	3,  // 9: tenure.rsm.v1.SynchronizeRequest.entries:type_name -> tenure.rsm.v1.Entry
+	12, // 10: tenure.rsm.v1.SynchronizeRequest.followers:type_name -> tenure.rsm.v1.FollowerInfo
+	0,  // 11: tenure.rsm.v1.SynchronizeResponse.status:type_name -> tenure.rsm.v1.Status
+	1,  // 12: tenure.rsm.v1.StateRequest.type:type_name -> tenure.rsm.v1.RequestType
+	0,  // 13: tenure.rsm.v1.StateResponse.status:type_name -> tenure.rsm.v1.Status
+	10, // 14: tenure.rsm.v1.Replica.Handshake:input_type -> tenure.rsm.v1.HandshakeRequest
+	13, // 15: tenure.rsm.v1.Replica.Follow:input_type -> tenure.rsm.v1.FollowRequest
+	15, // 16: tenure.rsm.v1.Replica.Synchronize:input_type -> tenure.rsm.v1.SynchronizeRequest
+	17, // 17: tenure.rsm.v1.Replica.Submit:input_type -> tenure.rsm.v1.StateRequest
+	11, // 18: tenure.rsm.v1.Replica.Handshake:output_type -> tenure.rsm.v1.HandshakeResponse
+	14, // 19: tenure.rsm.v1.Replica.Follow:output_type -> tenure.rsm.v1.FollowResponse
+	16, // 20: tenure.rsm.v1.Replica.Synchronize:output_type -> tenure.rsm.v1.SynchronizeResponse
+	18, // 21: tenure.rsm.v1.Replica.Submit:output_type -> tenure.rsm.v1.StateResponse
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_rsm_proto_init() }
@@ -1766,7 +1867,7 @@ func file_rsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rsm_proto_rawDesc), len(file_rsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
