@@ -71,6 +71,10 @@ type observation struct {
 	// changed: the confirmation before this one showed another version,
 	// so the leader is alive and renewing.
 	changed bool
+	// notLeading: the member the record names answered, over its peer
+	// endpoint, that it does not lead (it lost its lease, or stopped), at
+	// this version. No one leads until the lease lapses or it is released.
+	notLeading bool
 }
 
 type core struct {
@@ -351,7 +355,7 @@ func (c *core) observe(now time.Time, found bool, rec Record, derr error, versio
 		o.lease = leaseOf(rec)
 	}
 	if c.haveObs && prev.found == found && prev.version == version {
-		o.since = prev.since
+		o.since, o.notLeading = prev.since, prev.notLeading
 	}
 	o.changed = c.haveObs && (prev.version != version || prev.found != found)
 	c.obs, c.haveObs, c.needRead = o, true, false
@@ -531,6 +535,13 @@ func (c *core) backoff() time.Duration {
 		return c.t.spread(max(longest, c.t.frequent/10))
 	}
 	return c.t.spread(c.t.frequent)
+}
+
+// peerNotLeading records that the holder answered that it does not lead:
+// a peer check that failed, at the version observed.
+func (c *core) peerNotLeading(now time.Time) {
+	c.obs.notLeading = true
+	c.failed(opPeer, now, now, nil)
 }
 
 // peerAnswered records a successful peer check.

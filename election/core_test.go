@@ -351,3 +351,28 @@ func TestCoreUnknownTermIsNeverTakenOver(t *testing.T) {
 		})
 	}
 }
+
+// A holder's answer that it does not lead holds for the version it was
+// given at: confirmed by reads of that version, forgotten at the next one;
+// and it changes nothing of when the lock may be taken.
+func TestCoreLeaderNotLeadingHoldsForItsVersion(t *testing.T) {
+	c := testCore()
+	c.observe(at(0), true, other(4), nil, "v1")
+	c.peerNotLeading(at(time.Second))
+	if !c.obs.notLeading || c.next(at(time.Second)).op != opRead {
+		t.Fatalf("after a refusal: notLeading %v, next %v; want true and a read", c.obs.notLeading, c.next(at(time.Second)).op)
+	}
+	c.observe(at(2*time.Second), true, other(4), nil, "v1")
+	if !c.obs.notLeading {
+		t.Fatal("a read of the same version forgot the holder's answer")
+	}
+	// Expiry is still the holder's lease from the version first seen.
+	c.observe(at(14*time.Second), true, other(4), nil, "v1")
+	if d := c.next(at(14 * time.Second)); d.op == opAcquire {
+		t.Fatal("took the lock before the lease lapsed, on the holder's word alone")
+	}
+	c.observe(at(3*time.Second+14*time.Second), true, other(4), nil, "v2")
+	if c.obs.notLeading {
+		t.Fatal("a new version kept the answer given for the one before")
+	}
+}

@@ -687,7 +687,7 @@ func (e *Elector) sync(now time.Time, loopErr error) {
 		e.reported = obsKey{}
 	}
 	changed := p.leading != c.leading || p.term != c.term || p.deadline != c.deadline() ||
-		p.obs.version != c.obs.version || p.mode != mode || p.dupID != c.duplicateID || (p.problem == nil) != (problem == nil)
+		p.obs.version != c.obs.version || p.obs.notLeading != c.obs.notLeading || p.mode != mode || p.dupID != c.duplicateID || (p.problem == nil) != (problem == nil)
 	if c.duplicateID && !p.dupID {
 		p.lastErr = ErrDuplicateServerID
 		e.log.Error("the lock names this ServerID with another session: two processes share one ServerID",
@@ -950,7 +950,11 @@ type Status struct {
 	// is another kind of record (ErrForeignRecord), which no member and no
 	// repair ever writes over.
 	RecordProblem string `json:"recordProblem,omitempty"`
-	LastError     string `json:"lastError,omitempty"`
+	// LeaderNotLeading: the member the record names answered this member,
+	// over its peer endpoint, that it does not lead, and the record has
+	// not changed since: no one leads until its lease lapses.
+	LeaderNotLeading bool   `json:"leaderNotLeading,omitempty"`
+	LastError        string `json:"lastError,omitempty"`
 }
 
 // Status returns a snapshot of the elector's view.
@@ -970,6 +974,7 @@ func (e *Elector) Status() Status {
 		s.Unchanged = now.Sub(p.obs.since)
 		if !p.obs.corrupt {
 			s.LeaderID, s.LeaderAddr, s.LeaderTerm, s.Released = p.obs.rec.LeaderID, p.obs.rec.LeaderAddr, p.obs.rec.Term, p.obs.rec.Released
+			s.LeaderNotLeading = p.obs.notLeading && !p.obs.rec.Released && !s.Leader
 			s.Term = max(s.Term, p.obs.rec.Term)
 		}
 	}

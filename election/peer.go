@@ -111,9 +111,15 @@ func writeJSON(w http.ResponseWriter, status int, version string, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// errPeerNotLeading is a peer's answer that it does not lead (503).
+var errPeerNotLeading = errors.New("election: peer answered 503: it does not lead")
+
 // decodePeerResponse checks a peer answer: status 200, a version, and a
 // record that decodes.
 func decodePeerResponse(status int, version string, body []byte) (Record, error) {
+	if status == http.StatusServiceUnavailable {
+		return Record{}, errPeerNotLeading
+	}
 	if status != http.StatusOK {
 		return Record{}, fmt.Errorf("election: peer answered %d %s", status, http.StatusText(status))
 	}
@@ -262,7 +268,11 @@ func (e *Elector) peerCheck(ctx context.Context) {
 			return
 		}
 		e.log.Info("peer check failed; reading the store", "leader", c.obs.rec.LeaderAddr, "err", err)
-		c.failed(opPeer, now, now, nil)
+		if errors.Is(err, errPeerNotLeading) {
+			c.peerNotLeading(now)
+		} else {
+			c.failed(opPeer, now, now, nil)
+		}
 		return
 	}
 	c.peerAnswered(now, rec, version)

@@ -342,6 +342,9 @@ type fakeLeader struct {
 	mu      sync.Mutex
 	rec     election.Record
 	version string
+	// notLeading makes it answer, long-polls in flight included, as a
+	// leader past its deadline does: 503.
+	notLeading atomic.Bool
 }
 
 func (f *fakeLeader) current() (election.Record, string) {
@@ -381,6 +384,10 @@ func (f *fakeLeader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	wait, _ := time.ParseDuration(r.URL.Query().Get("wait"))
 	end := time.Now().Add(wait)
 	for {
+		if f.notLeading.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		rec, version := f.current()
 		if version != r.URL.Query().Get("after") || time.Now().After(end) || r.Context().Err() != nil {
 			w.Header().Set(election.VersionHeader, version)
@@ -614,4 +621,49 @@ func TestPeerKeyPinnedAfterALeaderWithoutKey(t *testing.T) {
 	if st := b.e.Status(); st.Mode != "peer" || st.LeaderID != "d" {
 		t.Fatalf("b's view %+v; want d followed in peer mode", st)
 	}
+}
+
+// A follower whose leader answers that it does not lead (it lost its
+// lease, or stopped, and could not release) says so in its status until
+// the record changes: no one leads meanwhile, whatever the record names.
+func TestPeerLeaderNotLeadingInStatus(t *testing.T) {
+	fakeZ := &fakeLeader{}
+	srv := httptest.NewUnstartedServer(fakeZ)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	defer srv.Close()
+
+	c := newCluster(t, zeroConfig())
+	t.Cleanup(c.stopAll)
+	ctx, cancel := context.WithCancel(t.Context())
+	zDone := make(chan struct{})
+	go func() {
+		defer close(zDone)
+		// A lease long enough that no one takes the lock over in the test.
+		fakeZ.run(ctx, t, c, election.Record{LeaderID: "z", LeaderAddr: srv.Listener.Addr().String(), Term: 1,
+			LeaseMillis: 600000, Session: "fake-z", PeerKey: election.PeerKeyOf(srv.Certificate())})
+	}()
+	stopZ := sync.OnceFunc(func() { cancel(); <-zDone })
+	defer stopZ()
+	waitFor(t, "z's first write", 5*time.Second, func() bool { _, v := fakeZ.current(); return v != "" })
+	b := c.add("b", func(cfg *election.Config) {
+		cfg.ServerAddr, cfg.PeerDisabled, cfg.PeerMode = "127.0.0.1:0", false, true
+	})
+	waitFor(t, "b long-polls z", 10*time.Second, func() bool { st := b.e.Status(); return st.Mode == "peer" && st.LeaderID == "z" })
+	if b.e.Status().LeaderNotLeading {
+		t.Fatal("b says z does not lead while z serves")
+	}
+
+	// z stops renewing and answers that it does not lead.
+	stopZ()
+	fakeZ.notLeading.Store(true)
+	waitFor(t, "b hears z does not lead", 10*time.Second, func() bool { return b.e.Status().LeaderNotLeading })
+	if st := b.e.Status(); st.LeaderID != "z" || st.Leader {
+		t.Fatalf("b's view %+v; want the record's leader z, and b not leading", st)
+	}
+
+	// b goes on reading the store, to take the lock when the lease
+	// lapses.
+	b.fs.Reset()
+	waitFor(t, "b reads the store again", 10*time.Second, func() bool { return b.fs.Counts().Total() > 0 })
 }

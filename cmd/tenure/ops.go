@@ -287,8 +287,12 @@ func (h *storeHealth) err() error {
 // electionView is the readiness of an election member (tenure elect and
 // tenure run): ready while it leads, or follows a leader it knows.
 func electionView(el *election.Elector) func(opsStatus) opsStatus {
+	return func(s opsStatus) opsStatus { return electionStatusView(el.Status(), el.RecordProblem())(s) }
+}
+
+// electionStatusView is electionView of one status and record problem.
+func electionStatusView(es election.Status, problem error) func(opsStatus) opsStatus {
 	return func(s opsStatus) opsStatus {
-		es := el.Status()
 		s.Election = &es
 		s.Term = es.Term
 		switch {
@@ -304,13 +308,17 @@ func electionView(el *election.Elector) func(opsStatus) opsStatus {
 		case es.DuplicateServerID:
 			s.Ready, s.Reason = false, "another process takes part in this election with the same --id"
 		case s.Role == "leader":
-		case errors.Is(el.RecordProblem(), election.ErrForeignRecord):
+		case errors.Is(problem, election.ErrForeignRecord):
 			// Not a lock at all: no repair replaces it.
 			s.Ready, s.Reason = false, "the lock's key holds another kind of record, never taken over or written: "+es.RecordProblem+" (give the lock a key of its own)"
 		case es.RecordProblem != "":
 			// No member can take the lock over until it is repaired:
 			// whoever it names, the group has no leader it can follow.
 			s.Ready, s.Reason = false, "the lock cannot be taken over: "+es.RecordProblem+" (an operator runs tenure lock repair --term-floor N LOCK_URL)"
+		case es.LeaderNotLeading:
+			// The record still names it, but it said it does not lead:
+			// no one leads until its lease lapses or it is released.
+			s.Ready, s.Reason = false, "no leader: "+s.Leader+" answered that it does not lead; a member takes the lock when its lease lapses"
 		case s.Leader == "":
 			s.Ready, s.Reason = false, "no leader known"
 		case s.Leader == es.ServerID:

@@ -75,3 +75,25 @@ func TestReadinessNamesAForeignRecord(t *testing.T) {
 		<-done
 	})
 }
+
+// A follower told by the member its record names that it does not lead is
+// not ready, whatever the record says, and says why.
+func TestReadinessLeaderNotLeading(t *testing.T) {
+	cases := []struct {
+		name   string
+		status election.Status
+		ready  bool
+		reason string
+	}{
+		{"follows a leader", election.Status{ServerID: "b", LeaderID: "a", Mode: "peer"}, true, ""},
+		{"the leader says it does not lead", election.Status{ServerID: "b", LeaderID: "a", Mode: "frequent", LeaderNotLeading: true}, false, "a answered that it does not lead"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := electionStatusView(c.status, nil)(opsStatus{Ready: true})
+			if s.Ready != c.ready || !strings.Contains(s.Reason, c.reason) {
+				t.Fatalf("ready %v %q; want %v naming %q", s.Ready, s.Reason, c.ready, c.reason)
+			}
+		})
+	}
+}
