@@ -449,7 +449,7 @@ const reuseSegmentsFrom = 16 * readAheadMax
 // (the one goroutine that applies them no longer copies values). A 100k-key
 // cold start's peak, near twice the data, would grow by the segment and
 // the values prepared ahead of their apply, about 15 MiB (tenure bench
-// kv, docs/BENCHMARKS.md).
+// kv, when it was introduced: docs/BENCHMARKS.md in git history).
 func lendAhead(load uint64) int {
 	if load >= lendTwoFrom {
 		return 2 * segmentMax

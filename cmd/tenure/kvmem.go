@@ -39,7 +39,7 @@ import (
 // only make garbage (overwrites, each segment's buffers and decoded
 // entries); a limit sized by their bytes, as it was, let a cold start
 // after sustained overwrites peak at 2.3 to 3 times the data
-// (docs/BENCHMARKS.md). From kvLoadLargeFrom of live heap the headroom is
+// (measured then: docs/BENCHMARKS.md in git history). From kvLoadLargeFrom of live heap the headroom is
 // kvLoadGrowthLarge percent: the process's own memory (its binary's pages,
 // the runtime's, some 30 MiB) is then a small part of the whole, so with
 // values of a KiB (a live heap 1.14 times the data) the peak stays far

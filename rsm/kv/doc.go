@@ -80,7 +80,8 @@
 // 32 MiB of values, or a sixteenth of the keys), and a delete, a swap or
 // any other call puts them all there first. In key order a put finds its
 // way through the tree in the cache: a cold start after sustained writes
-// to a million keys took a quarter less time (docs/BENCHMARKS.md).
+// to a million keys took a quarter less time (measured when it was introduced:
+// docs/BENCHMARKS.md in git history).
 //
 // # Errors
 //
