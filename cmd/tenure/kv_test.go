@@ -106,8 +106,8 @@ func TestKVClientCommands(t *testing.T) {
 		{"put of an empty key", "", []string{"put", "", "v"}, 1, "", "invalid key"},
 		{"status", "", []string{"status"}, 0, "LEADER", ""},
 		{"status --json", "", []string{"status", "--json"}, 0, `"role": "LEADER"`, ""},
-		{"get without a key", "", []string{"get"}, 2, "", "Usage: tenure kv get KEY"},
-		{"put without a value", "", []string{"put", "a"}, 2, "", "Usage: tenure kv put"},
+		{"get without a key", "", []string{"get"}, 2, "", "tenure kv get: want KEY, got 0 argument(s)"},
+		{"put without a value", "", []string{"put", "a"}, 2, "", "tenure kv put: want KEY VALUE|-, got 1 argument(s)"},
 	}
 	for _, s := range steps {
 		args := append([]string{"kv"}, s.args...)
