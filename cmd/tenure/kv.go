@@ -163,8 +163,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	if *gcPercent < -1 {
 		return fail(fmt.Errorf("--gc-percent must be -1 (no collection) or more (got %d)", *gcPercent))
 	}
-	gcGiven := false
-	fs.Visit(func(f *flag.Flag) { gcGiven = gcGiven || f.Name == "gc-percent" })
+	gcGiven := flagGiven(fs, "gc-percent")
 	// The node, once joined: the collector's policy reads its loads.
 	var joined atomic.Pointer[rsm.Node]
 	if v, ok := kvGC(gcGiven, *gcPercent, os.LookupEnv); ok && v != 0 {
