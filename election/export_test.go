@@ -24,3 +24,5 @@ func (t Transition) Deadline() time.Time { return t.deadline }
 // the client it would build from PeerClientTLS, so that a test can put a
 // fault-injecting transport between a follower and the leader.
 func SetPeerHTTPClient(e *Elector, c *http.Client) { e.testPeerClient = c }
+
+var ErrPeerNotLeading = errPeerNotLeading

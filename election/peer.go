@@ -1,6 +1,7 @@
 package election
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -84,7 +85,7 @@ func (h peerHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for {
 		rec, version, state, changed := h.e.peerView()
 		if state == peerRefuse || (state == peerHold && wait == 0) {
-			writeJSON(w, http.StatusServiceUnavailable, "", map[string]string{"error": "not the leader"})
+			writeJSON(w, http.StatusServiceUnavailable, "", map[string]string{"error": notLeaderText})
 			return
 		}
 		if state == peerServe && (wait == 0 || version != after || rec.Released) {
@@ -111,13 +112,18 @@ func writeJSON(w http.ResponseWriter, status int, version string, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// errPeerNotLeading is a peer's answer that it does not lead (503).
+// errPeerNotLeading is a peer's answer that it does not lead: a 503 with
+// notLeaderText, as a member's peer endpoint gives it. Another 503 (a proxy
+// in front, say) is a failure like any other and says nothing of the
+// leader.
 var errPeerNotLeading = errors.New("election: peer answered 503: it does not lead")
+
+const notLeaderText = "not the leader"
 
 // decodePeerResponse checks a peer answer: status 200, a version, and a
 // record that decodes.
 func decodePeerResponse(status int, version string, body []byte) (Record, error) {
-	if status == http.StatusServiceUnavailable {
+	if status == http.StatusServiceUnavailable && bytes.Contains(body, []byte(`"error":"`+notLeaderText+`"`)) {
 		return Record{}, errPeerNotLeading
 	}
 	if status != http.StatusOK {

@@ -386,6 +386,7 @@ func (f *fakeLeader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for {
 		if f.notLeading.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":"not the leader"}` + "\n"))
 			return
 		}
 		rec, version := f.current()
@@ -666,4 +667,17 @@ func TestPeerLeaderNotLeadingInStatus(t *testing.T) {
 	// lapses.
 	b.fs.Reset()
 	waitFor(t, "b reads the store again", 10*time.Second, func() bool { return b.fs.Counts().Total() > 0 })
+}
+
+// Only a member's own refusal says its holder does not lead: a 503 from
+// something in front of it is a failure like any other.
+func TestPeerNotLeadingOnlyFromAMember(t *testing.T) {
+	_, err := election.DecodePeerResponse(http.StatusServiceUnavailable, "", []byte(`{"error":"not the leader"}`+"\n"))
+	if !errors.Is(err, election.ErrPeerNotLeading) {
+		t.Fatalf("a member's refusal: %v; want ErrPeerNotLeading", err)
+	}
+	_, err = election.DecodePeerResponse(http.StatusServiceUnavailable, "", []byte("<html>503 Service Unavailable</html>"))
+	if err == nil || errors.Is(err, election.ErrPeerNotLeading) {
+		t.Fatalf("a proxy's 503: %v; want a plain failure", err)
+	}
 }
