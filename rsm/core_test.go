@@ -969,3 +969,30 @@ func TestReplicaKeptResultsInSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// TestKeepEarlierBound: a session keeps the results its node still awaits
+// (from firstPending), at most maxEarlierResults of them, the oldest
+// replaced first; a command of the previous version (firstPending 0)
+// leaves only the last.
+func TestKeepEarlierBound(t *testing.T) {
+	rec := &rsmpb.SessionRecord{}
+	last := uint64(maxEarlierResults + 10)
+	for seq := uint64(1); seq <= last; seq++ {
+		keepEarlier(rec, 1) // command 1 is awaited all along
+		rec.Seq, rec.Result, rec.HasResult = seq, []byte(fmt.Sprint(seq)), true
+	}
+	if len(rec.Earlier) != maxEarlierResults {
+		t.Fatalf("kept %d earlier results, want %d", len(rec.Earlier), maxEarlierResults)
+	}
+	if first, end := rec.Earlier[0].Seq, rec.Earlier[len(rec.Earlier)-1].Seq; first != last-maxEarlierResults || end != last-1 {
+		t.Fatalf("kept %d..%d, want %d..%d", first, end, last-maxEarlierResults, last-1)
+	}
+	keepEarlier(rec, last-1)
+	if len(rec.Earlier) != 2 || rec.Earlier[0].Seq != last-1 || rec.Earlier[1].Seq != last {
+		t.Fatalf("with %d the first awaited, kept %v", last-1, rec.Earlier)
+	}
+	keepEarlier(rec, 0)
+	if len(rec.Earlier) != 0 {
+		t.Fatalf("after a command of the previous version, kept %d", len(rec.Earlier))
+	}
+}
