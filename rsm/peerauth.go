@@ -190,28 +190,38 @@ func (t *peerTrust) store(r peerRecord) {
 }
 
 // reserve reserves a read of the record at k: it returns how long to wait
-// first (so that k is read at most once per peerRefetch), or false when
-// the host has read peerReadsPerSecond records in the last second.
+// first (so that k is read at most once per peerRefetch), or false when a
+// read of k already waits (it brings what this one would; the caller
+// retries) or, for a node whose record this host has never read, when the
+// host has read peerReadsPerSecond such records in the last second. A
+// stranger naming IDs at random thus cannot lock out a known node that
+// restarted with a new key, nor queue reads of one record without end.
 func (t *peerTrust) reserve(k string, now time.Time) (time.Duration, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.fetched == nil {
 		t.fetched = map[string]time.Time{}
 	}
-	if now.Sub(t.second) >= time.Second {
-		t.second, t.reads = now, 0
-	}
-	if t.reads >= peerReadsPerSecond {
+	last, seen := t.fetched[k]
+	if seen && last.After(now) {
 		return 0, false
 	}
+	if _, known := t.recs[k]; !known {
+		if now.Sub(t.second) >= time.Second {
+			t.second, t.reads = now, 0
+		}
+		if t.reads >= peerReadsPerSecond {
+			return 0, false
+		}
+		t.reads++
+	}
 	at := now
-	if last, ok := t.fetched[k]; ok && last.Add(peerRefetch).After(now) {
+	if seen && last.Add(peerRefetch).After(now) {
 		at = last.Add(peerRefetch)
 	}
 	if len(t.fetched) > 10000 { // strangers naming IDs at random
 		clear(t.fetched)
 	}
-	t.reads++
 	t.fetched[k] = at
 	return at.Sub(now), true
 }
@@ -223,7 +233,7 @@ func (t *peerTrust) refresh(ctx context.Context, gs *groupStore, id string) erro
 	}
 	wait, ok := t.reserve(peerKey(gs.group, id), time.Now())
 	if !ok {
-		return errors.New("too many unknown keys in the last second; try again")
+		return errors.New("a read of its record already waits, or too many unknown nodes in the last second; try again")
 	}
 	if err := sleepCtx(ctx, wait); err != nil {
 		return err

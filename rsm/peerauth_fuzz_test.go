@@ -2,8 +2,10 @@ package rsm
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzDecodePeerRecord: a peer record read from the store either decodes
@@ -98,5 +100,38 @@ func TestSentByLeader(t *testing.T) {
 		if got := sentByLeader(c.mode, c.ls, c.req, c.c); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestPeerTrustReserve: reads made for unknown keys are bounded per record
+// and per second, and strangers naming new IDs do not use up the reads of
+// a node whose record the host knows (one that restarted with a new key).
+func TestPeerTrustReserve(t *testing.T) {
+	var tr peerTrust
+	tr.store(peerRecord{Group: "g", ID: "n2", Keys: []peerKeyInfo{{Key: "sha256:old", Addr: "a:1"}}})
+	now := time.Unix(1000, 0)
+	for i := range peerReadsPerSecond {
+		if _, ok := tr.reserve(peerKey("g", fmt.Sprintf("stranger%d", i)), now); !ok {
+			t.Fatalf("read %d of an unknown record refused within the budget", i)
+		}
+	}
+	if _, ok := tr.reserve(peerKey("g", "strangerX"), now); ok {
+		t.Fatalf("read %d of an unknown record in one second allowed", peerReadsPerSecond+1)
+	}
+	wait, ok := tr.reserve(peerKey("g", "n2"), now)
+	if !ok || wait != 0 {
+		t.Fatalf("known node's record: reserve = %v, %v; want 0, true after strangers used the budget", wait, ok)
+	}
+	// Read once per peerRefetch: the next waits for its slot; one more
+	// while that waits is refused instead of queued.
+	wait, ok = tr.reserve(peerKey("g", "n2"), now.Add(peerRefetch/2))
+	if !ok || wait != peerRefetch/2 {
+		t.Fatalf("second read within peerRefetch: reserve = %v, %v; want %v, true", wait, ok, peerRefetch/2)
+	}
+	if _, ok := tr.reserve(peerKey("g", "n2"), now.Add(peerRefetch/2)); ok {
+		t.Fatal("a third read queued behind a waiting one")
+	}
+	if _, ok := tr.reserve(peerKey("g", "strangerY"), now.Add(time.Second)); !ok {
+		t.Fatal("unknown record refused in the next second")
 	}
 }
