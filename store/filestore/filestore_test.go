@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/tenure-io/tenure/internal/testutil"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 	"github.com/tenure-io/tenure/store/drivertest"
@@ -28,38 +28,8 @@ import (
 )
 
 // TestMain fails the run if a test leaves goroutines of tenure's code
-// behind. Goroutines of the runtime and of the testing package (such as the
-// fuzzer's signal handler) are not counted.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		var leaked []string
-		// Goroutines that have been told to stop may take a moment to end.
-		for i := 0; i < 100; i++ {
-			if leaked = leakedGoroutines(); len(leaked) == 0 {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		if len(leaked) > 0 {
-			fmt.Fprintf(os.Stderr, "%d goroutines leaked:\n\n%s\n", len(leaked), strings.Join(leaked, "\n\n"))
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func leakedGoroutines() []string {
-	buf := make([]byte, 1<<20)
-	stacks := strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n")
-	var leaked []string
-	for _, g := range stacks[1:] { // the first is this goroutine
-		if strings.Contains(g, "github.com/tenure-io/tenure/") {
-			leaked = append(leaked, g)
-		}
-	}
-	return leaked
-}
+// behind.
+func TestMain(m *testing.M) { testutil.ExitLeakChecked(m) }
 
 func newDriver(t testing.TB, dir string) *Store {
 	t.Helper()
