@@ -38,15 +38,8 @@ type Node struct {
 	// readable without it.
 	restoring atomic.Pointer[Restore]
 
-	// subMu orders submissions: sequence numbers are assigned and requests
-	// sent in the same critical section.
-	subMu       sync.Mutex
-	session     uint64        // the node's client session; 0: none yet
-	seq         uint64        // last sequence number given out in session
-	awaiting    awaiting      // the numbers in session whose answers are awaited
-	registering chan struct{} // closed when the registration in flight ends
-	fwd         *forwarder
-	fwdCur      atomic.Pointer[forwarder] // fwd, for dropForwarder without subMu
+	// client is the node's client session and its stream to the leader.
+	client *client
 
 	mu         sync.Mutex
 	state      State
@@ -118,6 +111,7 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 
 		incarnation: newNonceHex(),
 	}
+	n.client = &client{n: n}
 	rep.onRefuse = n.refuse
 	return n, nil
 }
@@ -461,9 +455,7 @@ func (n *Node) joinOnce() error {
 		}
 		return n.checkAndAttempt(ls.Term)
 	}
-	if f := n.fwdCur.Load(); f != nil && f.addr != ls.LeaderAddr {
-		n.dropForwarder() // requests still waiting on a former leader
-	}
+	n.client.leaderAt(ls.LeaderAddr) // requests still waiting on a former leader are retried
 	n.mu.Lock()
 	n.refusals = 0
 	n.following = ls.Term
@@ -605,7 +597,7 @@ func (n *Node) watchLeader() error {
 			if gone {
 				n.log.Info("the leader is leaving; checking the store")
 				n.setState(Joining, NoRole) // requests wait for the next leader
-				n.dropForwarder()
+				n.client.dropForwarder()
 				return n.attempt(term)
 			}
 			if tooFar || role != Follower {
@@ -622,7 +614,7 @@ func (n *Node) watchLeader() error {
 			// the group deduplicates. Until the node follows again, new
 			// requests wait (waitJoined) rather than go to the same leader.
 			n.setState(Joining, NoRole)
-			n.dropForwarder()
+			n.client.dropForwarder()
 			return n.checkAndAttempt(term)
 		}
 	}
@@ -1262,12 +1254,7 @@ func (n *Node) Leave(ctx context.Context) error {
 func (n *Node) finishLeave(l *leaderRun) {
 	defer close(n.gone)
 	n.wg.Wait()
-	n.subMu.Lock()
-	if n.fwd != nil {
-		n.fwd.close()
-		n.fwd = nil
-	}
-	n.subMu.Unlock()
+	n.client.close()
 	if l != nil {
 		// Let the followers take over without waiting for missed
 		// heartbeats.
@@ -1303,225 +1290,27 @@ func (n *Node) tellLeaving(ctx context.Context, l *leaderRun) {
 // Command submits a command to the group's leader and returns the result of
 // applying it, exactly once even if the node retries through leader changes.
 func (n *Node) Command(ctx context.Context, machine string, command []byte) ([]byte, error) {
-	return n.submit(ctx, rsmpb.RequestType_COMMAND, machine, command)
+	return n.client.submit(ctx, rsmpb.RequestType_COMMAND, machine, command)
 }
 
 // Read answers query on the leader's state, linearizably: the answer
 // reflects every command acknowledged before Read was called.
 func (n *Node) Read(ctx context.Context, machine string, query []byte) ([]byte, error) {
-	return n.submit(ctx, rsmpb.RequestType_READ, machine, query)
+	return n.client.submit(ctx, rsmpb.RequestType_READ, machine, query)
 }
 
-func (n *Node) submit(ctx context.Context, typ rsmpb.RequestType, machine string, data []byte) ([]byte, error) {
-	if n.ctx.Err() != nil {
-		return nil, n.stoppedErr()
-	}
-	if _, ok := n.rep.machines[machine]; !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownMachine, machine)
-	}
-	if limit := n.maxData(machine); typ == rsmpb.RequestType_COMMAND && len(data) > limit {
-		// Its log entry could not be sent to a follower (the leader
-		// checks the exact size too).
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), limit)
-	} else if len(data) > n.opts.MaxMessageSize-1024 {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), n.opts.MaxMessageSize-1024)
-	}
-	start := time.Now()
-	defer func() { n.m.submit.WithLabelValues(n.group, typ.String()).Observe(time.Since(start).Seconds()) }()
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, n.opts.RequestTimeout)
-		defer cancel()
-	}
-	return n.roundTrip(ctx, &rsmpb.StateRequest{Group: n.group, Type: typ, Machine: machine, Data: data})
-}
-
-// maxData is the largest command for machine that fits in a log entry
-// alone: the entry's room less the command's other fields.
-func (n *Node) maxData(machine string) int {
-	return entryRoom(n.opts.MaxMessageSize, n.host.cfg.ID, n.group) - len(machine) - 60
-}
-
-// roundTrip sends req to the leader until it is answered or ctx ends. A
-// command keeps its (session, sequence number) across retries, so the
-// group applies it at most once; it is numbered afresh only when no
-// attempt can have been applied.
-func (n *Node) roundTrip(ctx context.Context, req *rsmpb.StateRequest) ([]byte, error) {
-	isCmd := req.Type == rsmpb.RequestType_COMMAND
-	maybeApplied := false // an attempt was sent: if ctx ends, the outcome is open
-	inDoubt := false      // an attempt's answer was lost: it may have been applied
-	var refused error     // the node refuses to serve: an object in the store is corrupt or missing, or its ID is another's
-	var last rsmpb.Status // the last retryable answer, for the error at the deadline
-	// However it ends, the node awaits this number's answer no longer: the
-	// group may forget its result.
-	defer func() { n.settle(req.Session, req.Seq) }()
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			d := min(time.Duration(attempt)*10*time.Millisecond, 500*time.Millisecond)
-			if sleepCtx(ctx, store.Jitter(d, 0.5)) != nil {
-				break
-			}
-		}
-		if err := n.waitJoined(ctx); err != nil {
-			if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrDuplicateID) {
-				refused = err
-			}
-			break
-		}
-		if isCmd && !req.Register && req.Seq == 0 {
-			if err := n.ensureSession(ctx); err != nil {
-				if ctx.Err() != nil || n.ctx.Err() != nil {
-					break
-				}
-				return nil, fmt.Errorf("%w: %w", ErrNotCommitted, err)
-			}
-		}
-		p, sent := n.send(req)
-		if sent && isCmd {
-			maybeApplied = true
-		}
-		var resp *rsmpb.StateResponse
-		select {
-		case resp = <-p.done:
-		case <-ctx.Done():
-		case <-n.ctx.Done():
-			return nil, n.stoppedErr()
-		}
-		if resp == nil {
-			break
-		}
-		switch resp.Status {
-		case rsmpb.Status_OK:
-			return resp.Result, nil
-		case rsmpb.Status_APPLICATION_RESULT_UNAVAILABLE:
-			return nil, ErrApplicationResultUnavailable
-		case rsmpb.Status_UNKNOWN_MACHINE:
-			return nil, fmt.Errorf("%w: %q on the leader", ErrUnknownMachine, req.Machine)
-		case rsmpb.Status_TOO_LARGE:
-			return nil, fmt.Errorf("%w: %s", ErrTooLarge, resp.Message)
-		case rsmpb.Status_ERROR:
-			return nil, fmt.Errorf("rsm: %s", resp.Message)
-		case rsmpb.Status_SESSION_EXPIRED:
-			// Refused, not applied. The session is gone for good: a new
-			// one is registered (once, however many commands learn it).
-			n.dropSession(req.Session)
-			if inDoubt {
-				// An earlier attempt may have been applied before the
-				// group evicted the session; no one can tell now.
-				return nil, fmt.Errorf("%w: %w", ErrUnknownOutcome, ErrSessionExpired)
-			}
-			n.settle(req.Session, req.Seq)
-			req.Session, req.Seq = 0, 0 // never applied: resubmit under the new session
-		case rsmpb.Status_REQUEST_OUT_OF_SEQUENCE:
-			if !inDoubt && req.Session != 0 && n.sessionDropped(req.Session) {
-				// Held behind a number the node gave up on (its command's
-				// outcome was unknown at its deadline): never applied, so
-				// it goes under the new session.
-				n.settle(req.Session, req.Seq)
-				req.Session, req.Seq = 0, 0
-			}
-		case rsmpb.Status_UNKNOWN_OUTCOME:
-			inDoubt = true
-		case rsmpb.Status_NOT_LEADER:
-			if resp.Term > 0 && resp.LeaderId != "" {
-				n.observeLeader(leaderState{Term: resp.Term, LeaderID: resp.LeaderId, LeaderAddr: resp.LeaderAddr})
-			}
-		}
-		// NOT_LEADER, NOT_COMMITTED, UNKNOWN_OUTCOME, BUSY, out of
-		// sequence, transport errors: retry with the same sequence number.
-		last = resp.Status
-		if resp.Status == rsmpb.Status_BUSY {
-			_ = sleepCtx(ctx, store.Jitter(n.opts.Retry.BaseDelay, 0.5))
-		}
-	}
-	if n.ctx.Err() != nil {
-		return nil, n.stoppedErr()
-	}
-	cause := ctx.Err()
-	if refused != nil {
-		cause = refused
-	}
-	switch last {
-	case rsmpb.Status_BUSY:
-		cause = fmt.Errorf("%w (last answer: %w)", cause, ErrBusy)
-	case rsmpb.Status_REQUEST_OUT_OF_SEQUENCE:
-		cause = fmt.Errorf("%w (last answer: %w)", cause, ErrRequestOutOfSequence)
-	case rsmpb.Status_SESSION_EXPIRED:
-		cause = fmt.Errorf("%w (last answer: %w)", cause, ErrSessionExpired)
-	}
-	if maybeApplied {
-		// This sequence number may never reach the group, and the group
-		// applies a session's commands only in order: later commands go
-		// under a new session so they are not held behind it.
-		n.dropSession(req.Session)
-		return nil, fmt.Errorf("%w: %w", ErrUnknownOutcome, cause)
-	}
-	return nil, fmt.Errorf("%w: %w", ErrNotCommitted, cause)
-}
-
-// send routes req to the leader: locally, or over the stream to it. Commands
-// get their sequence number on first send, under subMu, so a node's
-// commands reach the leader in order. sent reports whether the request may
-// have reached a leader.
-func (n *Node) send(req *rsmpb.StateRequest) (p *pending, sent bool) {
-	n.subMu.Lock()
-	defer n.subMu.Unlock()
-	// A command gets its sequence number when it is first sent, never
-	// before: a number that never leaves the node would hold back the
-	// node's later commands. Without a session (dropped since the caller
-	// checked) it is not sent: the caller registers first.
-	number := func() bool {
-		if req.Type == rsmpb.RequestType_COMMAND && !req.Register && req.Seq == 0 {
-			if n.session == 0 {
-				return false
-			}
-			n.seq++
-			req.Session, req.Seq = n.session, n.seq
-			req.FirstPending = n.awaiting.add(n.seq)
-		}
-		return true
-	}
-	unsent := func(st rsmpb.Status) (*pending, bool) {
-		p := &pending{req: req, done: make(chan *rsmpb.StateResponse, 1)}
-		p.reply(&rsmpb.StateResponse{Status: st})
-		return p, false
-	}
+// route says where a request goes now: to l, this node's leadership, or
+// to the leader at addr; neither while no leader is known.
+func (n *Node) route() (l *leaderRun, addr string) {
 	n.mu.Lock()
-	l, leaderAddr, leaderID := n.leader, n.leaderAddr, n.leaderID
-	role := n.role
-	n.mu.Unlock()
-	if l != nil && role == Leader {
-		if !number() {
-			return unsent(rsmpb.Status_SESSION_EXPIRED)
-		}
-		p := &pending{req: req, start: time.Now(), done: make(chan *rsmpb.StateResponse, 1)}
-		l.enqueue(p)
-		return p, true
+	defer n.mu.Unlock()
+	if n.leader != nil && n.role == Leader {
+		return n.leader, ""
 	}
-	if leaderAddr == "" || leaderID == n.host.cfg.ID {
-		return unsent(rsmpb.Status_NOT_LEADER)
+	if n.leaderID == n.host.cfg.ID {
+		return nil, ""
 	}
-	if n.fwd == nil || n.fwd.addr != leaderAddr || n.fwd.broken() {
-		if n.fwd != nil {
-			n.fwd.close()
-		}
-		n.fwd = n.host.newForwarder(n.ctx, leaderAddr, n.group)
-		n.fwdCur.Store(n.fwd)
-	}
-	if !number() {
-		return unsent(rsmpb.Status_SESSION_EXPIRED)
-	}
-	return n.fwd.send(req), true
-}
-
-// dropForwarder closes the stream to the leader, if any: its waiting
-// requests are answered UNKNOWN_OUTCOME and retried by their callers
-// under the same sequence numbers (a duplicate returns the stored
-// result). The next send opens a new stream.
-func (n *Node) dropForwarder() {
-	if f := n.fwdCur.Load(); f != nil {
-		f.close()
-	}
+	return nil, n.leaderAddr
 }
 
 func (n *Node) waitJoined(ctx context.Context) error {

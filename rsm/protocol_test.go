@@ -235,9 +235,10 @@ func cmdEntry(index, term uint64, session, seq uint64, add uint64) *rsmpb.Entry 
 
 // sessionOf returns n's client session and the last sequence number it gave out.
 func (n *testNode) sessionOf() (session, seq uint64) {
-	n.subMu.Lock()
-	defer n.subMu.Unlock()
-	return n.session, n.seq
+	c := n.client
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.session, c.seq
 }
 
 // blockPut makes n's next Put of key wait until release is closed, and

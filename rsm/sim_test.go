@@ -1128,7 +1128,7 @@ func (c *simCall) answer(at int, r *rsmpb.StateResponse) {
 }
 
 // simClient is a node's user: commands under a session (the node's
-// session logic, session.go and Node.roundTrip), and reads.
+// session logic, client.go), and reads.
 type simClient struct {
 	n       *simNode
 	session uint64
