@@ -20,5 +20,6 @@
 //   - rsm: the replicated state machine (after S2C); rsm/kv, the bundled
 //     key-value machine and its HTTP API; rsm/rsmtest, the multi-node test
 //     harness and the linearizability checker.
-//   - cmd/tenure: the command-line tool.
+//   - cmd/tenure: the command-line tool; internal/bench, the benchmarks
+//     that tenure bench runs.
 package tenure

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/grpclog"
 
+	"github.com/tenure-io/tenure/internal/bench"
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
@@ -375,11 +376,11 @@ const kvFilePipelineDepth = 1
 
 // kvPipelineDepth is kv serve's default PipelineDepth for the store URL.
 func kvPipelineDepth(storeURL string) int {
-	u, err := url.Parse(storeURL)
-	if err == nil && u.Scheme == kvCountScheme {
+	if inner, ok := bench.CountedStore(storeURL); ok {
 		// tenure bench kv's counting wrapper: the store it wraps.
-		return kvPipelineDepth(u.Query().Get("url"))
+		return kvPipelineDepth(inner)
 	}
+	u, err := url.Parse(storeURL)
 	if err == nil && u.Scheme == "file" {
 		return kvFilePipelineDepth
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-io/tenure/internal/bench"
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
@@ -417,12 +418,12 @@ func TestDemoKV(t *testing.T) {
 
 func TestKVPipelineDefault(t *testing.T) {
 	for url, want := range map[string]int{
-		"file:///var/lib/tenure":    kvFilePipelineDepth,
-		"file://./data":             kvFilePipelineDepth,
-		kvCountURL("file:///tmp/x"): kvFilePipelineDepth,
-		"s3://bucket/prefix":        rsm.DefaultPipelineDepth,
-		"mem://":                    rsm.DefaultPipelineDepth,
-		kvCountURL("s3://bucket/p?endpoint=http://h"): rsm.DefaultPipelineDepth,
+		"file:///var/lib/tenure":        kvFilePipelineDepth,
+		"file://./data":                 kvFilePipelineDepth,
+		bench.CountURL("file:///tmp/x"): kvFilePipelineDepth,
+		"s3://bucket/prefix":            rsm.DefaultPipelineDepth,
+		"mem://":                        rsm.DefaultPipelineDepth,
+		bench.CountURL("s3://bucket/p?endpoint=http://h"): rsm.DefaultPipelineDepth,
 		"::not a url": rsm.DefaultPipelineDepth,
 	} {
 		if got := kvPipelineDepth(url); got != want {

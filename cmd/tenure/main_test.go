@@ -4,11 +4,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/tenure-io/tenure/store"
 )
+
+// runMainEnv makes this test binary act as the tenure command when set:
+// a test that runs the command as a child process re-executes
+// os.Executable(), which in a test is the test binary.
+const runMainEnv = "TENURE_TEST_RUN_MAIN"
+
+func init() {
+	if os.Getenv(runMainEnv) == "1" {
+		main() // exits
+	}
+}
 
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return runCmdCtx(t, t.Context(), args...)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -31,14 +32,27 @@ import (
 // times of snapshot writes. The child serves those on ADDR at /stats.
 
 const (
-	kvNodeCommand    = "kv-node"
+	// KVNodeCommand is tenure bench's hidden subcommand that runs the node
+	// tenure bench kv measures; see StartKVNode.
+	KVNodeCommand    = "kv-node"
 	kvCountScheme    = "benchkv"
 	kvNodeProfileNow = "--cpu-profile-now"
 )
 
-// kvCountURL is the counted form of the store URL inner.
-func kvCountURL(inner string) string {
+// CountURL is the URL of the store that counts the calls tenure bench
+// kv's node makes to the store inner.
+func CountURL(inner string) string {
 	return kvCountScheme + ":///?url=" + url.QueryEscape(inner)
+}
+
+// CountedStore returns the store URL that storeURL counts the calls of,
+// if it is the URL of the store tenure bench kv's node counts.
+func CountedStore(storeURL string) (inner string, ok bool) {
+	u, err := url.Parse(storeURL)
+	if err != nil || u.Scheme != kvCountScheme {
+		return "", false
+	}
+	return u.Query().Get("url"), true
 }
 
 var (
@@ -48,9 +62,15 @@ var (
 	kvNodeTracker atomic.Pointer[kvTracker]
 )
 
-func runBenchKVNode(ctx context.Context, e *env, args []string) error {
+// StartKVNode makes this process the node tenure bench kv measures, from
+// the arguments after KVNodeCommand: --stats ADDR [--cpu-profile-now],
+// then the flags of tenure kv serve, which it returns for the caller to
+// serve with. It registers the counting store's URL scheme, serves the
+// counts on ADDR, and with --cpu-profile-now starts the CPU profile (a
+// cold start's). stop stops serving the counts.
+func StartKVNode(args []string, stdout io.Writer) (serveArgs []string, stop func(), err error) {
 	if len(args) < 2 || args[0] != "--stats" {
-		return fmt.Errorf("tenure bench %s: want --stats ADDR [--cpu-profile-now] then the flags of tenure kv serve", kvNodeCommand)
+		return nil, nil, fmt.Errorf("tenure bench %s: want --stats ADDR [--cpu-profile-now] then the flags of tenure kv serve", KVNodeCommand)
 	}
 	addr := args[1]
 	args = args[2:]
@@ -60,7 +80,7 @@ func runBenchKVNode(ctx context.Context, e *env, args []string) error {
 		args = args[1:]
 		buf := &bytes.Buffer{}
 		if err := pprof.StartCPUProfile(buf); err != nil {
-			return err
+			return nil, nil, err
 		}
 		kvNodeCPU.mu.Lock()
 		kvNodeCPU.buf = buf
@@ -69,18 +89,23 @@ func runBenchKVNode(ctx context.Context, e *env, args []string) error {
 	registerKVCount.Do(func() { store.Register(kvCountScheme, openCountedStore) })
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("--stats %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("--stats %s: %w", addr, err)
 	}
-	defer ln.Close()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/stats", serveKVNodeStats)
 	mux.HandleFunc("/profile/cpu", serveKVNodeCPUProfile)
 	mux.HandleFunc("/profile/heap", serveKVNodeHeapProfile)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	fmt.Fprintf(e.stdout, "tenure bench kv-node: stats on http://%s\n", ln.Addr())
-	return runKVServe(ctx, e, args)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	fmt.Fprintf(stdout, "tenure bench kv-node: stats on http://%s\n", ln.Addr())
+	return args, func() {
+		srv.Close()
+		<-served
+	}, nil
 }
 
 func openCountedStore(ctx context.Context, u *url.URL, _ store.OpenOptions) (driver.Store, error) {

@@ -1,8 +1,7 @@
-package main
+package bench
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,14 +17,15 @@ func TestBenchKV(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kv node processes (and etcd when installed) and runs puts for several seconds")
 	}
-	t.Setenv(runMainEnv, "1")
 	const seqPuts = 20
 	profiles := t.TempDir()
-	code, out, errs := runCmd(t, "bench", "kv", "--sizes", "100,200", "--seq-puts", "20", "--writers", "4", "--duration", "1s",
-		"--fill-writers", "8", "--value-size", "512", "--json", "--store", "file://"+t.TempDir(), "--dir", t.TempDir(),
-		"--profile", profiles, "--kv-flags", "--pipeline 2")
-	if code != 0 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	var stderr strings.Builder
+	res, err := KV(t.Context(), KVConfig{Sizes: []int{100, 200}, SeqPuts: seqPuts, Writers: 4, Duration: time.Second,
+		FillWriters: 8, ValueSize: 512, Store: "file://" + t.TempDir(), Dir: t.TempDir(), Profile: profiles,
+		KVFlags: []string{"--pipeline", "2"}, Etcd: true, Exe: buildTenure(t), PipelineDepth: func(string) int { return 1 },
+		Stderr: &stderr})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	// Each profile is a gzipped protobuf (pprof's format).
 	for _, name := range []string{"kv-100-seq.cpu.pprof", "kv-100-conc.cpu.pprof", "kv-100.heap.pprof", "kv-100-cold.cpu.pprof", "kv-200-conc.cpu.pprof", "kv-200.heap.pprof", "kv-200-cold.cpu.pprof"} {
@@ -33,10 +33,6 @@ func TestBenchKV(t *testing.T) {
 		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
 			t.Errorf("profile %s: %d bytes, %v", name, len(b), err)
 		}
-	}
-	var res kvBenchResult
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		t.Fatalf("output is not JSON: %v\n%s", err, out)
 	}
 	if res.ValueSize != 512 || res.SeqPuts != seqPuts || res.Writers != 4 || len(res.Tenure) != 2 || !strings.HasSuffix(res.Options, "; with --pipeline 2") {
 		t.Fatalf("header or sizes: %+v", res)
@@ -123,48 +119,13 @@ func TestBenchKV(t *testing.T) {
 	}
 
 	var text bytes.Buffer
-	if err := res.print(&text); err != nil {
+	if err := res.Print(&text); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"kv store: put latency", "store B/put", "cold read", "   200 ", "HWM / data", "read MiB/s", "bound"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, text.String())
 		}
-	}
-}
-
-// TestBenchKVKeep: with --keep the bench leaves its temporary store and
-// its group, and the command it prints starts a node that serves what the
-// bench wrote.
-func TestBenchKVKeep(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kv node processes and runs puts")
-	}
-	t.Setenv(runMainEnv, "1")
-	dir := t.TempDir()
-	code, out, errs := runCmd(t, "bench", "kv", "--sizes", "50", "--seq-puts", "5", "--writers", "2", "--duration", "200ms",
-		"--fill-writers", "4", "--value-size", "64", "--etcd=false", "--json", "--keep", "--dir", dir)
-	if code != 0 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
-	}
-	var res kvBenchResult
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		t.Fatalf("output is not JSON: %v\n%s", err, out)
-	}
-	k := res.Kept
-	if k == nil || len(k.Command) < 6 || k.Command[0] != "kv" || k.Command[1] != "serve" || k.Command[3] != res.Store || k.Command[5] != k.Group {
-		t.Fatalf("kept %+v; want the group and a kv serve command on store %s", k, res.Store)
-	}
-	if !strings.HasPrefix(res.Store, "file://"+dir) {
-		t.Fatalf("store %s; want a directory under %s", res.Store, dir)
-	}
-	addr, stop := startKVServe(t, k.Command[2:]...)
-	code, got, errs := runCmd(t, "kv", "get", kvKey(0), "--server", addr)
-	if code != 0 || len(strings.TrimSpace(got)) == 0 {
-		t.Fatalf("kv get %s on the kept group: exit %d, %q, %s", kvKey(0), code, got, errs)
-	}
-	if code, output := stop(); code != 0 {
-		t.Fatalf("the node on the kept group exited %d:\n%s", code, output)
 	}
 }
 
@@ -266,8 +227,8 @@ func TestKVDataBytes(t *testing.T) {
 			t.Errorf("kvDataBytes(%d, %d) = %d, want %d", c.n, c.value, got, c.want)
 		}
 	}
-	if len(kvKey(99_999_999)) != 14 || len(kvKey(100_000_000)) != 15 {
-		t.Fatalf("kvKey widths changed: %q %q", kvKey(99_999_999), kvKey(100_000_000))
+	if len(KVKey(99_999_999)) != 14 || len(KVKey(100_000_000)) != 15 {
+		t.Fatalf("kvKey widths changed: %q %q", KVKey(99_999_999), KVKey(100_000_000))
 	}
 }
 

@@ -1,10 +1,9 @@
-package main
+package bench
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,7 +101,8 @@ type rsmSpeedup struct {
 	Ratio    float64       `json:"ratio"`
 }
 
-type rsmBenchResult struct {
+// RSMResult is what the replicated-state-machine benchmark measured.
+type RSMResult struct {
 	Store      string        `json:"store"`
 	Nodes      int           `json:"nodes"`
 	Duration   time.Duration `json:"durationNanos"`
@@ -120,133 +119,42 @@ type rsmBenchResult struct {
 	Speedups   []rsmSpeedup  `json:"speedups"`
 }
 
-type rsmBenchConfig struct {
-	url       string
-	latencies []time.Duration
-	batches   []int
-	pipelines []int
-	clients   int // 0: 2 × batch × pipeline
-	duration  time.Duration
-	refDur    time.Duration
-	nodes     int
-	flush     time.Duration
-	snapshot  int
-	log       *slog.Logger
-	progress  func(format string, args ...any)
+// RSMConfig is a run of the replicated-state-machine benchmark.
+type RSMConfig struct {
+	Store     string          // the store URL
+	Latencies []time.Duration // round-trip latencies to inject, added before every store call
+	Batches   []int           // batch sizes (BatchMinCount)
+	Pipelines []int           // pipeline depths (PipelineDepth)
+	Clients   int             // client goroutines; 0: 2 × batch × pipeline
+	Duration  time.Duration   // how long the clients submit commands, per case
+	// RefDuration is how long the store's own puts are timed, per latency.
+	RefDuration time.Duration
+	Nodes       int           // nodes in the group, 1 to 5
+	Flush       time.Duration // FlushInterval
+	Snapshot    int           // SnapshotThreshold; 0: the library's
+	Verbose     bool          // log the nodes at info level, not only warnings
+	Stderr      io.Writer     // progress and the nodes' log
 }
 
-func runBenchRSM(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "bench rsm", "bench rsm --store URL [--latency 0,20ms,60ms] [--batch 1,10,100] [--pipeline 1,4,8] [--clients N] [--duration D] [--nodes 1|3] [--json]\n\n"+
-		"Runs one replicated-state-machine group in this process for each batch size and pipeline depth,\n"+
-		"under each injected store latency (added before every store call), with client goroutines\n"+
-		"submitting commands to a counter on the leader. Before the groups of each latency it times the\n"+
-		"store's own sequential create-if-absent puts under the same latency, the reference a log write costs.")
-	storeURL := fs.String("store", "", "store URL (required), e.g. mem://, file:///var/tmp/tenure-bench or s3://bucket/prefix?endpoint=…")
-	latencies := fs.String("latency", "0,20ms,60ms", "round-trip latencies to inject, comma-separated")
-	batches := fs.String("batch", "1,10,100", "batch sizes (BatchMinCount: commands per log entry), comma-separated")
-	pipelines := fs.String("pipeline", "1,4,8", "pipeline depths (PipelineDepth: log writes in flight), comma-separated")
-	clients := fs.Int("clients", 0, "client goroutines (default 2 × batch × pipeline, so that batches fill)")
-	duration := fs.Duration("duration", 10*time.Second, "how long the clients submit commands, per case")
-	refDur := fs.Duration("ref-duration", 3*time.Second, "how long the store's own puts are timed, per latency (at least 20 puts, at most 5000)")
-	nodes := fs.Int("nodes", 1, "nodes in the group (commands are submitted on the leader)")
-	flush := fs.Duration("flush", time.Second, "FlushInterval: long, so that a batch is cut when it holds --batch commands")
-	snapshot := fs.Int("snapshot", 0, "SnapshotThreshold in log entries (default the library's, 100)")
-	asJSON := fs.Bool("json", false, "print the result as JSON")
-	verbose := fs.Bool("verbose", false, "log the nodes at info level (default: warnings)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	usage := func(format string, args ...any) error {
-		fmt.Fprintf(e.stderr, "tenure bench rsm: "+format+"\n", args...)
-		fs.Usage()
-		return errUsage
-	}
-	if len(pos) != 0 || *storeURL == "" {
-		return usage("--store is required; no positional arguments")
-	}
-	cfg := rsmBenchConfig{url: *storeURL, clients: *clients, duration: *duration, refDur: *refDur, nodes: *nodes,
-		flush: *flush, snapshot: *snapshot}
-	if cfg.latencies, err = parseDurations(*latencies); err != nil {
-		return usage("--latency: %v", err)
-	}
-	if cfg.batches, err = parseInts(*batches, 1, 100000); err != nil {
-		return usage("--batch: %v", err)
-	}
-	if cfg.pipelines, err = parseInts(*pipelines, 1, 64); err != nil {
-		return usage("--pipeline: %v", err)
-	}
-	switch {
-	case *clients < 0:
-		return usage("--clients must not be negative, got %d", *clients)
-	case *duration <= 0 || *refDur <= 0:
-		return usage("--duration and --ref-duration must be positive")
-	case *nodes < 1 || *nodes > 5:
-		return usage("--nodes must be between 1 and 5, got %d", *nodes)
-	case *flush <= 0 || *flush >= rsm.DefaultRequestTimeout:
-		return usage("--flush must be positive and below the request timeout (%v), got %v", rsm.DefaultRequestTimeout, *flush)
-	case *snapshot < 0:
-		return usage("--snapshot must not be negative, got %d", *snapshot)
-	}
+// rsmRun is a run of RSM: its configuration, its log and its progress.
+type rsmRun struct {
+	RSMConfig
+	log      *slog.Logger
+	progress func(format string, args ...any)
+}
+
+// RSM runs the replicated-state-machine benchmark, in this process: for
+// each latency, the store's own puts, then one group for each batch size
+// and pipeline depth.
+func RSM(ctx context.Context, c RSMConfig) (*RSMResult, error) {
 	level := slog.LevelWarn
-	if *verbose {
+	if c.Verbose {
 		level = slog.LevelInfo
 	}
-	stderr := &syncWriter{w: e.stderr}
-	cfg.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	cfg.progress = func(format string, args ...any) { fmt.Fprintf(stderr, "tenure bench rsm: "+format+"\n", args...) }
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	res, err := benchRSM(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
-	}
-	return res.print(e.stdout)
-}
-
-func parseDurations(s string) ([]time.Duration, error) {
-	var out []time.Duration
-	for f := range strings.SplitSeq(s, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(f))
-		if err != nil {
-			return nil, err
-		}
-		if d < 0 {
-			return nil, fmt.Errorf("%v is negative", d)
-		}
-		out = append(out, d)
-	}
-	return out, nil
-}
-
-func parseInts(s string, lo, hi int) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, err
-		}
-		if n < lo || n > hi {
-			return nil, fmt.Errorf("%d is not between %d and %d", n, lo, hi)
-		}
-		out = append(out, n)
-	}
-	return out, nil
+	stderr := &syncWriter{w: c.Stderr}
+	cfg := rsmRun{RSMConfig: c, log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
+		progress: func(format string, args ...any) { fmt.Fprintf(stderr, "tenure bench rsm: "+format+"\n", args...) }}
+	return benchRSM(ctx, cfg)
 }
 
 // rsmTally counts the calls that the exactness checks need, by key.
@@ -263,8 +171,8 @@ func (t *rsmTally) observe(c faultstore.Call) {
 	}
 }
 
-func benchRSM(ctx context.Context, cfg rsmBenchConfig) (*rsmBenchResult, error) {
-	base, err := store.Open(ctx, cfg.url)
+func benchRSM(ctx context.Context, cfg rsmRun) (*RSMResult, error) {
+	base, err := store.Open(ctx, cfg.Store)
 	if err != nil {
 		return nil, err
 	}
@@ -284,20 +192,20 @@ func benchRSM(ctx context.Context, cfg rsmBenchConfig) (*rsmBenchResult, error) 
 	}
 
 	run := "bench-rsm-" + strings.ToLower(rand.Text()[:8])
-	res := &rsmBenchResult{Store: cfg.url, Nodes: cfg.nodes, Duration: cfg.duration, Flush: cfg.flush,
-		Snapshot: cfg.snapshot, Clients: "2 × batch × pipeline", GOMAXPROCS: runtime.GOMAXPROCS(0)}
-	if cfg.clients > 0 {
-		res.Clients = strconv.Itoa(cfg.clients)
+	res := &RSMResult{Store: cfg.Store, Nodes: cfg.Nodes, Duration: cfg.Duration, Flush: cfg.Flush,
+		Snapshot: cfg.Snapshot, Clients: "2 × batch × pipeline", GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	if cfg.Clients > 0 {
+		res.Clients = strconv.Itoa(cfg.Clients)
 	}
 	if res.Snapshot == 0 {
 		res.Snapshot = rsm.DefaultSnapshotThreshold
 	}
 	res.LoadBefore = loadAvg()
 	defer func() { res.LoadAfter = loadAvg() }()
-	for li, lat := range cfg.latencies {
+	for li, lat := range cfg.Latencies {
 		latency := faultstore.Fixed(lat)
 		fst.SetLatency(faultstore.AllOps, latency)
-		ref, err := benchStorePuts(ctx, st, fmt.Sprintf("%s-ref%d", run, li), cfg.refDur)
+		ref, err := benchStorePuts(ctx, st, fmt.Sprintf("%s-ref%d", run, li), cfg.RefDuration)
 		// The scratch keys go without the injected latency.
 		fst.SetLatency(faultstore.AllOps, nil)
 		cleanupPrefix(st, fmt.Sprintf("%s-ref%d/", run, li))
@@ -308,8 +216,8 @@ func benchRSM(ctx context.Context, cfg rsmBenchConfig) (*rsmBenchResult, error) 
 		res.Refs = append(res.Refs, ref)
 		cfg.progress("latency %v: store create-if-absent put p50 %v, p99 %v, %.1f/s sequential (%d puts)",
 			lat, roundDur(ref.P50), roundDur(ref.P99), ref.OpsPerSec, ref.Ops)
-		for _, b := range cfg.batches {
-			for _, p := range cfg.pipelines {
+		for _, b := range cfg.Batches {
+			for _, p := range cfg.Pipelines {
 				group := fmt.Sprintf("%s-l%d-b%d-p%d", run, li, b, p)
 				fst.SetLatency(faultstore.AllOps, latency)
 				c, err := benchRSMCase(ctx, cfg, st, fst, &tally, group, b, p)
@@ -475,7 +383,7 @@ func (c *benchCounter) Restore(r io.Reader) error {
 	return nil
 }
 
-// rsmGroup is one group on cfg.nodes hosts sharing one store.
+// rsmGroup is one group on cfg.Nodes hosts sharing one store.
 type rsmGroup struct {
 	hosts    []*rsm.Host
 	nodes    []*rsm.Node
@@ -490,9 +398,9 @@ func (g *rsmGroup) close() {
 	}
 }
 
-func startRSMGroup(ctx context.Context, cfg rsmBenchConfig, st *store.Store, group string, opts rsm.Options) (*rsmGroup, error) {
+func startRSMGroup(ctx context.Context, cfg rsmRun, st *store.Store, group string, opts rsm.Options) (*rsmGroup, error) {
 	g := &rsmGroup{leader: -1}
-	for i := range cfg.nodes {
+	for i := range cfg.Nodes {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			g.close()
@@ -525,14 +433,14 @@ func startRSMGroup(ctx context.Context, cfg rsmBenchConfig, st *store.Store, gro
 			s := n.Status()
 			switch {
 			case s.State == rsm.Joined.String() && s.Role == rsm.Leader.String():
-				if leaders < 0 && len(s.Followers) == cfg.nodes-1 {
+				if leaders < 0 && len(s.Followers) == cfg.Nodes-1 {
 					leaders = i
 				}
 			case s.State == rsm.Joined.String() && s.Role == rsm.Follower.String():
 				followers++
 			}
 		}
-		if leaders >= 0 && followers == cfg.nodes-1 {
+		if leaders >= 0 && followers == cfg.Nodes-1 {
 			g.leader = leaders
 			return g, nil
 		}
@@ -587,17 +495,17 @@ func meanDur(sum, count float64) time.Duration {
 	return time.Duration(sum / count * float64(time.Second))
 }
 
-func benchRSMCase(ctx context.Context, cfg rsmBenchConfig, st *store.Store, fst *faultstore.Store, tally *rsmTally, group string, batch, pipeline int) (rsmCase, error) {
-	c := rsmCase{Batch: batch, Pipeline: pipeline, Clients: cfg.clients}
+func benchRSMCase(ctx context.Context, cfg rsmRun, st *store.Store, fst *faultstore.Store, tally *rsmTally, group string, batch, pipeline int) (rsmCase, error) {
+	c := rsmCase{Batch: batch, Pipeline: pipeline, Clients: cfg.Clients}
 	if c.Clients == 0 {
 		c.Clients = 2 * batch * pipeline
 	}
 	opts := rsm.Options{
-		FlushInterval:         cfg.flush,
+		FlushInterval:         cfg.Flush,
 		BatchMinCount:         batch,
 		PipelineDepth:         pipeline,
 		MaxConcurrentRequests: c.Clients + 16,
-		SnapshotThreshold:     cfg.snapshot,
+		SnapshotThreshold:     cfg.Snapshot,
 	}
 	g, err := startRSMGroup(ctx, cfg, st, group, opts)
 	if err != nil {
@@ -621,7 +529,7 @@ func benchRSMCase(ctx context.Context, cfg rsmBenchConfig, st *store.Store, fst 
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 
 	start := time.Now()
-	deadline := start.Add(cfg.duration)
+	deadline := start.Add(cfg.Duration)
 	var stop atomic.Bool
 	var acked, failed atomic.Int64
 	var errMu sync.Mutex
@@ -660,7 +568,7 @@ func benchRSMCase(ctx context.Context, cfg rsmBenchConfig, st *store.Store, fst 
 	if serr != nil {
 		return c, serr
 	}
-	c.Window = cfg.duration
+	c.Window = cfg.Duration
 	counts := fst.Counts().Sub(counts0)
 	c.LogPuts, c.LeaderStateGets = tally.logPuts.Load()-logPuts0, tally.lsGets.Load()-lsGets0
 	m1, err := gatherRSMMetrics(g.regs)
@@ -675,7 +583,7 @@ func benchRSMCase(ctx context.Context, cfg rsmBenchConfig, st *store.Store, fst 
 	}
 	slices.Sort(all)
 	c.Commands = int64(len(all))
-	c.CommandsPerSec = float64(c.Commands) / cfg.duration.Seconds()
+	c.CommandsPerSec = float64(c.Commands) / cfg.Duration.Seconds()
 	c.P50, c.P99 = percentile(all, 0.50), percentile(all, 0.99)
 	c.Acked, c.Failed = acked.Load(), failed.Load()
 	if c.Failed > 0 {
@@ -707,11 +615,12 @@ func benchRSMCase(ctx context.Context, cfg rsmBenchConfig, st *store.Store, fst 
 	}
 	cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime)-syscall.TimevalToNsec(ru0.Utime)) +
 		time.Duration(syscall.TimevalToNsec(ru1.Stime)-syscall.TimevalToNsec(ru0.Stime))
-	c.CPUPerSec = cpu.Seconds() / cfg.duration.Seconds()
+	c.CPUPerSec = cpu.Seconds() / cfg.Duration.Seconds()
 	return c, nil
 }
 
-func (r *rsmBenchResult) print(w io.Writer) error {
+// Print prints the result as tables.
+func (r *RSMResult) Print(w io.Writer) error {
 	fmt.Fprintf(w, "tenure bench rsm: %d node(s) in this process, commands submitted on the leader; GOMAXPROCS %d\n", r.Nodes, r.GOMAXPROCS)
 	fmt.Fprintf(w, "store     %s (injected latency added before every call)\n", r.Store)
 	fmt.Fprintf(w, "machine   a counter (8-byte command, 8-byte result); FlushInterval %v, SnapshotThreshold %d\n", r.Flush, r.Snapshot)

@@ -1,24 +1,23 @@
-package main
+package bench
 
 import (
-	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/lease"
 )
 
 func TestBenchShards(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two shard groups for several seconds")
 	}
-	var out, errb strings.Builder
-	err := runBenchShards(t.Context(), &env{stdout: &out, stderr: &errb}, []string{"--store", "mem://bench-shards-test",
-		"--shards", "200", "--members", "3", "--lease", "1500ms", "--renew", "500ms", "--window", "3s", "--json"})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, errb.String())
-	}
-	var rs []shardsResult
-	if err := json.Unmarshal([]byte(out.String()), &rs); err != nil || len(rs) != 2 {
-		t.Fatalf("output %q: %v", out.String(), err)
+	rs, err := Shards(t.Context(), ShardsConfig{Store: "mem://bench-shards-test", Modes: []lease.Mode{lease.MemberLeases, lease.ShardLeases},
+		Shards: 200, Members: 3, Lease: 1500 * time.Millisecond, Renew: 500 * time.Millisecond, Window: 3 * time.Second,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil || len(rs) != 2 {
+		t.Fatalf("%d results: %v", len(rs), err)
 	}
 	member, shard := rs[0], rs[1]
 	if member.Mode != "member-leases" || shard.Mode != "shard-leases" {
@@ -37,8 +36,9 @@ func TestBenchShards(t *testing.T) {
 	if member.RequestsPerHour*10 > shard.RequestsPerHour {
 		t.Errorf("member leases cost %.0f requests/h against %.0f for one lease per shard; want far fewer", member.RequestsPerHour, shard.RequestsPerHour)
 	}
-	if code, _, _ := runCmd(t, "bench", "shards"); code != 2 {
-		t.Errorf("bench shards without --store: exit %d", code)
+	var out strings.Builder
+	if err := PrintShards(&out, rs); err != nil || !strings.Contains(out.String(), "member-leases") || !strings.Contains(out.String(), "death takeover") {
+		t.Errorf("table: %v\n%s", err, out.String())
 	}
 }
 
@@ -48,14 +48,10 @@ func TestBenchShardsUnnamedMemStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a shard group for several seconds")
 	}
-	var out, errb strings.Builder
-	err := runBenchShards(t.Context(), &env{stdout: &out, stderr: &errb}, []string{"--store", "mem://",
-		"--shards", "20", "--members", "2", "--mode", "member", "--lease", "1500ms", "--renew", "500ms", "--window", "1s", "--json"})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, errb.String())
-	}
-	var rs []shardsResult
-	if err := json.Unmarshal([]byte(out.String()), &rs); err != nil || len(rs) != 1 || rs[0].Settle <= 0 || rs[0].Join <= 0 {
-		t.Fatalf("output %q: %v", out.String(), err)
+	rs, err := Shards(t.Context(), ShardsConfig{Store: "mem://", Modes: []lease.Mode{lease.MemberLeases},
+		Shards: 20, Members: 2, Lease: 1500 * time.Millisecond, Renew: 500 * time.Millisecond, Window: time.Second,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil || len(rs) != 1 || rs[0].Settle <= 0 || rs[0].Join <= 0 {
+		t.Fatalf("%+v: %v", rs, err)
 	}
 }

@@ -1,31 +1,28 @@
-package main
+package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 )
 
-// runBenchRSMJSON runs tenure bench rsm with --json and decodes its result.
-func runBenchRSMJSON(t *testing.T, args ...string) rsmBenchResult {
-	t.Helper()
-	code, out, errs := runCmd(t, append([]string{"bench", "rsm", "--json"}, args...)...)
-	if code != 0 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
-	}
-	var res rsmBenchResult
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		t.Fatalf("output is not JSON: %v\n%s", err, out)
-	}
-	return res
-}
-
 // checkRSMCase checks one case of a run without faults and without
 // snapshots, where every store request is accounted for: a committed batch
 // costs exactly one store write, and each confirmation round one read of
 // leader_state.json, shared by the batches waiting in it.
+// runRSM runs the benchmark with cfg.
+func runRSM(t *testing.T, cfg RSMConfig) *RSMResult {
+	t.Helper()
+	var stderr strings.Builder
+	cfg.Stderr = &stderr
+	res, err := RSM(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	return res
+}
+
 func checkRSMCase(t *testing.T, c rsmCase) {
 	t.Helper()
 	name := fmt.Sprintf("%v/b%d/p%d", c.Latency, c.Batch, c.Pipeline)
@@ -82,8 +79,9 @@ func TestBenchRSM(t *testing.T) {
 		t.Skip("runs replicated-state-machine groups for a few seconds")
 	}
 	t.Run("one node", func(t *testing.T) {
-		res := runBenchRSMJSON(t, "--store", "mem://", "--latency", "0,5ms", "--batch", "1,8", "--pipeline", "1,4",
-			"--duration", "300ms", "--ref-duration", "50ms", "--flush", "200ms", "--snapshot", "1000000000")
+		res := runRSM(t, RSMConfig{Store: "mem://", Latencies: []time.Duration{0, 5 * time.Millisecond}, Batches: []int{1, 8},
+			Pipelines: []int{1, 4}, Duration: 300 * time.Millisecond, RefDuration: 50 * time.Millisecond, Nodes: 1,
+			Flush: 200 * time.Millisecond, Snapshot: 1000000000})
 		if res.Nodes != 1 || res.Store != "mem://" || res.Duration != 300*time.Millisecond || res.Snapshot != 1000000000 {
 			t.Errorf("header: %+v", res)
 		}
@@ -109,8 +107,9 @@ func TestBenchRSM(t *testing.T) {
 	})
 
 	t.Run("three nodes", func(t *testing.T) {
-		res := runBenchRSMJSON(t, "--store", "mem://", "--nodes", "3", "--latency", "2ms", "--batch", "4", "--pipeline", "2",
-			"--duration", "300ms", "--ref-duration", "20ms", "--flush", "200ms", "--snapshot", "1000000000")
+		res := runRSM(t, RSMConfig{Store: "mem://", Nodes: 3, Latencies: []time.Duration{2 * time.Millisecond}, Batches: []int{4},
+			Pipelines: []int{2}, Duration: 300 * time.Millisecond, RefDuration: 20 * time.Millisecond,
+			Flush: 200 * time.Millisecond, Snapshot: 1000000000})
 		if res.Nodes != 3 || len(res.Cases) != 1 {
 			t.Fatalf("%d nodes, %d cases", res.Nodes, len(res.Cases))
 		}
@@ -120,11 +119,14 @@ func TestBenchRSM(t *testing.T) {
 	})
 
 	t.Run("table with snapshots", func(t *testing.T) {
-		code, out, errs := runCmd(t, "bench", "rsm", "--store", "file://"+t.TempDir(), "--latency", "1ms", "--batch", "4",
-			"--pipeline", "2", "--duration", "300ms", "--ref-duration", "20ms", "--flush", "200ms", "--snapshot", "5")
-		if code != 0 {
-			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+		res := runRSM(t, RSMConfig{Store: "file://" + t.TempDir(), Latencies: []time.Duration{time.Millisecond}, Batches: []int{4},
+			Pipelines: []int{2}, Duration: 300 * time.Millisecond, RefDuration: 20 * time.Millisecond, Nodes: 1,
+			Flush: 200 * time.Millisecond, Snapshot: 5})
+		var text strings.Builder
+		if err := res.Print(&text); err != nil {
+			t.Fatal(err)
 		}
+		out := text.String()
 		for _, want := range []string{"the store's own sequential create-if-absent puts", "cmds/s", "cmds/batch", "PUT/cmd", "GET/cmd",
 			"LIST/cmd", "DEL/cmd", "log PUT/batch", "p50/put p50", "rate/put rate", "SnapshotThreshold 5"} {
 			if !strings.Contains(out, want) {
@@ -132,29 +134,4 @@ func TestBenchRSM(t *testing.T) {
 			}
 		}
 	})
-}
-
-func TestBenchRSMRefusesBadFlags(t *testing.T) {
-	cases := []struct {
-		name string
-		args []string
-		says string
-	}{
-		{"no store", nil, "--store is required"},
-		{"bad latency", []string{"--store", "mem://", "--latency", "fast"}, "--latency"},
-		{"negative latency", []string{"--store", "mem://", "--latency", "-1ms"}, "negative"},
-		{"zero batch", []string{"--store", "mem://", "--batch", "0"}, "--batch"},
-		{"deep pipeline", []string{"--store", "mem://", "--pipeline", "65"}, "--pipeline"},
-		{"nodes", []string{"--store", "mem://", "--nodes", "9"}, "--nodes"},
-		{"flush", []string{"--store", "mem://", "--flush", "0s"}, "--flush"},
-		{"positional", []string{"--store", "mem://", "extra"}, "no positional arguments"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			code, _, errs := runCmd(t, append([]string{"bench", "rsm"}, c.args...)...)
-			if code != 2 || !strings.Contains(errs, c.says) {
-				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errs, c.says)
-			}
-		})
-	}
 }

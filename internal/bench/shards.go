@@ -1,10 +1,10 @@
-package main
+package bench
 
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -21,8 +21,8 @@ import (
 	"github.com/tenure-io/tenure/store"
 )
 
-// shardsResult is what one run of bench shards measured.
-type shardsResult struct {
+// ShardsResult is what one run of bench shards measured.
+type ShardsResult struct {
 	Mode            string        `json:"mode"`
 	Shards          int           `json:"shards"`
 	Members         int           `json:"members"`
@@ -42,91 +42,60 @@ type shardsResult struct {
 	Death         time.Duration `json:"deathTakeoverNanos"`
 }
 
-func runBenchShards(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "bench shards", "bench shards --store URL [--shards N] [--members M] [--mode member|shard|both] [--lease D] [--renew D] [--window D] [--json]")
-	storeURL := fs.String("store", "", "store URL (required), e.g. s3://bucket/prefix?endpoint=… or etcd://host:2379/prefix")
-	shards := fs.Int("shards", 1000, "number of shards")
-	members := fs.Int("members", 3, "members at the start (one more joins, one dies)")
-	mode := fs.String("mode", "both", "member, shard or both")
-	leaseDur := fs.Duration("lease", lease.DefaultLeaseDuration, "LeaseDuration")
-	renew := fs.Duration("renew", lease.DefaultRenewPeriod, "RenewPeriod")
-	window := fs.Duration("window", 2*time.Minute, "stable window over which requests, CPU and memory are measured")
-	asJSON := fs.Bool("json", false, "print the results as JSON")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	memProfile := fs.String("memprofile", "", "write a heap profile, taken at the end of the run (four members, one dead), to this file")
-	logLevel := fs.String("log-level", "", "log the members to stderr at this level (debug, info, warn, error); none by default")
-	pos, err := parse(fs, args)
+// ShardsConfig is a run of the shard-lease benchmark.
+type ShardsConfig struct {
+	Store   string       // the store URL
+	Modes   []lease.Mode // run one group of each mode, one after the other
+	Shards  int          // number of shards
+	Members int          // members at the start (one more joins, one dies)
+	Lease   time.Duration
+	Renew   time.Duration
+	// Window is the stable window over which requests, CPU and memory are
+	// measured.
+	Window time.Duration
+	// MemProfile is a file for a heap profile taken at the end of the run;
+	// "" for none.
+	MemProfile string
+	Log        *slog.Logger // the members' log
+	Progress   io.Writer    // a line as each mode starts; nil for none
+}
+
+// Shards runs the shard-lease benchmark: for each mode, shard groups in
+// this process through settling, a stable window, a join and a death.
+func Shards(ctx context.Context, cfg ShardsConfig) ([]ShardsResult, error) {
+	url, err := sharedStoreURL(cfg.Store)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if len(pos) != 0 || *storeURL == "" || *shards < 1 || *members < 2 {
-		fmt.Fprintln(e.stderr, "tenure bench shards: --store is required; --shards ≥ 1; --members ≥ 2")
-		fs.Usage()
-		return errUsage
-	}
-	var modes []lease.Mode
-	switch *mode {
-	case "member":
-		modes = []lease.Mode{lease.MemberLeases}
-	case "shard":
-		modes = []lease.Mode{lease.ShardLeases}
-	case "both":
-		modes = []lease.Mode{lease.MemberLeases, lease.ShardLeases}
-	default:
-		return fmt.Errorf("--mode %q: want member, shard or both", *mode)
-	}
-	url, err := sharedStoreURL(*storeURL)
-	if err != nil {
-		return err
-	}
-	log := slog.New(slog.DiscardHandler)
-	if *logLevel != "" {
-		var l slog.Level
-		if err := l.UnmarshalText([]byte(*logLevel)); err != nil {
-			return fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)
+	var results []ShardsResult
+	for _, m := range cfg.Modes {
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "bench shards: %s, %d shards on %d members…\n", m, cfg.Shards, cfg.Members)
 		}
-		log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: l}))
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+		r, err := benchShardsOnce(ctx, url, m, cfg.Shards, cfg.Members, cfg.Lease, cfg.Renew, cfg.Window, cfg.MemProfile, cfg.Log)
 		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	var results []shardsResult
-	for _, m := range modes {
-		if !*asJSON {
-			fmt.Fprintf(e.stderr, "bench shards: %s, %d shards on %d members…\n", m, *shards, *members)
-		}
-		r, err := benchShardsOnce(ctx, url, m, *shards, *members, *leaseDur, *renew, *window, *memProfile, log)
-		if err != nil {
-			return err
+			return nil, err
 		}
 		results = append(results, r)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(results)
-	}
-	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "mode\tshards\tmembers\tsettle\trequests/h\tCPU/s\theap MiB\tpeak heap MiB\tmax RSS MiB\tgoroutines\tjoin rebalance\tdeath takeover\n")
+	return results, nil
+}
+
+// PrintShards prints the results of Shards as a table.
+func PrintShards(w io.Writer, results []ShardsResult) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "mode\tshards\tmembers\tsettle\trequests/h\tCPU/s\theap MiB\tpeak heap MiB\tmax RSS MiB\tgoroutines\tjoin rebalance\tdeath takeover\n")
 	for _, r := range results {
 		join := "n/a (no fair share)"
 		if r.Join > 0 {
 			join = r.Join.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%v\t%.0f\t%.3f\t%.1f\t%.1f\t%.1f\t%d\t%s\t%v\n", r.Mode, r.Shards, r.Members,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%.0f\t%.3f\t%.1f\t%.1f\t%.1f\t%d\t%s\t%v\n", r.Mode, r.Shards, r.Members,
 			r.Settle.Round(time.Millisecond), r.RequestsPerHour, r.CPUPerSecond,
 			float64(r.HeapBytes)/(1<<20), float64(r.PeakHeapBytes)/(1<<20), float64(r.MaxRSSBytes)/(1<<20),
 			r.Goroutines, join, r.Death.Round(time.Millisecond))
 	}
-	return w.Flush()
+	return tw.Flush()
 }
 
 // sharedStoreURL makes the members of one bench share a store: an unnamed
@@ -186,8 +155,8 @@ type shardMember struct {
 	st *store.Store
 }
 
-func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, nMembers int, leaseDur, renew, window time.Duration, memProfile string, log *slog.Logger) (r shardsResult, err error) {
-	r = shardsResult{Mode: mode.String(), Shards: nShards, Members: nMembers, Window: window}
+func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, nMembers int, leaseDur, renew, window time.Duration, memProfile string, log *slog.Logger) (r ShardsResult, err error) {
+	r = ShardsResult{Mode: mode.String(), Shards: nShards, Members: nMembers, Window: window}
 	heap := startHeapSampler()
 	defer func() {
 		r.PeakHeapBytes = heap.Stop()

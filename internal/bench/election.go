@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -33,28 +33,41 @@ import (
 // member's view from its /status (election.Status) and its store requests
 // from its /metrics.
 
-// benchTiming is a named set of election timings.
-type benchTiming struct {
-	name                                       string
-	frequent, infrequent, timeout, renew, peer time.Duration
-	retry                                      []time.Duration
-	window                                     time.Duration // default cost window
+// Timing is a named set of election timings.
+type Timing struct {
+	Name                                       string
+	Frequent, Infrequent, Timeout, Renew, Peer time.Duration
+	Retry                                      []time.Duration
+	Window                                     time.Duration // default cost window
 }
 
-var benchTimings = []benchTiming{
-	{name: "default", frequent: election.DefaultFrequentInterval, infrequent: election.DefaultInfrequentInterval,
-		timeout: election.DefaultLeaderTimeout, renew: election.DefaultRenewDeadline, peer: election.DefaultPeerTimeout,
-		retry: election.DefaultRetrySchedule, window: 5 * time.Minute},
-	// fast is the defaults divided by 20, so that a run takes seconds and
-	// the intervals keep their proportions.
-	{name: "fast", frequent: 250 * time.Millisecond, infrequent: 1500 * time.Millisecond, timeout: 750 * time.Millisecond,
-		renew: 500 * time.Millisecond, peer: 150 * time.Millisecond,
-		retry: []time.Duration{0, 5 * time.Millisecond, 50 * time.Millisecond}, window: 30 * time.Second},
+// TimingNamed returns the timing called name: default (the library's
+// defaults) or fast (the defaults divided by 20).
+func TimingNamed(name string) (Timing, bool) {
+	for _, t := range timings() {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Timing{}, false
 }
 
-func (t benchTiming) retryString() string {
-	parts := make([]string, len(t.retry))
-	for i, d := range t.retry {
+func timings() []Timing {
+	return []Timing{
+		{Name: "default", Frequent: election.DefaultFrequentInterval, Infrequent: election.DefaultInfrequentInterval,
+			Timeout: election.DefaultLeaderTimeout, Renew: election.DefaultRenewDeadline, Peer: election.DefaultPeerTimeout,
+			Retry: election.DefaultRetrySchedule, Window: 5 * time.Minute},
+		// fast is the defaults divided by 20, so that a run takes seconds and
+		// the intervals keep their proportions.
+		{Name: "fast", Frequent: 250 * time.Millisecond, Infrequent: 1500 * time.Millisecond, Timeout: 750 * time.Millisecond,
+			Renew: 500 * time.Millisecond, Peer: 150 * time.Millisecond,
+			Retry: []time.Duration{0, 5 * time.Millisecond, 50 * time.Millisecond}, Window: 30 * time.Second},
+	}
+}
+
+func (t Timing) retryString() string {
+	parts := make([]string, len(t.Retry))
+	for i, d := range t.Retry {
 		parts[i] = d.String()
 	}
 	return strings.Join(parts, ",")
@@ -62,151 +75,116 @@ func (t benchTiming) retryString() string {
 
 // args are the members' timing flags: none for the defaults, so that the
 // members run exactly what a user gets.
-func (t benchTiming) args() []string {
-	if t.name == "default" {
+func (t Timing) args() []string {
+	if t.Name == "default" {
 		return nil
 	}
-	return []string{"--frequent", t.frequent.String(), "--infrequent", t.infrequent.String(),
-		"--leader-timeout", t.timeout.String(), "--renew-deadline", t.renew.String(),
-		"--peer-timeout", t.peer.String(), "--retry", t.retryString()}
+	return []string{"--frequent", t.Frequent.String(), "--infrequent", t.Infrequent.String(),
+		"--leader-timeout", t.Timeout.String(), "--renew-deadline", t.Renew.String(),
+		"--peer-timeout", t.Peer.String(), "--retry", t.retryString()}
 }
 
-func (t benchTiming) String() string {
+func (t Timing) String() string {
 	return fmt.Sprintf("FrequentInterval %v, InfrequentInterval %v, LeaderTimeout %v, RenewDeadline %v, PeerTimeout %v, RetrySchedule %s",
-		t.frequent, t.infrequent, t.timeout, t.renew, t.peer, t.retryString())
+		t.Frequent, t.Infrequent, t.Timeout, t.Renew, t.Peer, t.retryString())
 }
 
-const maxBenchNodes = 32
+// MaxElectionNodes is the largest group the election benchmark runs.
+const MaxElectionNodes = 32
 
-// benchConfigs are the member configurations the bench can compare.
-var benchConfigs = map[string]string{
+// memberConfigs are the member configurations the bench can compare.
+var memberConfigs = map[string]string{
 	"store": "store only (no flags: followers poll the lock four times per lease and when the held version would expire)",
 	"addr":  "an address only (--advertise: peer mode, followers long-poll the leader over HTTPS, its key pinned by the lock record)",
 	"tls":   "an address and certificates (--advertise --tls-cert --tls-key --tls-ca: peer mode checked by a CA)",
 }
 
-func runBenchElection(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "bench election", "bench election [--store URL] [--nodes N] [--rounds R] [--config store,addr,tls] [--timing default|fast] [--window D] [--json]\n\n"+
-		"For each member configuration (--config: store, the default settings; addr, --advertise and nothing else;\n"+
-		"tls, --advertise with certificates), runs N members of one election as `tenure elect` processes and\n"+
-		"measures, over R rounds each:\n"+
-		"  crash     SIGKILL the leader; the gap until another member leads, against the limit: the\n"+
-		"            earliest moment the lease, as the followers saw it, lets one of them take over;\n"+
-		"  handover  SIGTERM the leader (it releases the lock); the gap from the moment it stops\n"+
-		"            leading until another member leads;\n"+
-		"and, over --window of stable leadership, each member's store requests per hour.")
-	storeURL := fs.String("store", "", "store the members share (default: a new temporary directory, file://); the lock is a new key under it")
-	nodes := fs.Int("nodes", 3, "members in the group")
-	rounds := fs.Int("rounds", 5, "crash rounds, and as many handover rounds")
-	configs := fs.String("config", "store,addr", "member configurations to run one after the other: store (no flags), addr (--advertise only), tls (--advertise and certificates made for the run)")
-	peer := fs.Bool("peer", false, "deprecated: the same as --config tls")
-	timingName := fs.String("timing", "default", "election timings: default (the library's defaults) or fast (the defaults divided by 20)")
-	window := fs.Duration("window", 0, "how long to count store requests during stable leadership (default 5m with default timing, 30s with fast)")
-	poll := fs.Duration("poll", 2*time.Millisecond, "how often each member's /status is read while a transition is timed: the resolution of the gaps")
-	asJSON := fs.Bool("json", false, "print the result as JSON")
-	verbose := fs.Bool("verbose", false, "copy the members' logs to stderr")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 0 {
-		fs.Usage()
-		return errUsage
-	}
-	var timing benchTiming
-	for _, t := range benchTimings {
-		if t.name == *timingName {
-			timing = t
-		}
-	}
-	if *window == 0 {
-		*window = timing.window
-	}
-	var modes []string
-	if *peer {
-		*configs = "tls"
-	}
-	for _, c := range strings.Split(*configs, ",") {
-		if _, ok := benchConfigs[c]; !ok || slices.Contains(modes, c) {
-			fmt.Fprintf(e.stderr, "tenure bench election: --config %q: want a list of store, addr and tls, each once\n", *configs)
-			return errUsage
-		}
-		modes = append(modes, c)
-	}
-	switch {
-	case timing.name == "":
-		fmt.Fprintf(e.stderr, "tenure bench election: --timing %q: want default or fast\n", *timingName)
-		return errUsage
-	case *nodes < 2 || *nodes > maxBenchNodes:
-		fmt.Fprintf(e.stderr, "tenure bench election: --nodes must be between 2 (a leader and a follower) and %d, got %d\n", maxBenchNodes, *nodes)
-		return errUsage
-	case *rounds < 1:
-		fmt.Fprintf(e.stderr, "tenure bench election: --rounds must be at least 1, got %d\n", *rounds)
-		return errUsage
-	case *window < timing.infrequent:
-		fmt.Fprintf(e.stderr, "tenure bench election: --window %v is shorter than the InfrequentInterval (%v) of --timing %s: followers' reads would not be counted\n",
-			*window, timing.infrequent, timing.name)
-		return errUsage
-	case *poll <= 0 || *poll > 100*time.Millisecond:
-		fmt.Fprintf(e.stderr, "tenure bench election: --poll must be positive and at most 100ms, got %v\n", *poll)
-		return errUsage
-	}
+// IsMemberConfig reports whether name is a member configuration the
+// election benchmark knows: store, addr or tls.
+func IsMemberConfig(name string) bool {
+	_, ok := memberConfigs[name]
+	return ok
+}
 
-	if *storeURL == "" {
+// ElectionConfig is a run of the election benchmark.
+type ElectionConfig struct {
+	// Store is the store URL the members share; the lock is a new key
+	// under it. "": a new temporary directory, removed afterwards.
+	Store string
+	// Exe is the tenure program each member runs as `tenure elect`.
+	Exe    string
+	Nodes  int // members in the group, 2 to MaxElectionNodes
+	Rounds int // crash rounds, and as many handover rounds
+	// Configs are the member configurations to run one after the other
+	// (see IsMemberConfig).
+	Configs []string
+	Timing  Timing
+	// Window is how long the store requests of stable leadership are
+	// counted.
+	Window time.Duration
+	// Poll is how often each member's /status is read while a transition
+	// is timed: the resolution of the gaps.
+	Poll    time.Duration
+	Verbose bool      // copy the members' logs to Stderr
+	Stderr  io.Writer // progress, and the members' logs
+}
+
+// Election runs the election benchmark: for each of cfg.Configs, a group
+// of `tenure elect` processes through crashes and handovers, then a window
+// of stable leadership. It stops its members and removes their lock.
+func Election(ctx context.Context, cfg ElectionConfig) ([]*ElectionResult, error) {
+	storeURL := cfg.Store
+	if storeURL == "" {
 		dir, err := os.MkdirTemp("", "tenure-bench-")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer os.RemoveAll(dir)
-		*storeURL = "file://" + dir
+		storeURL = "file://" + dir
 	}
-	if _, err := benchLockURL(*storeURL); err != nil {
-		return err
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("finding this program to run the members: %w", err)
+	if _, err := benchLockURL(storeURL); err != nil {
+		return nil, err
 	}
 	tmp, err := os.MkdirTemp("", "tenure-bench-tls-")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer os.RemoveAll(tmp)
 	var files tlsutil.Files
-	if slices.Contains(modes, "tls") {
+	if slices.Contains(cfg.Configs, "tls") {
 		ca, err := tlsutil.NewCA("tenure bench")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if files, err = ca.WriteFiles(tmp, "peer", "127.0.0.1"); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2}}
 	defer client.CloseIdleConnections()
 
-	var results []*electionBenchResult
-	for _, mode := range modes {
-		lock, err := benchLockURL(*storeURL)
+	var results []*ElectionResult
+	for _, mode := range cfg.Configs {
+		lock, err := benchLockURL(storeURL)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		lockStoreURL, key, err := store.SplitKeyURL(lock)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		// Open the store before any member starts, so that a bad URL or
 		// missing credentials fail first. The bench reads the lock record
 		// through it after each kill.
 		st, err := store.Open(ctx, lockStoreURL)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		b := &electionBench{
-			stderr: &syncWriter{w: e.stderr}, exe: exe, lock: lock, st: st, key: key, timing: timing,
-			config: mode, peer: mode != "store", tls: files, poll: *poll, verbose: *verbose, client: client,
+			stderr: &syncWriter{w: cfg.Stderr}, exe: cfg.Exe, lock: lock, st: st, key: key, timing: cfg.Timing,
+			config: mode, peer: mode != "store", tls: files, poll: cfg.Poll, verbose: cfg.Verbose, client: client,
 		}
-		res, err := b.run(ctx, *nodes, *rounds, *window)
+		res, err := b.run(ctx, cfg.Nodes, cfg.Rounds, cfg.Window)
 		// Stop the members and remove their lock, so that the store is
 		// left as it was found (but for the directory a file:// store
 		// keeps).
@@ -216,24 +194,25 @@ func runBenchElection(ctx context.Context, e *env, args []string) error {
 		cancel()
 		st.Close()
 		if err != nil {
-			return fmt.Errorf("--config %s: %w", mode, err)
+			return nil, fmt.Errorf("--config %s: %w", mode, err)
 		}
-		res.Store = *storeURL
+		res.Store = storeURL
 		results = append(results, res)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(results)
-	}
+	return results, nil
+}
+
+// PrintElection prints the results of Election as tables, and compares
+// them when there are several.
+func PrintElection(w io.Writer, results []*ElectionResult) error {
 	for _, res := range results {
-		if err := res.print(e.stdout); err != nil {
+		if err := res.print(w); err != nil {
 			return err
 		}
-		fmt.Fprintln(e.stdout)
+		fmt.Fprintln(w)
 	}
 	if len(results) > 1 {
-		return printBenchComparison(e.stdout, results)
+		return printBenchComparison(w, results)
 	}
 	return nil
 }
@@ -262,8 +241,8 @@ type electionBench struct {
 	lock    string
 	st      *store.Store
 	key     string
-	timing  benchTiming
-	config  string // a key of benchConfigs
+	timing  Timing
+	config  string // a key of memberConfigs
 	peer    bool   // the followers' steady mode is peer
 	tls     tlsutil.Files
 	poll    time.Duration
@@ -429,7 +408,9 @@ func (b *electionBench) sample(ctx context.Context, m *benchMember) benchSample 
 		if err == nil {
 			resp, err := b.client.Do(req)
 			if err == nil {
-				var st opsStatus
+				var st struct {
+					Election *election.Status `json:"election"`
+				}
 				err = json.NewDecoder(resp.Body).Decode(&st)
 				_ = resp.Body.Close()
 				s.ok = err == nil && resp.StatusCode == http.StatusOK && st.Election != nil
@@ -485,7 +466,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // every InfrequentInterval and takes an abandoned lock LeaderTimeout after
 // it last saw it change.
 func (b *electionBench) transitionLimit() time.Duration {
-	return 2*b.timing.infrequent + 2*b.timing.timeout + 30*time.Second
+	return 2*b.timing.Infrequent + 2*b.timing.Timeout + 30*time.Second
 }
 
 // waitStable waits until one member leads and every other follows it in
@@ -543,9 +524,9 @@ func (b *electionBench) waitStable(ctx context.Context) (benchSample, error) {
 // from the leader (each renewal in peer mode, each read otherwise), so that
 // kills and stops fall at every phase of it.
 func (b *electionBench) settle(ctx context.Context) error {
-	span := b.timing.infrequent
+	span := b.timing.Infrequent
 	if b.peer {
-		span = b.timing.frequent
+		span = b.timing.Frequent
 	}
 	return sleepCtx(ctx, time.Duration(mrand.Int64N(int64(span))))
 }
@@ -606,8 +587,8 @@ func (b *electionBench) crash(ctx context.Context) (crashRound, error) {
 	victim.signal(syscall.SIGKILL)
 	killed := time.Now()
 	r.Killed, r.Term = victim.id, leader.st.Term
-	renewStart := leader.at.Add(leader.st.Remaining - b.timing.renew)
-	r.LeaderLease = renewStart.Add(b.timing.timeout).Sub(killed)
+	renewStart := leader.at.Add(leader.st.Remaining - b.timing.Renew)
+	r.LeaderLease = renewStart.Add(b.timing.Timeout).Sub(killed)
 
 	// The record as the killed leader left it. Its writes ended with the
 	// kill; read it while the followers wait out the lease.
@@ -699,7 +680,7 @@ func (b *electionBench) crash(ctx context.Context) (crashRound, error) {
 	if first.IsZero() {
 		return r, fmt.Errorf("no follower was seen holding the killed leader's last version %q", last)
 	}
-	r.Limit = first.Add(b.timing.timeout).Sub(killed)
+	r.Limit = first.Add(b.timing.Timeout).Sub(killed)
 	r.OverLimit = r.Gap - r.Limit
 
 	m, err := b.start(ctx, victim.id)
@@ -779,14 +760,14 @@ func (b *electionBench) handover(ctx context.Context) (handoverRound, error) {
 	}
 	r.StepDown, r.Gap = stopped.Sub(termAt), started.Sub(stopped)
 
-	t := time.NewTimer(b.timing.renew + 10*time.Second)
+	t := time.NewTimer(b.timing.Renew + 10*time.Second)
 	defer t.Stop()
 	select {
 	case <-old.exited:
 	case <-t.C:
 		old.signal(syscall.SIGKILL)
 		<-old.exited
-		return r, fmt.Errorf("member %s did not exit within %v of SIGTERM:\n%s", old.id, b.timing.renew+10*time.Second, old.logTail())
+		return r, fmt.Errorf("member %s did not exit within %v of SIGTERM:\n%s", old.id, b.timing.Renew+10*time.Second, old.logTail())
 	case <-ctx.Done():
 		return r, ctx.Err()
 	}
@@ -976,7 +957,9 @@ func summarize(ds []time.Duration) benchStats {
 	return benchStats{N: len(s), Min: s[0], P50: rank(0.5), P90: rank(0.9), Max: s[len(s)-1]}
 }
 
-type electionBenchResult struct {
+// ElectionResult is what the election benchmark measured for one member
+// configuration.
+type ElectionResult struct {
 	Store        string          `json:"store"`
 	Nodes        int             `json:"nodes"`
 	Rounds       int             `json:"rounds"`
@@ -1003,13 +986,13 @@ type electionBenchResult struct {
 	LimitDefinition string `json:"limitDefinition"`
 }
 
-func (b *electionBench) run(ctx context.Context, nodes, rounds int, window time.Duration) (*electionBenchResult, error) {
-	res := &electionBenchResult{Nodes: nodes, Rounds: rounds, Config: b.config, ConfigDetail: benchConfigs[b.config], Peer: b.peer, Timing: b.timing.name,
+func (b *electionBench) run(ctx context.Context, nodes, rounds int, window time.Duration) (*ElectionResult, error) {
+	res := &ElectionResult{Nodes: nodes, Rounds: rounds, Config: b.config, ConfigDetail: memberConfigs[b.config], Peer: b.peer, Timing: b.timing.Name,
 		TimingDetail: b.timing.String(), Poll: b.poll, LimitDefinition: limitDefinition}
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(b.stderr, "tenure bench election: "+format+"\n", args...)
 	}
-	progress("%d members, %s, %s timing, lock %s", nodes, benchConfigs[b.config], b.timing.name, b.lock)
+	progress("%d members, %s, %s timing, lock %s", nodes, memberConfigs[b.config], b.timing.Name, b.lock)
 	for i := range nodes {
 		m, err := b.start(ctx, "n"+strconv.Itoa(i+1))
 		if err != nil {
@@ -1064,7 +1047,7 @@ func roundDur(d time.Duration) time.Duration {
 	return d.Round(time.Microsecond)
 }
 
-func (r *electionBenchResult) print(w io.Writer) error {
+func (r *ElectionResult) print(w io.Writer) error {
 	fmt.Fprintf(w, "tenure bench election: %d members as OS processes (tenure elect), %s\n", r.Nodes, r.ConfigDetail)
 	fmt.Fprintf(w, "store   %s\n", r.Store)
 	fmt.Fprintf(w, "timing  %s: %s\n", r.Timing, r.TimingDetail)
@@ -1126,7 +1109,7 @@ func wrap(s string, width int) string {
 }
 
 // printBenchComparison sets the configurations side by side.
-func printBenchComparison(w io.Writer, rs []*electionBenchResult) error {
+func printBenchComparison(w io.Writer, rs []*ElectionResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "config\tcrash gap min / p50 / max\tlease at the kill p50\thandover gap p50\tgroup store requests/h")
 	for _, r := range rs {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -38,7 +38,7 @@ import (
 // lone sequential writer and then concurrent writers (overwriting random
 // keys), reads the node's memory, then stops the node and times a fresh
 // one on the same store to its first linearizable read. The child counts
-// its store calls and bytes (see bench_kv_node.go); snapshots come from
+// its store calls and bytes (see kvnode.go); snapshots come from
 // those counts, so puts can be told apart by whether a snapshot was being
 // taken while they ran.
 
@@ -160,7 +160,8 @@ type kvRatio struct {
 	RSS     float64 `json:"rss"`
 }
 
-type kvBenchResult struct {
+// KVResult is what the key-value benchmark measured.
+type KVResult struct {
 	Store       string         `json:"store"`
 	ValueSize   int            `json:"valueSize"`
 	SeqPuts     int            `json:"sequentialPuts"`
@@ -188,147 +189,94 @@ type kvKept struct {
 	Command []string `json:"command"` // tenure's arguments
 }
 
-type kvBenchConfig struct {
-	url         string // the store, as given or a temporary directory
-	dir         string // parent of temporary directories (etcd's data)
-	sizes       []int
-	valueSize   int
-	seqPuts     int
-	writers     int
-	duration    time.Duration
-	fillWriters int
-	etcd        bool
-	exe         string
-	verbose     bool
-	profile     string   // directory for the node's profiles, "" for none
-	kvFlags     []string // extra flags of the node's kv serve
-	keep        bool     // leave the store and the group
-	stderr      io.Writer
-	progress    func(format string, args ...any)
+// KVConfig is a run of the key-value benchmark.
+type KVConfig struct {
+	// Store is the store URL; "": file:// in a new directory under Dir,
+	// removed afterwards unless Keep. The bench uses a group of its own
+	// and deletes it.
+	Store string
+	// Dir is the parent of temporary directories (the store's, etcd's
+	// data); "": the system's temporary directory.
+	Dir         string
+	Sizes       []int // state sizes in keys, ascending
+	ValueSize   int   // bytes per value
+	SeqPuts     int   // puts of the lone sequential writer, per size
+	Writers     int   // concurrent writers, 1 to KVMaxWriters
+	Duration    time.Duration
+	FillWriters int  // concurrent writers that fill the store, 1 to KVMaxWriters
+	Etcd        bool // compare with etcd when it is installed
+	// Exe is the tenure program the node runs as (`tenure bench kv-node`,
+	// which is `tenure kv serve` counting its store calls).
+	Exe string
+	// PipelineDepth is kv serve's default PipelineDepth on a store, for
+	// the result's description of the node's options.
+	PipelineDepth func(storeURL string) int
+	Verbose       bool     // copy the node's log to Stderr
+	Profile       string   // directory for the node's profiles, "" for none
+	KVFlags       []string // extra flags of the node's kv serve
+	Keep          bool     // leave the store and the group
+	Stderr        io.Writer
 }
 
-// kvMaxWriters keeps the writers below the node's bound on requests in
+// kvBenchConfig is a run of KV: its configuration and its progress.
+type kvBenchConfig struct {
+	KVConfig
+	stderr   io.Writer
+	progress func(format string, args ...any)
+}
+
+// KVMaxWriters keeps the writers below the node's bound on requests in
 // flight, past which it would refuse them as busy.
-const kvMaxWriters = rsm.DefaultMaxConcurrentRequests - 4
+const KVMaxWriters = rsm.DefaultMaxConcurrentRequests - 4
 
-const kvBenchSynopsis = "bench kv [--store URL] [--sizes 1000,10000,100000] [--1m] [--value-size 1024] [--seq-puts N] [--writers 8] [--duration D] [--etcd=false] [--json]"
-
-func runBenchKV(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "bench kv", kvBenchSynopsis+"\n\n"+
-		"Runs `tenure kv serve` with its default options as a child process and measures it against the size\n"+
-		"of its state: for each size it fills the store to that many keys (values of --value-size bytes),\n"+
-		"times --seq-puts puts of a lone writer and --writers concurrent writers for --duration (overwriting\n"+
-		"random keys), separating puts that ran while a snapshot was being taken; counts the store's bytes\n"+
-		"and requests per put and the snapshots' time and size; reads the process's RSS and live heap; then\n"+
-		"stops the node and times a fresh one on the same store to its first linearizable read. When an etcd\n"+
-		"binary is installed ($TENURE_ETCD_BIN, the test-server cache, PATH or /usr/bin/etcd), it runs one\n"+
-		"etcd on the same disk and times the same puts through the official client, at the same sizes.")
-	storeURL := fs.String("store", "", "store URL (default: file:// in a new directory under --dir, removed afterwards); the bench uses a group of its own and deletes it")
-	dir := fs.String("dir", "", "directory for the temporary store and etcd's data, on the disk to measure (default the system's temporary directory)")
-	sizes := fs.String("sizes", "1000,10000,100000", "state sizes in keys, ascending, comma-separated")
-	million := fs.Bool("1m", false, "add a state of 1,000,000 keys (needs several GB of memory and a long time)")
-	valueSize := fs.Int("value-size", 1024, "bytes per value")
-	seqPuts := fs.Int("seq-puts", 300, "puts of the lone sequential writer, per size")
-	writers := fs.Int("writers", 8, "concurrent writers")
-	duration := fs.Duration("duration", 5*time.Second, "how long the concurrent writers run, per size")
-	fillWriters := fs.Int("fill-writers", 64, "concurrent writers that fill the store to each size (not measured)")
-	etcd := fs.Bool("etcd", true, "compare with etcd when it is installed")
-	asJSON := fs.Bool("json", false, "print the result as JSON")
-	verbose := fs.Bool("verbose", false, "copy the node's log to stderr")
-	kvFlags := fs.String("kv-flags", "", "extra flags for the node's `tenure kv serve`, space-separated (default none: its defaults are measured), e.g. \"--pipeline 1\"")
-	keep := fs.Bool("keep", false, "leave the store (and its temporary directory) and the group as the last size left them, and print the command that starts a node on them: cold starts can then be measured again")
-	profile := fs.String("profile", "", "write the node's CPU profile of each measured phase and its heap profile after them into this directory (kv-SIZE-seq.cpu.pprof, kv-SIZE-conc.cpu.pprof, kv-SIZE.heap.pprof), and the cold-started node's CPU profile to its first read (kv-SIZE-cold.cpu.pprof); read them with go tool pprof")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	usage := func(format string, args ...any) error {
-		fmt.Fprintf(e.stderr, "tenure bench kv: "+format+"\n", args...)
-		fs.Usage()
-		return errUsage
-	}
-	if len(pos) != 0 {
-		return usage("no positional arguments")
-	}
-	cfg := kvBenchConfig{url: *storeURL, dir: *dir, valueSize: *valueSize, seqPuts: *seqPuts, writers: *writers,
-		duration: *duration, fillWriters: *fillWriters, etcd: *etcd, verbose: *verbose, profile: *profile,
-		kvFlags: strings.Fields(*kvFlags), keep: *keep}
-	if cfg.sizes, err = parseInts(*sizes, 1, 10_000_000); err != nil {
-		return usage("--sizes: %v", err)
-	}
-	if *million {
-		cfg.sizes = append(cfg.sizes, 1_000_000)
-	}
-	switch {
-	case !slices.IsSorted(cfg.sizes) || len(slices.Compact(slices.Clone(cfg.sizes))) != len(cfg.sizes):
-		return usage("--sizes must ascend without repeats, got %v", cfg.sizes)
-	case *valueSize < 1 || *valueSize > 200<<10:
-		return usage("--value-size must be between 1 and %d bytes (the HTTP API's default limit is %d), got %d", 200<<10, 256<<10, *valueSize)
-	case *seqPuts < 1:
-		return usage("--seq-puts must be at least 1, got %d", *seqPuts)
-	case *writers < 1 || *writers > kvMaxWriters:
-		return usage("--writers must be between 1 and %d (below the node's MaxConcurrentRequests), got %d", kvMaxWriters, *writers)
-	case *fillWriters < 1 || *fillWriters > kvMaxWriters:
-		return usage("--fill-writers must be between 1 and %d (below the node's MaxConcurrentRequests), got %d", kvMaxWriters, *fillWriters)
-	case *duration <= 0:
-		return usage("--duration must be positive")
-	}
-	if cfg.exe, err = os.Executable(); err != nil {
-		return fmt.Errorf("finding this program to run the node: %w", err)
-	}
-	stderr := &syncWriter{w: e.stderr}
-	cfg.stderr = stderr
-	cfg.progress = func(format string, args ...any) { fmt.Fprintf(stderr, "tenure bench kv: "+format+"\n", args...) }
-	if cfg.url == "" {
-		tmp, err := os.MkdirTemp(cfg.dir, "tenure-bench-kv-")
+// KV runs the key-value benchmark: for each size, a `tenure kv serve`
+// node filled to that size, its puts timed, then a cold start; etcd on the
+// same disk alongside.
+func KV(ctx context.Context, c KVConfig) (*KVResult, error) {
+	stderr := &syncWriter{w: c.Stderr}
+	cfg := kvBenchConfig{KVConfig: c, stderr: stderr,
+		progress: func(format string, args ...any) { fmt.Fprintf(stderr, "tenure bench kv: "+format+"\n", args...) }}
+	if cfg.Store == "" {
+		tmp, err := os.MkdirTemp(cfg.Dir, "tenure-bench-kv-")
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if !cfg.keep {
+		if !cfg.Keep {
 			defer os.RemoveAll(tmp)
 		}
-		cfg.url = "file://" + tmp
+		cfg.Store = "file://" + tmp
 	}
-	res, err := benchKV(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
-	}
-	return res.print(e.stdout)
+	return benchKV(ctx, cfg)
 }
 
-func benchKV(ctx context.Context, cfg kvBenchConfig) (*kvBenchResult, error) {
+func benchKV(ctx context.Context, cfg kvBenchConfig) (*KVResult, error) {
 	// Open the store here first: a bad URL fails before any process
 	// starts, and the bench deletes its group through it at the end.
-	st, err := store.Open(ctx, cfg.url)
+	st, err := store.Open(ctx, cfg.Store)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
 	group := "bench-kv-" + strings.ToLower(rand.Text()[:8])
-	if !cfg.keep {
+	if !cfg.Keep {
 		defer cleanupPrefix(st, group+"/")
 	}
 
-	res := &kvBenchResult{Store: cfg.url, ValueSize: cfg.valueSize, SeqPuts: cfg.seqPuts, Writers: cfg.writers,
-		Duration: cfg.duration, FillWriters: cfg.fillWriters, GOMAXPROCS: runtime.GOMAXPROCS(0), CPUs: runtime.NumCPU(),
+	res := &KVResult{Store: cfg.Store, ValueSize: cfg.ValueSize, SeqPuts: cfg.SeqPuts, Writers: cfg.Writers,
+		Duration: cfg.Duration, FillWriters: cfg.FillWriters, GOMAXPROCS: runtime.GOMAXPROCS(0), CPUs: runtime.NumCPU(),
 		Options: fmt.Sprintf("tenure kv serve defaults: FlushInterval 20ms, BatchMinCount %d, PipelineDepth %d, SnapshotThreshold %d",
-			rsm.DefaultBatchMinCount, kvPipelineDepth(cfg.url), rsm.DefaultSnapshotThreshold)}
-	if len(cfg.kvFlags) > 0 {
-		res.Options += "; with " + strings.Join(cfg.kvFlags, " ")
+			rsm.DefaultBatchMinCount, cfg.PipelineDepth(cfg.Store), rsm.DefaultSnapshotThreshold)}
+	if len(cfg.KVFlags) > 0 {
+		res.Options += "; with " + strings.Join(cfg.KVFlags, " ")
 	}
-	if cfg.keep {
-		res.Kept = &kvKept{Group: group, Command: kvServeArgs(cfg.url, group, cfg.kvFlags)}
+	if cfg.Keep {
+		res.Kept = &kvKept{Group: group, Command: kvServeArgs(cfg.Store, group, cfg.KVFlags)}
 	}
 	res.LoadBefore = loadAvg()
 	defer func() { res.LoadAfter = loadAvg() }()
 
 	var etcdSrv *etcdlaunch.Server
-	if cfg.etcd {
+	if cfg.Etcd {
 		etcdSrv, res.EtcdVersion, res.EtcdSkipped = startBenchEtcd(cfg)
 		if etcdSrv != nil {
 			defer etcdSrv.Stop()
@@ -339,10 +287,10 @@ func benchKV(ctx context.Context, cfg kvBenchConfig) (*kvBenchResult, error) {
 		res.EtcdSkipped = "--etcd=false"
 	}
 
-	values := kvValues(cfg.valueSize)
+	values := kvValues(cfg.ValueSize)
 	tb := &kvTenureBench{cfg: cfg, st: st, group: group, values: values,
 		client: &http.Client{Timeout: 30 * time.Second,
-			Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: cfg.fillWriters + cfg.writers + 4}}}
+			Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: cfg.FillWriters + cfg.Writers + 4}}}
 	defer tb.client.CloseIdleConnections()
 	if _, err := tb.start(ctx, false); err != nil {
 		return nil, err
@@ -361,7 +309,7 @@ func benchKV(ctx context.Context, cfg kvBenchConfig) (*kvBenchResult, error) {
 	}
 
 	prev := 0
-	for _, n := range cfg.sizes {
+	for _, n := range cfg.Sizes {
 		ts, err := tb.size(ctx, prev, n)
 		if err != nil {
 			return nil, fmt.Errorf("kv store at %d keys: %w", n, err)
@@ -410,7 +358,8 @@ func kvValues(size int) [][]byte {
 	return out
 }
 
-func kvKey(i int) string { return fmt.Sprintf("bench/%08d", i) }
+// KVKey is the key of the i-th of the keys the kv benchmark writes.
+func KVKey(i int) string { return fmt.Sprintf("bench/%08d", i) }
 
 // kvPut writes one key and returns the revision the store gave it.
 type kvPut func(ctx context.Context, key string, value []byte) (int64, error)
@@ -450,17 +399,17 @@ func kvLoad(ctx context.Context, put kvPut, values [][]byte, writers, first, las
 					if i >= int64(last) {
 						return
 					}
-					key = kvKey(int(i))
+					key = KVKey(int(i))
 				case count > 0:
 					if issued.Add(1) > int64(count) {
 						return
 					}
-					key = kvKey(rng.IntN(last))
+					key = KVKey(rng.IntN(last))
 				default:
 					if !time.Now().Before(deadline) {
 						return
 					}
-					key = kvKey(rng.IntN(last))
+					key = KVKey(rng.IntN(last))
 				}
 				start := time.Now()
 				r, perr := put(ctx, key, values[rng.IntN(len(values))])
@@ -581,13 +530,13 @@ func kvServeArgs(url, group string, kvFlags []string) []string {
 // start starts a node; profile: with its CPU profile running from the
 // start (--profile), until b.profile stops it.
 func (b *kvTenureBench) start(ctx context.Context, profile bool) (*kvChild, error) {
-	args := []string{"bench", kvNodeCommand, "--stats", "127.0.0.1:0"}
-	if profile && b.cfg.profile != "" {
+	args := []string{"bench", KVNodeCommand, "--stats", "127.0.0.1:0"}
+	if profile && b.cfg.Profile != "" {
 		args = append(args, kvNodeProfileNow)
 	}
-	args = append(args, kvServeArgs(kvCountURL(b.cfg.url), b.group, b.cfg.kvFlags)[2:]...)
+	args = append(args, kvServeArgs(CountURL(b.cfg.Store), b.group, b.cfg.KVFlags)[2:]...)
 	c := &kvChild{exited: make(chan struct{})}
-	c.cmd = exec.Command(b.cfg.exe, args...)
+	c.cmd = exec.Command(b.cfg.Exe, args...)
 	c.cmd.SysProcAttr = memberProcAttr()
 	stdout, err := c.cmd.StdoutPipe()
 	if err != nil {
@@ -605,7 +554,7 @@ func (b *kvTenureBench) start(ctx context.Context, profile bool) (*kvChild, erro
 	var readers sync.WaitGroup
 	readers.Go(func() { c.read(stdout, lines, nil) })
 	var logw io.Writer
-	if b.cfg.verbose {
+	if b.cfg.Verbose {
 		logw = b.cfg.stderr
 	}
 	readers.Go(func() { c.read(stderr, nil, logw) })
@@ -799,7 +748,7 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 		return ts, err
 	}
 	start := time.Now()
-	if _, _, err := b.load(ctx, cfg.fillWriters, prev, n, true, 0, 0); err != nil {
+	if _, _, err := b.load(ctx, cfg.FillWriters, prev, n, true, 0, 0); err != nil {
 		return ts, fmt.Errorf("filling: %w", err)
 	}
 	ts.FillTime = time.Since(start)
@@ -809,7 +758,7 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	}
 	ts.FillBytesPerPut = float64(st1.PutBytes-st0.PutBytes) / float64(max(1, ts.FillPuts))
 	_, ts.FillHWM = procMem(b.node.cmd.Process.Pid)
-	ts.Data = kvDataBytes(n, cfg.valueSize)
+	ts.Data = kvDataBytes(n, cfg.ValueSize)
 	cfg.progress("kv store: %d keys filled in %v", n, roundDur(ts.FillTime))
 
 	pid := b.node.cmd.Process.Pid
@@ -818,7 +767,7 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 		return ts, err
 	}
 	start = time.Now()
-	seq, seqFailed, err := b.load(ctx, 1, 0, n, false, cfg.seqPuts, 0)
+	seq, seqFailed, err := b.load(ctx, 1, 0, n, false, cfg.SeqPuts, 0)
 	if err != nil {
 		return ts, fmt.Errorf("sequential puts: %w", err)
 	}
@@ -832,7 +781,7 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	}
 	start = time.Now()
 	client0 := procCPU(os.Getpid())
-	conc, concFailed, err := b.load(ctx, cfg.writers, 0, n, false, 0, cfg.duration)
+	conc, concFailed, err := b.load(ctx, cfg.Writers, 0, n, false, 0, cfg.Duration)
 	if err != nil {
 		return ts, fmt.Errorf("concurrent puts: %w", err)
 	}
@@ -861,7 +810,7 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	snaps := st2.Snapshots[len(st1.Snapshots):]
 	ts.Seq = kvSummarize(seq, seqFailed, 1, seqElapsed, snaps)
 	ts.Seq.DiskWritten, ts.Seq.CPU = io1.write-io0.write, io1.cpu-io0.cpu
-	ts.Conc = kvSummarize(conc, concFailed, cfg.writers, concElapsed, snaps)
+	ts.Conc = kvSummarize(conc, concFailed, cfg.Writers, concElapsed, snaps)
 	ts.Conc.DiskWritten, ts.Conc.CPU, ts.Conc.ClientCPU = io2.write-io1.write, io2.cpu-io1.cpu, clientCPU
 	ts.MeasuredPuts = int64(len(seq) + len(conc))
 	per := func(v int64) float64 { return float64(v) / float64(max(1, ts.MeasuredPuts)) }
@@ -879,7 +828,7 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 	ts.Snapshots = snapshotSummary(snaps, st2.Snapshots)
 	ts.Revision, ts.PutsAcknowledged, ts.PutsFailed = b.maxRev, b.acked, b.failed
 	cfg.progress("kv store: %d keys: sequential p50 %v p99 %v max %v; %d writers %.0f puts/s p99 %v max %v; %.0f store bytes/put; snapshot %d bytes, written in %v; RSS %d MiB",
-		n, roundDur(ts.Seq.P50), roundDur(ts.Seq.P99), roundDur(ts.Seq.Max), cfg.writers, ts.Conc.PutsPerSec, roundDur(ts.Conc.P99), roundDur(ts.Conc.Max),
+		n, roundDur(ts.Seq.P50), roundDur(ts.Seq.P99), roundDur(ts.Seq.Max), cfg.Writers, ts.Conc.PutsPerSec, roundDur(ts.Conc.P99), roundDur(ts.Conc.Max),
 		ts.BytesPerPut, ts.Snapshots.LastBytes, roundDur(ts.Snapshots.WriteMean), ts.RSS>>20)
 
 	ts.Cold, err = b.coldStart(ctx, n)
@@ -895,7 +844,7 @@ func (b *kvTenureBench) size(ctx context.Context, prev, n int) (kvTenureSize, er
 // stops it and writes it as kv-SIZE-PHASE.cpu.pprof, or (phase "heap")
 // writes its heap profile as kv-SIZE.heap.pprof.
 func (b *kvTenureBench) profile(ctx context.Context, start bool, n int, phase string) error {
-	if b.cfg.profile == "" {
+	if b.cfg.Profile == "" {
 		return nil
 	}
 	method, u, file := http.MethodPost, b.node.stats+"/profile/cpu", fmt.Sprintf("kv-%d-%s.cpu.pprof", n, phase)
@@ -924,10 +873,10 @@ func (b *kvTenureBench) profile(ctx context.Context, start bool, n int, phase st
 	if start {
 		return nil
 	}
-	if err := os.MkdirAll(b.cfg.profile, 0o777); err != nil {
+	if err := os.MkdirAll(b.cfg.Profile, 0o777); err != nil {
 		return fmt.Errorf("--profile: %w", err)
 	}
-	return os.WriteFile(filepath.Join(b.cfg.profile, file), data, 0o666)
+	return os.WriteFile(filepath.Join(b.cfg.Profile, file), data, 0o666)
 }
 
 // settle waits until no snapshot is being written (the latest one has been
@@ -994,7 +943,7 @@ func (b *kvTenureBench) coldStart(ctx context.Context, n int) (kvColdStart, erro
 		return cs, err
 	}
 	cs.Serving = b.node.serving
-	key := kvKey(n - 1)
+	key := KVKey(n - 1)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		ok, err := b.get(ctx, key)
@@ -1038,7 +987,7 @@ const kvLoaderReads = 8
 // kvDataBytes is the live data of n keys (kvKey) with values of
 // valueSize bytes: the bytes of the keys and of the values.
 func kvDataBytes(n, valueSize int) int64 {
-	keys := int64(n) * int64(len(kvKey(0)))
+	keys := int64(n) * int64(len(KVKey(0)))
 	for p := 100_000_000; p < n; p *= 10 {
 		keys += int64(n - p) // kvKey pads to 8 digits: a digit more per decade from 10^8
 	}
@@ -1092,7 +1041,7 @@ func readObjects(ctx context.Context, st *store.Store, prefix string, par int) (
 
 // ---- etcd ----
 
-// startBenchEtcd starts etcd on the disk of cfg.dir, or says why not.
+// startBenchEtcd starts etcd on the disk of cfg.Dir, or says why not.
 func startBenchEtcd(cfg kvBenchConfig) (srv *etcdlaunch.Server, version, skipped string) {
 	cache := ""
 	if d := os.Getenv("TENURE_CACHE"); d != "" {
@@ -1109,7 +1058,7 @@ func startBenchEtcd(cfg kvBenchConfig) (srv *etcdlaunch.Server, version, skipped
 	}
 	// A bigger backend quota than the default 2 GiB leaves room for the
 	// revisions of the largest sizes (nothing compacts them).
-	srv, err = etcdlaunch.Launch(bin, version, etcdlaunch.Options{ParentDir: cfg.dir, ExtraArgs: []string{"--quota-backend-bytes", strconv.Itoa(8 << 30)}})
+	srv, err = etcdlaunch.Launch(bin, version, etcdlaunch.Options{ParentDir: cfg.Dir, ExtraArgs: []string{"--quota-backend-bytes", strconv.Itoa(8 << 30)}})
 	if err != nil {
 		return nil, "", err.Error()
 	}
@@ -1136,14 +1085,14 @@ func (b *kvEtcdBench) size(ctx context.Context, prev, n int) (kvEtcdSize, error)
 	cfg := b.cfg
 	es := kvEtcdSize{Keys: n}
 	start := time.Now()
-	if _, _, _, err := kvLoad(ctx, b.put, b.values, cfg.fillWriters, prev, n, true, 0, 0); err != nil {
+	if _, _, _, err := kvLoad(ctx, b.put, b.values, cfg.FillWriters, prev, n, true, 0, 0); err != nil {
 		return es, fmt.Errorf("filling: %w", err)
 	}
 	es.FillTime = time.Since(start)
 	pid := b.srv.Proc.PID()
 	io0 := procIO(pid)
 	start = time.Now()
-	seq, _, seqFailed, err := kvLoad(ctx, b.put, b.values, 1, 0, n, false, cfg.seqPuts, 0)
+	seq, _, seqFailed, err := kvLoad(ctx, b.put, b.values, 1, 0, n, false, cfg.SeqPuts, 0)
 	if err != nil {
 		return es, fmt.Errorf("sequential puts: %w", err)
 	}
@@ -1151,11 +1100,11 @@ func (b *kvEtcdBench) size(ctx context.Context, prev, n int) (kvEtcdSize, error)
 	io1 := procIO(pid)
 	start = time.Now()
 	client0 := procCPU(os.Getpid())
-	conc, _, concFailed, err := kvLoad(ctx, b.put, b.values, cfg.writers, 0, n, false, 0, cfg.duration)
+	conc, _, concFailed, err := kvLoad(ctx, b.put, b.values, cfg.Writers, 0, n, false, 0, cfg.Duration)
 	if err != nil {
 		return es, fmt.Errorf("concurrent puts: %w", err)
 	}
-	es.Conc = kvSummarize(conc, concFailed, cfg.writers, time.Since(start), nil)
+	es.Conc = kvSummarize(conc, concFailed, cfg.Writers, time.Since(start), nil)
 	io2 := procIO(pid)
 	es.Conc.ClientCPU = procCPU(os.Getpid()) - client0
 	es.Seq.DiskWritten, es.Conc.DiskWritten = io1.write-io0.write, io2.write-io1.write
@@ -1169,7 +1118,7 @@ func (b *kvEtcdBench) size(ctx context.Context, prev, n int) (kvEtcdSize, error)
 		es.DBSize = s.DbSize
 	}
 	cfg.progress("etcd: %d keys: sequential p50 %v p99 %v; %d writers %.0f puts/s p99 %v; RSS %d MiB",
-		n, roundDur(es.Seq.P50), roundDur(es.Seq.P99), cfg.writers, es.Conc.PutsPerSec, roundDur(es.Conc.P99), es.RSS>>20)
+		n, roundDur(es.Seq.P50), roundDur(es.Seq.P99), cfg.Writers, es.Conc.PutsPerSec, roundDur(es.Conc.P99), es.RSS>>20)
 	return es, nil
 }
 
@@ -1259,7 +1208,8 @@ func procCPU(pid int) time.Duration {
 
 func mib(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
 
-func (r *kvBenchResult) print(w io.Writer) error {
+// Print prints the result as tables.
+func (r *KVResult) Print(w io.Writer) error {
 	fmt.Fprintf(w, "tenure bench kv: `tenure kv serve` as a child process, one node; GOMAXPROCS %d, %d CPUs\n", r.GOMAXPROCS, r.CPUs)
 	fmt.Fprintf(w, "store     %s\n", r.Store)
 	fmt.Fprintf(w, "options   %s\n", r.Options)
