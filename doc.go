@@ -18,8 +18,9 @@
 //   - election: leader election (the S3lect protocol, made safe).
 //   - lease: many shard leases in one process.
 //   - rsm: the replicated state machine (after S2C); rsm/kv, the bundled
-//     key-value machine and its HTTP API; rsm/rsmtest, the multi-node test
-//     harness and the linearizability checker.
+//     key-value machine and its HTTP API; rsm/kv/kvserver and
+//     rsm/kv/kvclient, that API's server and client; rsm/rsmtest, the
+//     multi-node test harness and the linearizability checker.
 //   - cmd/tenure: the command-line tool; internal/bench, the benchmarks
 //     that tenure bench runs.
 package tenure

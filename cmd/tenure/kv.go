@@ -30,6 +30,7 @@ import (
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
+	"github.com/tenure-io/tenure/rsm/kv/kvclient"
 	"github.com/tenure-io/tenure/rsm/kv/kvserver"
 	"github.com/tenure-io/tenure/store"
 )
@@ -639,13 +640,12 @@ func addKVClientFlags(fs *flag.FlagSet) *kvClientFlags {
 	}
 }
 
-// kvHTTP is a client of the kv HTTP API.
+// kvHTTP is a kv client command's client: with --json, it prints each
+// response's JSON.
 type kvHTTP struct {
-	base   string
-	hc     *http.Client
+	*kvclient.Client
 	e      *env
 	asJSON bool
-	token  string
 }
 
 func (f *kvClientFlags) client(e *env) (*kvHTTP, error) {
@@ -657,7 +657,7 @@ func (f *kvClientFlags) client(e *env) (*kvHTTP, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("--server %q: want http://HOST:PORT or https://HOST:PORT", *f.server)
 	}
-	c := &kvHTTP{base: strings.TrimSuffix(u.String(), "/"), hc: &http.Client{Timeout: *f.timeout}, e: e, asJSON: *f.asJSON}
+	base, hc := strings.TrimSuffix(u.String(), "/"), &http.Client{Timeout: *f.timeout}
 	if (*f.cert == "") != (*f.key == "") {
 		return nil, errors.New("--cert and --key go together")
 	}
@@ -668,110 +668,38 @@ func (f *kvClientFlags) client(e *env) (*kvHTTP, error) {
 		}
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.TLSClientConfig = cfg
-		c.hc.Transport = tr
+		hc.Transport = tr
 	} else if *f.caFile != "" || *f.cert != "" {
-		return nil, fmt.Errorf("--ca and --cert need an https:// --server (got %s)", c.base)
+		return nil, fmt.Errorf("--ca and --cert need an https:// --server (got %s)", base)
 	}
+	token := strings.TrimSpace(os.Getenv("TENURE_KV_TOKEN"))
 	if *f.tokenFile != "" {
-		if c.token, err = readKVToken(*f.tokenFile, "--token-file", 1); err != nil {
+		if token, err = readKVToken(*f.tokenFile, "--token-file", 1); err != nil {
 			return nil, err
 		}
-	} else {
-		c.token = strings.TrimSpace(os.Getenv("TENURE_KV_TOKEN"))
 	}
-	return c, nil
+	return &kvHTTP{Client: kvclient.New(base, hc, token), e: e, asJSON: *f.asJSON}, nil
 }
 
-// kvResponse is a response of the HTTP API; body is its JSON.
-type kvResponse struct {
-	status int
-	body   []byte
-}
-
-// decode decodes the body into v.
-func (r kvResponse) decode(v any) error {
-	if err := json.Unmarshal(r.body, v); err != nil {
-		return fmt.Errorf("the server's response (HTTP %d) is not the JSON expected: %v", r.status, err)
-	}
-	return nil
-}
-
-// err is the error a non-2xx response reports.
-func (r kvResponse) err() error {
-	var body struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(r.body, &body) != nil || body.Error == "" {
-		return fmt.Errorf("HTTP %d: %s", r.status, bytes.TrimSpace(r.body))
-	}
-	return fmt.Errorf("%s (HTTP %d)", body.Error, r.status)
-}
-
-// do sends one request. A 503 whose write was not applied (no leader yet,
-// busy) is retried after its Retry-After, a few times. With --json, the
+// do sends one request (see kvclient.Client.Do). With --json, the
 // response's JSON is printed, whatever its status.
-func (c *kvHTTP) do(ctx context.Context, method, path string, body []byte) (kvResponse, error) {
-	for attempt := 1; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
-		if err != nil {
-			return kvResponse{}, err
-		}
-		if c.token != "" {
-			req.Header.Set("Authorization", "Bearer "+c.token)
-		}
-		resp, err := c.hc.Do(req)
-		if err != nil {
-			return kvResponse{}, fmt.Errorf("cannot reach the kv server at %s (set --server or TENURE_KV_ADDR): %w", c.base, err)
-		}
-		// Room for the largest value, base64 in JSON.
-		data, err := io.ReadAll(io.LimitReader(resp.Body, 2*rsm.MaxMessageSizeLimit))
-		resp.Body.Close()
-		if err != nil {
-			return kvResponse{}, fmt.Errorf("reading the response from %s: %w", c.base, err)
-		}
-		r := kvResponse{status: resp.StatusCode, body: data}
-		if r.status == http.StatusServiceUnavailable && attempt < 4 && retryable(method, data) {
-			wait := time.Second
-			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
-				wait = min(time.Duration(s)*time.Second, 5*time.Second)
-			}
-			select {
-			case <-ctx.Done():
-				return r, ctx.Err()
-			case <-time.After(wait):
-			}
-			continue
-		}
-		if c.asJSON && json.Valid(data) {
-			var out bytes.Buffer
-			if json.Indent(&out, data, "", "  ") == nil {
-				out.WriteByte('\n')
-				_, _ = c.e.stdout.Write(out.Bytes())
-			}
-		}
-		return r, nil
+func (c *kvHTTP) do(ctx context.Context, method, path string, body []byte) (kvclient.Response, error) {
+	r, err := c.Do(ctx, method, path, body)
+	var ue *kvclient.UnreachableError
+	if errors.As(err, &ue) {
+		return r, fmt.Errorf("cannot reach the kv server at %s (set --server or TENURE_KV_ADDR): %w", ue.Server, ue.Err)
 	}
-}
-
-// retryable: a read, or a write the server says was not applied.
-func retryable(method string, body []byte) bool {
-	if method == http.MethodGet {
-		return true
+	if err != nil {
+		return r, err
 	}
-	var b struct {
-		Outcome string `json:"outcome"`
+	if c.asJSON && json.Valid(r.Body) {
+		var out bytes.Buffer
+		if json.Indent(&out, r.Body, "", "  ") == nil {
+			out.WriteByte('\n')
+			_, _ = c.e.stdout.Write(out.Bytes())
+		}
 	}
-	return json.Unmarshal(body, &b) == nil && b.Outcome == "not_applied"
-}
-
-// keyPath is the API path of key: escaped whole, so that '/' and dot
-// segments reach the server intact.
-func keyPath(key string) string {
-	esc := url.PathEscape(key)
-	if key == "." || key == ".." {
-		esc = strings.ReplaceAll(esc, ".", "%2E")
-	}
-	return "/v1/kv/" + esc
+	return r, nil
 }
 
 // argCountRule says, in one line, which arguments the synopsis ("kv put
@@ -818,13 +746,6 @@ func kvClientCommand(ctx context.Context, e *env, name, synopsis string, minArgs
 	return ctx, cancel, c, pos, nil
 }
 
-type kvItemJSON struct {
-	Key            string `json:"key"`
-	Value          []byte `json:"value"`
-	Revision       uint64 `json:"revision"`
-	CreateRevision uint64 `json:"createRevision"`
-}
-
 func runKVGet(ctx context.Context, e *env, args []string) error {
 	ctx, cancel, c, pos, err := kvClientCommand(ctx, e, "get", "kv get KEY [--server URL] [--json]\n\nPrints KEY's value, exactly as stored, to stdout and its revisions to stderr.", 1, 1, args, nil)
 	if err != nil {
@@ -832,20 +753,20 @@ func runKVGet(ctx context.Context, e *env, args []string) error {
 	}
 	defer cancel()
 	key := pos[0]
-	r, err := c.do(ctx, http.MethodGet, keyPath(key), nil)
+	r, err := c.do(ctx, http.MethodGet, kvclient.KeyPath(key), nil)
 	if err != nil {
 		return err
 	}
 	switch {
-	case r.status == http.StatusNotFound:
+	case r.Status == http.StatusNotFound:
 		return fmt.Errorf("key %q not found", key)
-	case r.status != http.StatusOK:
-		return r.err()
+	case r.Status != http.StatusOK:
+		return r.Err()
 	case c.asJSON:
 		return nil
 	}
-	var it kvItemJSON
-	if err := r.decode(&it); err != nil {
+	var it kvclient.Item
+	if err := r.Decode(&it); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stderr, "revision %d (created at %d), %d bytes\n", it.Revision, it.CreateRevision, len(it.Value))
@@ -879,12 +800,12 @@ func runKVPut(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.do(ctx, http.MethodPut, keyPath(pos[0]), value)
+	r, err := c.do(ctx, http.MethodPut, kvclient.KeyPath(pos[0]), value)
 	if err != nil {
 		return err
 	}
-	if r.status != http.StatusOK {
-		return r.err()
+	if r.Status != http.StatusOK {
+		return r.Err()
 	}
 	if c.asJSON {
 		return nil
@@ -892,7 +813,7 @@ func runKVPut(ctx context.Context, e *env, args []string) error {
 	var res struct {
 		Revision uint64 `json:"revision"`
 	}
-	if err := r.decode(&res); err != nil {
+	if err := r.Decode(&res); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "revision %d\n", res.Revision)
@@ -906,22 +827,22 @@ func runKVDel(ctx context.Context, e *env, args []string) error {
 	}
 	defer cancel()
 	key := pos[0]
-	r, err := c.do(ctx, http.MethodDelete, keyPath(key), nil)
+	r, err := c.do(ctx, http.MethodDelete, kvclient.KeyPath(key), nil)
 	if err != nil {
 		return err
 	}
 	switch {
-	case r.status == http.StatusNotFound:
+	case r.Status == http.StatusNotFound:
 		return fmt.Errorf("key %q not found", key)
-	case r.status != http.StatusOK:
-		return r.err()
+	case r.Status != http.StatusOK:
+		return r.Err()
 	case c.asJSON:
 		return nil
 	}
 	var res struct {
 		Revision uint64 `json:"revision"`
 	}
-	if err := r.decode(&res); err != nil {
+	if err := r.Decode(&res); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "deleted %q at revision %d\n", key, res.Revision)
@@ -957,11 +878,11 @@ func runKVCAS(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if r.status == http.StatusConflict {
+	if r.Status == http.StatusConflict {
 		var res struct {
 			Revision uint64 `json:"revision"`
 		}
-		if err := r.decode(&res); err != nil {
+		if err := r.Decode(&res); err != nil {
 			return err
 		}
 		if res.Revision == 0 {
@@ -969,8 +890,8 @@ func runKVCAS(ctx context.Context, e *env, args []string) error {
 		}
 		return fmt.Errorf("cas failed: key %q is at revision %d, not %d", key, res.Revision, expect)
 	}
-	if r.status != http.StatusOK {
-		return r.err()
+	if r.Status != http.StatusOK {
+		return r.Err()
 	}
 	if c.asJSON {
 		return nil
@@ -978,7 +899,7 @@ func runKVCAS(ctx context.Context, e *env, args []string) error {
 	var res struct {
 		Revision uint64 `json:"revision"`
 	}
-	if err := r.decode(&res); err != nil {
+	if err := r.Decode(&res); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "swapped: revision %d\n", res.Revision)
@@ -1010,7 +931,7 @@ func runKVList(ctx context.Context, e *env, args []string) error {
 	// Collect the pages, then print once: --json prints one document.
 	asJSON := c.asJSON
 	c.asJSON = false
-	var items []kvItemJSON
+	var items []kvclient.Item
 	more, next := false, *after
 	for len(items) < *limit {
 		q := url.Values{"prefix": {prefix}, "limit": {strconv.Itoa(min(*limit-len(items), 1000))}}
@@ -1024,15 +945,15 @@ func runKVList(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if r.status != http.StatusOK {
-			return r.err()
+		if r.Status != http.StatusOK {
+			return r.Err()
 		}
 		var page struct {
-			Items []kvItemJSON `json:"items"`
-			More  bool         `json:"more"`
-			Next  string       `json:"next"`
+			Items []kvclient.Item `json:"items"`
+			More  bool            `json:"more"`
+			Next  string          `json:"next"`
 		}
-		if err := r.decode(&page); err != nil {
+		if err := r.Decode(&page); err != nil {
 			return err
 		}
 		items = append(items, page.Items...)
@@ -1043,12 +964,12 @@ func runKVList(ctx context.Context, e *env, args []string) error {
 	}
 	if asJSON {
 		if items == nil {
-			items = []kvItemJSON{}
+			items = []kvclient.Item{}
 		}
 		out := struct {
-			Items []kvItemJSON `json:"items"`
-			More  bool         `json:"more"`
-			Next  string       `json:"next,omitempty"`
+			Items []kvclient.Item `json:"items"`
+			More  bool            `json:"more"`
+			Next  string          `json:"next,omitempty"`
 		}{items, more, ""}
 		if more {
 			out.Next = next
@@ -1089,14 +1010,14 @@ func runKVStatus(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if r.status != http.StatusOK {
-		return r.err()
+	if r.Status != http.StatusOK {
+		return r.Err()
 	}
 	if c.asJSON {
 		return nil
 	}
 	var s rsm.Status
-	if err := r.decode(&s); err != nil {
+	if err := r.Decode(&s); err != nil {
 		return err
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
