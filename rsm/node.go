@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,42 +40,28 @@ type Node struct {
 	// client is the node's client session and its stream to the leader.
 	client *client
 
-	mu         sync.Mutex
-	state      State
-	role       Role
-	term       uint64
-	leaderID   string
-	leaderAddr string
-	leader     *leaderRun
-	joined     chan struct{} // closed while Joined
-	heard      chan struct{} // a heartbeat from the leader
-	tooFar     bool
-	leaderGone bool           // the leader said it is leaving
-	refusals   int            // Follow refusals in a row from a node not (yet) leading
-	joiningAt  time.Time      // when the node last entered JOINING
-	peers      []followerInfo // the group's followers, from heartbeats
-	snapIndex  uint64
-	snapStats  snapStats // the sizes of the snapshot ending at snapIndex
-	left       bool
-	following  uint64 // the term of the leader we follow
-	listed     uint64 // a term whose leader's heartbeats listed us as a follower
-	reached    uint64 // the highest term this node led or heard the leader's heartbeats of
-	refusal    error  // why the node refused to join, if it did
-	commitSeen uint64 // the highest commit index known: leader_state.json, the leader's heartbeats
+	mu    sync.Mutex
+	state State
+	role  Role
+	// fc is the follower side's state and decisions (followcore.go): the
+	// leader and term known, heartbeats, refusals, signs and rank.
+	fc        *followCore
+	leader    *leaderRun
+	joined    chan struct{} // closed while Joined
+	heard     chan struct{} // a heartbeat from the leader
+	joiningAt time.Time     // when the node last entered JOINING
+	snapIndex uint64
+	snapStats snapStats // the sizes of the snapshot ending at snapIndex
+	left      bool
+	refusal   error // why the node refused to join, if it did
 	// problem is a corrupt or missing object, or another process using
 	// this node's ID, that stops the node from leading or serving; refused
 	// is closed while it is set.
 	problem error
 	refused chan struct{}
 
-	// incarnation names this Node in the leader_state.json it writes;
-	// firstTerm is the term of the first leader_state.json it read (0:
-	// none): a record naming its ID with another incarnation at a higher
-	// term was written by another process after it started.
+	// incarnation names this Node in the leader_state.json it writes.
 	incarnation string
-	readFirst   bool
-	firstTerm   uint64
-	dupReported string // the other incarnation last reported
 }
 
 func newNode(h *Host, group string, machines map[string]StateMachine, opts Options) (*Node, error) {
@@ -112,6 +97,7 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 		incarnation: newNonceHex(),
 	}
 	n.client = &client{n: n}
+	n.fc = newFollowCore(h.cfg.ID, n.incarnation, opts.MaxMissedHeartbeats)
 	rep.onRefuse = n.refuse
 	return n, nil
 }
@@ -127,8 +113,8 @@ func (n *Node) start() {
 // Status reports the node's view of its group.
 func (n *Node) Status() Status {
 	n.mu.Lock()
-	s := Status{Group: n.group, ID: n.host.cfg.ID, State: n.state.String(), Role: n.role.String(), Term: n.term,
-		LeaderID: n.leaderID, LeaderAddr: n.leaderAddr, SnapshotIndex: n.snapIndex,
+	s := Status{Group: n.group, ID: n.host.cfg.ID, State: n.state.String(), Role: n.role.String(), Term: n.fc.term,
+		LeaderID: n.fc.leaderID, LeaderAddr: n.fc.leaderAddr, SnapshotIndex: n.snapIndex,
 		SnapshotBaseBytes: n.snapStats.base, SnapshotSegmentBytes: n.snapStats.segs, SnapshotSegments: n.snapStats.count}
 	l := n.leader
 	n.mu.Unlock()
@@ -224,9 +210,7 @@ func (n *Node) setSnapshot(end uint64, st snapStats) {
 func (n *Node) observeLeader(ls leaderState) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.commitSeen = max(n.commitSeen, ls.CommitIndex)
-	if ls.Term >= n.term {
-		n.term, n.leaderID, n.leaderAddr = ls.Term, ls.LeaderID, ls.LeaderAddr
+	if n.fc.observe(ls) {
 		n.m.term.WithLabelValues(n.group).Set(float64(ls.Term))
 	}
 }
@@ -306,7 +290,7 @@ func problemOf(group string, err error) (string, error) {
 // snapshot and the log starting later, the snapshot is what is missing.
 func (n *Node) checkHole(ctx context.Context, h, snapEnd uint64) error {
 	n.mu.Lock()
-	seen := n.commitSeen
+	seen := n.fc.commitSeen
 	n.mu.Unlock()
 	missing := func(after []uint64, why string, args ...any) error {
 		key := logKey(n.group, h)
@@ -393,12 +377,22 @@ func (n *Node) run() {
 }
 
 // joinOnce makes one pass of the join loop and returns when the node must
-// join again.
+// join again. What it does is followCore's decision (join, followed); it
+// does the reads, the waits and the calls.
 func (n *Node) joinOnce() error {
 	ls, version, err := n.gs.readLeaderState(n.ctx)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		n.noteFirst(0)
+	found := err == nil
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	if found {
+		n.observeLeader(ls)
+	}
+	n.mu.Lock()
+	step, catchUp, dup := n.fc.join(ls, found)
+	n.mu.Unlock()
+	switch step {
+	case joinCreate:
 		// The first node creates the group, unless the group has a log or
 		// a snapshot: then leader_state.json was lost, and with it the
 		// highest term used, so no new term can be chosen safely.
@@ -406,85 +400,45 @@ func (n *Node) joinOnce() error {
 			return err
 		}
 		return n.lead(leaderState{}, "")
-	case err != nil:
-		return err
-	}
-	n.noteFirst(ls.Term)
-	n.observeLeader(ls)
-	if ls.LeaderID == n.host.cfg.ID {
-		if dup := n.duplicate(ls); dup != nil {
-			return n.refuseDuplicate(dup, ls, version)
-		}
+	case joinDuplicate:
+		return n.refuseDuplicate(dup, ls, version)
+	case joinLead:
 		// We led before a restart or a step-down: take a new term.
 		return n.lead(ls, version)
 	}
-	n.mu.Lock()
-	tooFar := n.tooFar
-	n.tooFar = false
-	n.mu.Unlock()
-	if tooFar {
+	if catchUp {
 		if _, _, err := n.catchUp(n.ctx); err != nil {
 			return err
 		}
 	}
-	if err := n.follow(ls); err != nil {
-		var dup *DuplicateIDError
-		if errors.As(err, &dup) {
-			return n.refusedAsDuplicate(dup)
-		}
+	err = n.follow(ls)
+	if err == nil {
+		n.client.leaderAt(ls.LeaderAddr) // requests still waiting on a former leader are retried
+	}
+	n.mu.Lock()
+	fstep := n.fc.followed(ls, err)
+	if fstep == followJoined {
+		n.setStateLocked(Joined, Follower)
+	}
+	n.mu.Unlock()
+	if fstep != followJoined && fstep != followDuplicate {
 		n.log.Info("cannot follow the leader", "leader", ls.LeaderID, "addr", ls.LeaderAddr, "err", err)
-		var nl *NotLeaderError
-		if errors.As(err, &nl) {
-			if nl.Term > ls.Term {
-				return nil // a newer leader exists; read leader_state.json again
-			}
-			// The named leader answers but does not lead (yet: it may be
-			// taking over, or restarting). It is alive: give it as long
-			// as a leader gets before its followers give up on it.
-			n.mu.Lock()
-			n.refusals++
-			patient := n.refusals < n.opts.MaxMissedHeartbeats
-			if !patient {
-				n.refusals = 0
-			}
-			n.mu.Unlock()
-			if patient {
-				_ = sleepCtx(n.ctx, store.Jitter(n.opts.HeartbeatInterval, 0.2))
-				return nil
-			}
-		}
+	}
+	switch fstep {
+	case followDuplicate:
+		var dup *DuplicateIDError
+		errors.As(err, &dup)
+		return n.refusedAsDuplicate(dup)
+	case followReread:
+		return nil // a newer leader exists; read leader_state.json again
+	case followWait:
+		_ = sleepCtx(n.ctx, store.Jitter(n.opts.HeartbeatInterval, 0.2))
+		return nil
+	case followCheck:
 		return n.checkAndAttempt(ls.Term)
 	}
-	n.client.leaderAt(ls.LeaderAddr) // requests still waiting on a former leader are retried
-	n.mu.Lock()
-	n.refusals = 0
-	n.following = ls.Term
-	n.setStateLocked(Joined, Follower)
-	n.mu.Unlock()
 	n.log.Info("following", "leader", ls.LeaderID, "term", ls.Term)
 	return n.watchLeader()
-}
-
-// noteFirst records the term of the first leader_state.json read.
-func (n *Node) noteFirst(term uint64) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.readFirst {
-		n.readFirst, n.firstTerm = true, term
-	}
-}
-
-// duplicate returns the other process if ls was written under this node's
-// ID by another incarnation since this node started. A record written
-// before (a restart: its writer is gone) is not one, nor one without an
-// incarnation (the previous version's).
-func (n *Node) duplicate(ls leaderState) *DuplicateIDError {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if ls.LeaderID != n.host.cfg.ID || ls.Incarnation == "" || ls.Incarnation == n.incarnation || ls.Term <= n.firstTerm {
-		return nil
-	}
-	return &DuplicateIDError{ID: ls.LeaderID, Incarnation: ls.Incarnation, Addr: ls.LeaderAddr, Term: ls.Term}
 }
 
 // refuseDuplicate is called when leader_state.json (ls, version) names this
@@ -498,8 +452,7 @@ func (n *Node) duplicate(ls leaderState) *DuplicateIDError {
 // takes over as from a leader that stopped.
 func (n *Node) refuseDuplicate(dup *DuplicateIDError, ls leaderState, version string) error {
 	n.mu.Lock()
-	first := n.dupReported != dup.Incarnation
-	n.dupReported = dup.Incarnation
+	first := n.fc.reportDuplicate(dup)
 	n.mu.Unlock()
 	if first {
 		n.log.Error("another process uses this node's ID: it wrote leader_state.json under this ID after this node started; not leading while it lives (node IDs must be unique: stop one of them)",
@@ -539,8 +492,7 @@ func (n *Node) refuseDuplicate(dup *DuplicateIDError, ls leaderState, version st
 // timeout: once the other stops answering the leader, it joins.
 func (n *Node) refusedAsDuplicate(dup *DuplicateIDError) error {
 	n.mu.Lock()
-	first := n.dupReported != dup.Incarnation
-	n.dupReported = dup.Incarnation
+	first := n.fc.reportDuplicate(dup)
 	n.mu.Unlock()
 	if first {
 		n.log.Error("another process uses this node's ID: it follows the leader, which refuses this node while it answers (node IDs must be unique: stop one of them)",
@@ -591,22 +543,21 @@ func (n *Node) watchLeader() error {
 			return nil
 		case <-n.heard:
 			n.mu.Lock()
-			tooFar, role, gone, term := n.tooFar, n.role, n.leaderGone, n.following
-			n.leaderGone = false
+			step, term := n.fc.heartbeat(n.role == Follower)
 			n.mu.Unlock()
-			if gone {
+			switch step {
+			case watchLeaving:
 				n.log.Info("the leader is leaving; checking the store")
 				n.setState(Joining, NoRole) // requests wait for the next leader
 				n.client.dropForwarder()
 				return n.attempt(term)
-			}
-			if tooFar || role != Follower {
+			case watchRejoin:
 				return nil
 			}
 			t.Reset(limit)
 		case <-t.C:
 			n.mu.Lock()
-			term := n.following
+			term := n.fc.following
 			n.mu.Unlock()
 			n.log.Warn("missed heartbeats from the leader", "missed", n.opts.MaxMissedHeartbeats)
 			// Requests forwarded to it may never be answered: they are
@@ -624,7 +575,7 @@ func (n *Node) watchLeader() error {
 // Before attempting, it looks for signs in the store that the leader lives
 // and the node is the one cut off:
 //
-//   - leader_state.json shows the node cut off (cutOff): the leader of term
+//   - leader_state.json shows the node cut off (signed): the leader of term
 //     dropped it, or a leader of a term it never reached lists others.
 //   - The log grows while it waits: the leader still commits, so the
 //     others reach it.
@@ -641,11 +592,7 @@ func (n *Node) checkAndAttempt(term uint64) error {
 	if err != nil {
 		return err
 	}
-	if ls.Term != term {
-		n.observeLeader(ls)
-		return nil
-	}
-	if n.cutOff(ls) {
+	if n.signed(ls, term) {
 		return nil
 	}
 	grew, now, err := w.grew()
@@ -673,7 +620,7 @@ func (n *Node) watchLog() (*logWatch, error) {
 	from := n.rep.applied
 	n.repMu.Unlock()
 	n.mu.Lock()
-	from = max(from, n.commitSeen)
+	from = n.fc.watchFrom(from)
 	n.mu.Unlock()
 	end, err := n.logEnd(n.ctx, from)
 	if err != nil {
@@ -694,16 +641,19 @@ func (w *logWatch) grew() (bool, uint64, error) {
 	return now > w.end, now, nil
 }
 
-// cutOff reports whether leader_state.json (ls), read by a node that
-// cannot reach its leader, shows that the leader lives and reaches other
-// followers (cutOffSign), so that the node is the one cut off and must not
-// attempt leadership over it. Neither sign is a rule of safety: each
-// decides only whether the node tries.
-func (n *Node) cutOff(ls leaderState) bool {
+// signed reports whether leader_state.json (ls), read by a node that gave
+// up on the leader of term, tells it not to attempt (followCore.judge): it
+// is of another term (read it again), or it shows that the leader lives
+// and reaches other followers (cutOffSign), so that the node is the one
+// cut off.
+func (n *Node) signed(ls leaderState, term uint64) bool {
 	n.mu.Lock()
-	listed, reached := n.listed, n.reached
+	sign, reached := n.fc.judge(ls, term), n.fc.reached
 	n.mu.Unlock()
-	switch cutOffSign(ls, n.host.cfg.ID, listed, reached) {
+	switch sign {
+	case signMoved:
+		n.observeLeader(ls)
+		return true
 	case signDropped:
 		n.log.Warn("the leader dropped this node from the group's membership: it lives and reaches the others, so this node is cut off from it; not attempting leadership", "leader", ls.LeaderID, "term", ls.Term)
 		return true
@@ -712,40 +662,6 @@ func (n *Node) cutOff(ls leaderState) bool {
 		return true
 	}
 	return false
-}
-
-// The signs in leader_state.json that a node is cut off from a live leader.
-const (
-	signNone    = iota
-	signDropped // the leader of a term whose heartbeats listed the node dropped it
-	signNewer   // a leader of a term the node never reached lists others
-)
-
-// cutOffSign reads ls for node me, which was last listed by the heartbeats
-// of term listed and led or heard heartbeats of terms up to reached.
-// ls.Followers are the followers that registered with the leader of
-// ls.Term (they reached it), less those it dropped because it could no
-// longer reach them while it reached another (leaderRun.dropUnreachable):
-//
-//   - signDropped: the leader of a term whose heartbeats listed me no
-//     longer lists it.
-//   - signNewer: the leader of a term above any me reached lists
-//     followers, and not me: it took over and others reached it while me
-//     was cut off from them (a leader cut from its peers, deposed while
-//     idle, would otherwise take the leadership back from the leader it
-//     cannot reach). A node that reached no term yet (just started) is not
-//     judged by it: it may be the last one alive.
-func cutOffSign(ls leaderState, me string, listed, reached uint64) int {
-	if ls.LeaderID == me || slices.ContainsFunc(ls.Followers, func(f followerInfo) bool { return f.ID == me }) {
-		return signNone
-	}
-	switch {
-	case listed == ls.Term:
-		return signDropped
-	case reached > 0 && ls.Term > reached && len(ls.Followers) > 0:
-		return signNewer
-	}
-	return signNone
 }
 
 // logEnd returns the highest log index after `after`; 0 if there is none.
@@ -771,8 +687,13 @@ func (n *Node) logEnd(ctx context.Context, after uint64) (uint64, error) {
 // leader of the term we gave up on, wait for our rank and attempt
 // leadership over the version we read.
 func (n *Node) attempt(term uint64) error {
-	rank := n.rank()
-	delay := time.Duration(rank)*n.opts.LeadershipDelay + store.Jitter(n.opts.LeadershipDelay/4, 1)
+	n.repMu.Lock()
+	mine := n.rep.applied
+	n.repMu.Unlock()
+	n.mu.Lock()
+	rank := n.fc.rank(mine)
+	n.mu.Unlock()
+	delay := rankDelay(rank, n.opts.LeadershipDelay) + store.Jitter(n.opts.LeadershipDelay/4, 1)
 	if sleepCtx(n.ctx, delay) != nil {
 		return nil
 	}
@@ -780,34 +701,11 @@ func (n *Node) attempt(term uint64) error {
 	if err != nil {
 		return err
 	}
-	if ls.Term != term {
-		n.observeLeader(ls)
-		return nil
-	}
 	// The leader of term may have listed its followers while we waited.
-	if n.cutOff(ls) {
+	if n.signed(ls, term) {
 		return nil
 	}
 	return n.lead(ls, version)
-}
-
-// rank counts the group's followers more up to date than us (ties by ID).
-func (n *Node) rank() int {
-	n.repMu.Lock()
-	mine := n.rep.applied
-	n.repMu.Unlock()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	r := 0
-	for _, p := range n.peers {
-		if p.ID == n.host.cfg.ID || p.ID == n.leaderID {
-			continue
-		}
-		if p.ApplyIndex > mine || (p.ApplyIndex == mine && p.ID < n.host.cfg.ID) {
-			r++
-		}
-	}
-	return r
 }
 
 // askPacked asks the store to pack the log (groupStore.packLog), and
@@ -843,7 +741,7 @@ func (n *Node) lead(prev leaderState, version string) error {
 	ls.Counter++
 	n.observeLeader(ls)
 	n.mu.Lock()
-	n.reached = max(n.reached, ls.Term)
+	n.fc.led(ls.Term)
 	n.mu.Unlock()
 	// A new group's log is packed at once: no node of a version without
 	// packs has read it. An existing group's is moved into a pack only as
@@ -1100,7 +998,7 @@ func outcome(err error, resp interface{ GetStatus() rsmpb.Status }) string {
 func (n *Node) handleFollow(ctx context.Context, req *rsmpb.FollowRequest) *rsmpb.FollowResponse {
 	n.mu.Lock()
 	l := n.leader
-	resp := &rsmpb.FollowResponse{Term: n.term, LeaderId: n.leaderID, LeaderAddr: n.leaderAddr}
+	resp := &rsmpb.FollowResponse{Term: n.fc.term, LeaderId: n.fc.leaderID, LeaderAddr: n.fc.leaderAddr}
 	n.mu.Unlock()
 	// A leader still taking over has its run already: the request waits
 	// for the run's loop (addFollower), or fails when the takeover does. A
@@ -1130,9 +1028,9 @@ func (n *Node) handleFollow(ctx context.Context, req *rsmpb.FollowRequest) *rsmp
 // is the authenticated caller).
 func (n *Node) handleSynchronize(ctx context.Context, req *rsmpb.SynchronizeRequest, c caller) *rsmpb.SynchronizeResponse {
 	n.mu.Lock()
-	term := n.term
+	stale, term := n.fc.stale(req.Term), n.fc.term
 	n.mu.Unlock()
-	if req.Term < term {
+	if stale {
 		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_STALE_TERM, Message: fmt.Sprintf("term %d is behind %d", req.Term, term)}
 	}
 	if err := n.fromLeader(ctx, req, c); err != nil {
@@ -1141,9 +1039,10 @@ func (n *Node) handleSynchronize(ctx context.Context, req *rsmpb.SynchronizeRequ
 		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: err.Error()}
 	}
 	n.mu.Lock()
-	if req.Term < n.term {
+	if n.fc.stale(req.Term) {
+		term := n.fc.term
 		n.mu.Unlock()
-		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_STALE_TERM, Message: fmt.Sprintf("term %d is behind %d", req.Term, n.term)}
+		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_STALE_TERM, Message: fmt.Sprintf("term %d is behind %d", req.Term, term)}
 	}
 	if l := n.leader; l != nil {
 		if req.Term > l.term {
@@ -1154,22 +1053,7 @@ func (n *Node) handleSynchronize(ctx context.Context, req *rsmpb.SynchronizeRequ
 		n.mu.Unlock()
 		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: "this node leads or led term " + fmt.Sprint(l.term)}
 	}
-	n.term, n.leaderID = req.Term, req.LeaderId
-	n.reached = max(n.reached, req.Term)
-	n.commitSeen = max(n.commitSeen, req.CommitIndex)
-	if req.TooFarBehind {
-		n.tooFar = true
-	}
-	if req.Leaving {
-		n.leaderGone = true
-	}
-	n.peers = n.peers[:0]
-	for _, f := range req.Followers {
-		n.peers = append(n.peers, followerInfo{ID: f.Id, Addr: f.Addr, ApplyIndex: f.ApplyIndex})
-		if f.Id == n.host.cfg.ID {
-			n.listed = req.Term
-		}
-	}
+	n.fc.heard(req)
 	n.mu.Unlock()
 	select {
 	case n.heard <- struct{}{}:
@@ -1196,7 +1080,7 @@ func (n *Node) accept(req *rsmpb.StateRequest) *pending {
 	p := &pending{req: req, start: time.Now(), done: make(chan *rsmpb.StateResponse, 1)}
 	n.mu.Lock()
 	l, role := n.leader, n.role
-	resp := &rsmpb.StateResponse{Status: rsmpb.Status_NOT_LEADER, LeaderId: n.leaderID, LeaderAddr: n.leaderAddr, Term: n.term}
+	resp := &rsmpb.StateResponse{Status: rsmpb.Status_NOT_LEADER, LeaderId: n.fc.leaderID, LeaderAddr: n.fc.leaderAddr, Term: n.fc.term}
 	n.mu.Unlock()
 	if l == nil || role != Leader {
 		p.reply(resp)
@@ -1307,10 +1191,10 @@ func (n *Node) route() (l *leaderRun, addr string) {
 	if n.leader != nil && n.role == Leader {
 		return n.leader, ""
 	}
-	if n.leaderID == n.host.cfg.ID {
+	if n.fc.leaderID == n.host.cfg.ID {
 		return nil, ""
 	}
-	return nil, n.leaderAddr
+	return nil, n.fc.leaderAddr
 }
 
 func (n *Node) waitJoined(ctx context.Context) error {

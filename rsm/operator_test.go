@@ -363,8 +363,8 @@ func TestLeaderStateWithoutGroupIsAccepted(t *testing.T) {
 // record first).
 func TestDuplicateSeenOnlyAfterStart(t *testing.T) {
 	n := newTestNode(t, memstore.New(), "a", testOptions())
-	n.noteFirst(5)
-	n.noteFirst(9) // only the first read counts
+	n.fc.noteFirst(5)
+	n.fc.noteFirst(9) // only the first read counts
 	other := "0123456789abcdef"
 	for _, tc := range []struct {
 		name string
@@ -377,7 +377,7 @@ func TestDuplicateSeenOnlyAfterStart(t *testing.T) {
 		{"written since, by the previous version (no incarnation)", leaderState{Term: 6, LeaderID: "a"}, false},
 		{"written since, by another node", leaderState{Term: 6, LeaderID: "b", Incarnation: other}, false},
 	} {
-		d := n.duplicate(tc.ls)
+		d := n.fc.duplicate(tc.ls)
 		if (d != nil) != tc.dup {
 			t.Errorf("%s: duplicate %v, want %v", tc.name, d, tc.dup)
 		}
