@@ -139,8 +139,10 @@ func TestFollowerGivesUpInVirtualTime(t *testing.T) {
 					req.Leaving = leaving
 					b.heartbeat(req)
 				}
+				var last time.Time
 				for range 10 {
 					beat(false)
+					last = time.Now()
 					time.Sleep(vtHeartbeat)
 					synctest.Wait()
 				}
@@ -148,9 +150,9 @@ func TestFollowerGivesUpInVirtualTime(t *testing.T) {
 					t.Fatalf("a follower hearing its leader is %s", b.Status().State)
 				}
 				before := b.fs.Counts()
-				last := time.Now()
 				if tc.leaving {
 					beat(true)
+					last = time.Now()
 				}
 				time.Sleep(tc.wait + vtDelay)
 				synctest.Wait()
