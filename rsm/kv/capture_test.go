@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
 )
@@ -39,8 +41,10 @@ func dump(t *testing.T, m *kv.Machine) string {
 }
 
 // A snapshot written by the first release (a sorted slice of keys and a
-// map) restores to the state it was taken from, and the machine writes
-// the same bytes back: the format has not changed.
+// map) restores to the state it was taken from. The machine writes it
+// back in format version 2 (history, compact revision, leases), which
+// restores to the same state; the first release's history is gone, so
+// the restored state is compacted at its revision.
 func TestRestoreFirstReleaseSnapshot(t *testing.T) {
 	snap, err := os.ReadFile("testdata/snapshot-v1.bin")
 	if err != nil {
@@ -57,8 +61,31 @@ func TestRestoreFirstReleaseSnapshot(t *testing.T) {
 	if got := dump(t, m); got != string(want) {
 		t.Fatalf("restored state:\n%.2000s\nwant:\n%.2000s", got, want)
 	}
-	if !bytes.Equal(snapshot(t, m), snap) {
-		t.Fatal("the machine writes the restored state in bytes other than the first release's")
+	if v := m.ReadView(); v.CompactRevision() != v.Revision() {
+		t.Fatalf("compact revision %d; want the snapshot's revision %d", v.CompactRevision(), v.Revision())
+	}
+	again := kv.New()
+	if err := again.Restore(bytes.NewReader(snapshot(t, m))); err != nil {
+		t.Fatal(err)
+	}
+	if got := dump(t, again); got != string(want) {
+		t.Fatalf("restored from the version 2 snapshot:\n%.2000s\nwant:\n%.2000s", got, want)
+	}
+}
+
+// compactNow compacts m's history at its current revision.
+func compactNow(t *testing.T, m *kv.Machine) {
+	t.Helper()
+	rev := m.ReadView().Revision()
+	if rev <= m.ReadView().CompactRevision() {
+		return
+	}
+	cmd, err := kv.CompactCommand(&pb.CompactionRequest{Revision: rev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.DecodeResult(m.Apply(cmd)); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -152,6 +179,10 @@ func TestCaptureWhileApplying(t *testing.T) {
 		randomOp(t, r, c, md)
 	}
 	for round := range 8 {
+		// History is kept until compaction: without it the snapshot
+		// would grow with each round's applies, which the view
+		// interleaves in proportion to its size.
+		compactNow(t, m)
 		v := m.Capture()
 		want := md.dump()
 		pr, pw := io.Pipe()
@@ -221,6 +252,7 @@ func TestRestoredTreeTakesChanges(t *testing.T) {
 	}
 	c := kv.NewClient(&direct{m: m})
 	for round := range 20 {
+		compactNow(t, m)
 		v, want := m.Capture(), md.dump()
 		for range 200 {
 			randomOp(t, r, c, md)

@@ -3,6 +3,8 @@ package kv
 import (
 	"errors"
 	"fmt"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 var (
@@ -29,10 +31,53 @@ const (
 	codeMalformed       byte = 1
 	codeInvalidKey      byte = 2
 	codeInvalidArgument byte = 3
+	// Codes 4 and up are etcd's errors (etcdErrors).
+)
+
+// etcdErrors are the errors of etcd's API an error result can carry,
+// indexed by code: the gRPC status errors of
+// go.etcd.io/etcd/api/v3/v3rpc/rpctypes, whose text clients match on.
+var etcdErrors = map[byte]error{
+	4:  rpctypes.ErrGRPCCompacted,
+	5:  rpctypes.ErrGRPCFutureRev,
+	6:  rpctypes.ErrGRPCLeaseNotFound,
+	7:  rpctypes.ErrGRPCLeaseExist,
+	8:  rpctypes.ErrGRPCLeaseTTLTooLarge,
+	9:  rpctypes.ErrGRPCDuplicateKey,
+	10: rpctypes.ErrGRPCTooManyOps,
+	11: rpctypes.ErrGRPCEmptyKey,
+	12: rpctypes.ErrGRPCKeyNotFound,
+	13: rpctypes.ErrGRPCValueProvided,
+	14: rpctypes.ErrGRPCLeaseProvided,
+	15: rpctypes.ErrGRPCInvalidSortOption,
+}
+
+// The etcd errors the machine reports; codeOf finds their codes.
+var (
+	errCompacted     = etcdErrors[4]
+	errFutureRev     = etcdErrors[5]
+	errLeaseNotFound = etcdErrors[6]
+	errLeaseExist    = etcdErrors[7]
+	errLeaseTTLLarge = etcdErrors[8]
+	errDuplicateKey  = etcdErrors[9]
+	errTooManyOps    = etcdErrors[10]
+	errEmptyKey      = etcdErrors[11]
+	errKeyNotFound   = etcdErrors[12]
+	errValueProvided = etcdErrors[13]
+	errLeaseProvided = etcdErrors[14]
+	errInvalidSort   = etcdErrors[15]
+	// errKeyTooLong: etcd has no such limit; this machine keeps keys to
+	// MaxKeySize.
+	errKeyTooLong = fmt.Errorf("%w: longer than %d bytes", ErrInvalidKey, MaxKeySize)
 )
 
 // codeOf is the code an error result carries for err.
 func codeOf(err error) byte {
+	for code, e := range etcdErrors {
+		if err == e { //nolint:errorlint // the values themselves, never wrapped
+			return code
+		}
+	}
 	switch {
 	case errors.Is(err, ErrInvalidKey):
 		return codeInvalidKey
@@ -55,6 +100,9 @@ func errorOf(code byte, msg string) error {
 	case codeInvalidArgument:
 		sentinel = ErrInvalidArgument
 	default:
+		if e, ok := etcdErrors[code]; ok {
+			return e
+		}
 		return fmt.Errorf("kv: the machine refused the request (code %d): %s", code, msg)
 	}
 	return &machineError{sentinel: sentinel, msg: msg}

@@ -311,7 +311,7 @@ func TestRestoreRejects(t *testing.T) {
 	}{
 		{"empty", nil, kv.ErrCorruptSnapshot},
 		{"not a snapshot", []byte("hello, world"), kv.ErrCorruptSnapshot},
-		{"unknown version", append([]byte("TKVS\x02"), good[5:]...), kv.ErrSnapshotVersion},
+		{"unknown version", append([]byte("TKVS\x03"), good[5:]...), kv.ErrSnapshotVersion},
 		{"flipped bit in the body", flip(len(good) / 2), kv.ErrCorruptSnapshot},
 		{"flipped bit in the checksum", flip(len(good) - 1), kv.ErrCorruptSnapshot},
 		{"truncated", good[:len(good)-3], kv.ErrCorruptSnapshot},

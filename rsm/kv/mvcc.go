@@ -1,0 +1,394 @@
+package kv
+
+import (
+	"bytes"
+	"cmp"
+	"sort"
+
+	"github.com/google/btree"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// version is one revision of a key: a put, or a tombstone for a delete.
+// Versions are immutable once stored (captured views and read views
+// share them), so compaction copies the ones it keeps.
+type version struct {
+	value []byte
+	// create is the revision that created the key's generation; 0 for a
+	// tombstone.
+	create uint64
+	// mod is the main revision of the change and sub its place among the
+	// changes of that revision (a Txn makes several).
+	mod uint64
+	sub uint32
+	// tomb marks a delete.
+	tomb bool
+	// ver counts the puts of the generation, from 1; lease is the lease
+	// the key is attached to, 0 for none.
+	ver   int64
+	lease int64
+	// prev is the key's version before this one, until compaction drops
+	// it.
+	prev *version
+}
+
+// entry is one key in the tree: its latest version, the older ones
+// chained behind it. A key whose latest version is a tombstone stays in
+// the tree until compaction passes it. Entries are values, replaced whole
+// and never changed in place.
+type entry struct {
+	key string
+	version
+}
+
+func lessKey(a, b entry) bool { return a.key < b.key }
+
+// treeDegree: nodes hold up to 2×treeDegree-1 entries. 32 keeps a 1M-key
+// tree four levels deep while a copy-on-write copy of a node stays a few
+// KiB.
+const treeDegree = 32
+
+func newTree() *btree.BTreeG[entry] { return btree.NewG(treeDegree, lessKey) }
+
+// leaseItem is a lease (key "", with its granted TTL) or the attachment
+// of a key to a lease. Ordered by lease, then key, so a lease's keys
+// follow its header.
+type leaseItem struct {
+	id  int64
+	key string
+	ttl int64
+}
+
+func lessLease(a, b leaseItem) bool {
+	if a.id != b.id {
+		return a.id < b.id
+	}
+	return a.key < b.key
+}
+
+func newLeases() *btree.BTreeG[leaseItem] { return btree.NewG(treeDegree, lessLease) }
+
+// state is what a snapshot holds: the keys with their history, the
+// leases, the current and the compact revision, and the number of live
+// keys. The machine owns one; a read view holds clones.
+type state struct {
+	rev, compact uint64
+	tree         *btree.BTreeG[entry]
+	leases       *btree.BTreeG[leaseItem]
+	live         int
+}
+
+func newState() state { return state{tree: newTree(), leases: newLeases()} }
+
+// clone returns a copy of s sharing its trees copy-on-write. It changes
+// the trees' ownership marks: only under the machine's write lock.
+func (s *state) clone() state {
+	c := *s
+	c.tree, c.leases = s.tree.Clone(), s.leases.Clone()
+	return c
+}
+
+// at is the version of the key at revision rev, nil if the key did not
+// exist then.
+func (e *entry) at(rev uint64) *version {
+	v := &e.version
+	for v != nil && v.mod > rev {
+		v = v.prev
+	}
+	if v == nil || v.tomb {
+		return nil
+	}
+	return v
+}
+
+// get is key's live version now, nil if none.
+func (s *state) get(key string) (string, *version) {
+	e, ok := s.tree.Get(entry{key: key})
+	if !ok || e.tomb {
+		return "", nil
+	}
+	return e.key, &e.version
+}
+
+func kvOf(key string, v *version) *mvccpb.KeyValue {
+	return &mvccpb.KeyValue{Key: []byte(key), Value: v.value, CreateRevision: int64(v.create), ModRevision: int64(v.mod), Version: v.ver, Lease: v.lease}
+}
+
+// keyRange is a range of keys as etcd requests name one: end empty for
+// the key alone, "\x00" for every key from key on, else [key, end).
+type keyRange struct {
+	key, end string
+	single   bool
+}
+
+func rangeOf(key, end []byte) keyRange {
+	switch {
+	case len(end) == 0:
+		return keyRange{key: string(key), single: true}
+	case len(end) == 1 && end[0] == 0:
+		return keyRange{key: string(key)}
+	}
+	return keyRange{key: string(key), end: string(end)}
+}
+
+// ascend calls f for each entry of the range in key order until f
+// returns false.
+func (s *state) ascend(r keyRange, f func(e *entry) bool) {
+	if r.single {
+		if e, ok := s.tree.Get(entry{key: r.key}); ok {
+			f(&e)
+		}
+		return
+	}
+	if r.end != "" && r.end <= r.key {
+		return
+	}
+	s.tree.AscendGreaterOrEqual(entry{key: r.key}, func(e entry) bool {
+		if r.end != "" && e.key >= r.end {
+			return false
+		}
+		return f(&e)
+	})
+}
+
+// checkRev resolves a request's revision against the current one cur:
+// 0 or less is cur.
+func (s *state) checkRev(rev int64, cur uint64) (uint64, error) {
+	switch {
+	case rev > int64(cur):
+		return 0, errFutureRev
+	case rev <= 0:
+		return cur, nil
+	case uint64(rev) < s.compact:
+		return 0, errCompacted
+	}
+	return uint64(rev), nil
+}
+
+// rangeAt answers r as of cur (the current revision, or the one a Txn's
+// writes so far make), as etcd does: limit, more and count, revision,
+// count_only, keys_only (etcd 3.7 leaves lease out then), sort order and
+// target, min and max create and mod revision filters. The header's
+// revision is cur.
+func (s *state) rangeAt(r *pb.RangeRequest, cur uint64) (*pb.RangeResponse, error) {
+	rev, err := s.checkRev(r.Revision, cur)
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: int64(cur)}}
+	kr := rangeOf(r.Key, r.RangeEnd)
+	if r.CountOnly {
+		s.ascend(kr, func(e *entry) bool {
+			if e.at(rev) != nil {
+				resp.Count++
+			}
+			return true
+		})
+		return resp, nil
+	}
+	limit := r.Limit
+	if !defaultOrdering(r.SortTarget, r.SortOrder) || hasRevisionFilters(r) {
+		limit = 0
+	}
+	if limit > 0 && limit < 1<<62 {
+		limit++
+	}
+	fastKeys := r.KeysOnly && r.SortTarget != pb.RangeRequest_VALUE
+	var kvs []*mvccpb.KeyValue
+	s.ascend(kr, func(e *entry) bool {
+		v := e.at(rev)
+		if v == nil {
+			return true
+		}
+		resp.Count++
+		if limit <= 0 || int64(len(kvs)) < limit {
+			kv := kvOf(e.key, v)
+			if fastKeys {
+				kv.Value, kv.Lease = nil, 0
+			}
+			kvs = append(kvs, kv)
+		}
+		return true
+	})
+	kvs = filterKVs(kvs, r)
+	sortKVs(kvs, r)
+	if r.Limit > 0 && int64(len(kvs)) > r.Limit {
+		kvs = kvs[:r.Limit]
+		resp.More = true
+	}
+	if r.KeysOnly {
+		for _, kv := range kvs {
+			kv.Value = nil
+		}
+	}
+	resp.Kvs = kvs
+	return resp, nil
+}
+
+func defaultOrdering(t pb.RangeRequest_SortTarget, o pb.RangeRequest_SortOrder) bool {
+	return o == pb.RangeRequest_NONE || (t == pb.RangeRequest_KEY && o == pb.RangeRequest_ASCEND)
+}
+
+func hasRevisionFilters(r *pb.RangeRequest) bool {
+	return r.MinModRevision != 0 || r.MaxModRevision != 0 || r.MinCreateRevision != 0 || r.MaxCreateRevision != 0
+}
+
+func filterKVs(kvs []*mvccpb.KeyValue, r *pb.RangeRequest) []*mvccpb.KeyValue {
+	if !hasRevisionFilters(r) {
+		return kvs
+	}
+	out := kvs[:0]
+	for _, kv := range kvs {
+		switch {
+		case r.MaxModRevision != 0 && kv.ModRevision > r.MaxModRevision,
+			r.MinModRevision != 0 && kv.ModRevision < r.MinModRevision,
+			r.MaxCreateRevision != 0 && kv.CreateRevision > r.MaxCreateRevision,
+			r.MinCreateRevision != 0 && kv.CreateRevision < r.MinCreateRevision:
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// sortKVs sorts as etcd does (sort.Sort, not stable: ties keep etcd's
+// order only as far as its algorithm does, and this is the same one).
+func sortKVs(kvs []*mvccpb.KeyValue, r *pb.RangeRequest) {
+	order := r.SortOrder
+	if r.SortTarget != pb.RangeRequest_KEY && order == pb.RangeRequest_NONE {
+		order = pb.RangeRequest_ASCEND
+	}
+	if defaultOrdering(r.SortTarget, order) {
+		return
+	}
+	var less func(a, b *mvccpb.KeyValue) bool
+	switch r.SortTarget {
+	case pb.RangeRequest_KEY:
+		less = func(a, b *mvccpb.KeyValue) bool { return bytes.Compare(a.Key, b.Key) < 0 }
+	case pb.RangeRequest_VERSION:
+		less = func(a, b *mvccpb.KeyValue) bool { return a.Version < b.Version }
+	case pb.RangeRequest_CREATE:
+		less = func(a, b *mvccpb.KeyValue) bool { return a.CreateRevision < b.CreateRevision }
+	case pb.RangeRequest_MOD:
+		less = func(a, b *mvccpb.KeyValue) bool { return a.ModRevision < b.ModRevision }
+	default: // VALUE; the request was checked
+		less = func(a, b *mvccpb.KeyValue) bool { return bytes.Compare(a.Value, b.Value) < 0 }
+	}
+	s := &kvSorter{kvs: kvs, less: less}
+	if order == pb.RangeRequest_DESCEND {
+		sort.Sort(sort.Reverse(s))
+	} else {
+		sort.Sort(s)
+	}
+}
+
+type kvSorter struct {
+	kvs  []*mvccpb.KeyValue
+	less func(a, b *mvccpb.KeyValue) bool
+}
+
+func (s *kvSorter) Len() int           { return len(s.kvs) }
+func (s *kvSorter) Swap(i, j int)      { s.kvs[i], s.kvs[j] = s.kvs[j], s.kvs[i] }
+func (s *kvSorter) Less(i, j int) bool { return s.less(s.kvs[i], s.kvs[j]) }
+
+// events lists the changes to keys of the range with revisions from
+// from to to, both included, in revision order, each with the key's
+// version before it as PrevKv where history still holds it.
+func (s *state) events(kr keyRange, from, to uint64) []*mvccpb.Event {
+	type ev struct {
+		mod uint64
+		sub uint32
+		e   *mvccpb.Event
+	}
+	var out []ev
+	s.ascend(kr, func(e *entry) bool {
+		for v := &e.version; v != nil && v.mod >= from; v = v.prev {
+			if v.mod > to {
+				continue
+			}
+			out = append(out, ev{v.mod, v.sub, eventOf(e.key, v)})
+		}
+		return true
+	})
+	if len(out) == 0 {
+		return nil
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if c := cmp.Compare(out[i].mod, out[j].mod); c != 0 {
+			return c < 0
+		}
+		return out[i].sub < out[j].sub
+	})
+	evs := make([]*mvccpb.Event, len(out))
+	for i, o := range out {
+		evs[i] = o.e
+	}
+	return evs
+}
+
+// eventOf is the watch event of version v of key: a put with the key's
+// value then, or a delete naming the key and revision; PrevKv is the
+// version before if it was live and history holds it.
+func eventOf(key string, v *version) *mvccpb.Event {
+	ev := &mvccpb.Event{Type: mvccpb.PUT}
+	if v.tomb {
+		ev.Type = mvccpb.DELETE
+		ev.Kv = &mvccpb.KeyValue{Key: []byte(key), ModRevision: int64(v.mod)}
+	} else {
+		ev.Kv = kvOf(key, v)
+	}
+	if p := v.prev; p != nil && !p.tomb {
+		ev.PrevKv = kvOf(key, p)
+	}
+	return ev
+}
+
+// compactChain is e's chain after a compaction at rev: the versions after
+// rev, and the latest at or before it unless that is a tombstone. keep
+// false means nothing is left; changed false that the chain is as it was.
+func compactChain(e *entry, rev uint64) (out version, keep, changed bool) {
+	var above []*version
+	v := &e.version
+	for v != nil && v.mod > rev {
+		above = append(above, v)
+		v = v.prev
+	}
+	if v == nil || (!v.tomb && v.prev == nil) {
+		return e.version, true, false
+	}
+	var tail *version
+	if !v.tomb {
+		c := *v
+		c.prev = nil
+		tail = &c
+	}
+	for i := len(above) - 1; i >= 0; i-- {
+		c := *above[i]
+		c.prev = tail
+		tail = &c
+	}
+	if tail == nil {
+		return version{}, false, true
+	}
+	return *tail, true, true
+}
+
+// leaseOf reports whether lease id exists, and its TTL.
+func (s *state) leaseOf(id int64) (ttl int64, ok bool) {
+	it, ok := s.leases.Get(leaseItem{id: id})
+	return it.ttl, ok
+}
+
+// leaseKeys lists the keys attached to lease id, in key order.
+func (s *state) leaseKeys(id int64) []string {
+	var keys []string
+	s.leases.AscendGreaterOrEqual(leaseItem{id: id, key: "\x00"}, func(it leaseItem) bool {
+		if it.id != id {
+			return false
+		}
+		keys = append(keys, it.key)
+		return true
+	})
+	return keys
+}
