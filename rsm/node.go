@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,13 @@ import (
 )
 
 // Node is this host's member of one group. It is safe for concurrent use.
+//
+// Its run goroutine joins the group, follows, catches up and leads: it
+// does the store reads and the calls, and followCore (fc) decides what
+// comes next (followcore.go). Its client (client.go) submits the node's
+// requests under its session; RPC handlers (handlers.go) take the
+// leader's heartbeats and others' requests; catch-up and snapshot loading
+// are catchup.go.
 type Node struct {
 	host   *Host
 	group  string
@@ -215,133 +221,6 @@ func (n *Node) observeLeader(ls leaderState) {
 	}
 }
 
-func (n *Node) noteCorrupt(err error) {
-	var c *CorruptError
-	switch {
-	case !errors.As(err, &c):
-	case errors.Is(c.Err, errMissing):
-		n.log.Error("an object the group depends on is missing from the store", "key", c.Key, "err", c.Err)
-	default:
-		n.m.corrupt.WithLabelValues(n.group, objectKind(n.group, c.Key)).Inc()
-		n.log.Error("corrupt object in the store; it is not applied", "key", c.Key, "err", c.Err)
-	}
-}
-
-// recordProblem reports err and, if it is a corrupt or missing object, records it
-// as the reason the node neither leads nor serves: Status shows it, the
-// refused gauge counts it and requests fail at once with it, until the
-// node joins again.
-func (n *Node) recordProblem(err error) {
-	err = storeCorrupt(err)
-	n.noteCorrupt(err)
-	n.setProblem(err)
-}
-
-// storeCorrupt returns err as a *CorruptError naming its key if it is a
-// store's report of its own damaged data (store.ErrCorrupt: a file://
-// pack missing a segment between others, a Route 53 record tenure did not
-// write), else err: such an object is refused as a corrupt one is.
-func storeCorrupt(err error) error {
-	var c *CorruptError
-	var s *store.Error
-	if errors.Is(err, store.ErrCorrupt) && !errors.As(err, &c) && errors.As(err, &s) {
-		return &CorruptError{Key: s.Key, Err: err}
-	}
-	return err
-}
-
-// setProblem is recordProblem for an error already reported.
-func (n *Node) setProblem(err error) {
-	kind, p := problemOf(n.group, err)
-	if p == nil {
-		return
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.problem == nil {
-		close(n.refused)
-	} else if was, _ := problemOf(n.group, n.problem); was != kind {
-		n.m.refused.WithLabelValues(n.group, was).Set(0)
-	}
-	n.problem = p
-	n.m.refused.WithLabelValues(n.group, kind).Set(1)
-}
-
-// problemOf returns the refused gauge's object label and the problem in
-// err that stops a node from leading or serving; nil if there is none.
-// Another process writing as this node is seen in leader_state.json.
-func problemOf(group string, err error) (string, error) {
-	var c *CorruptError
-	var d *DuplicateIDError
-	switch {
-	case errors.As(err, &c):
-		return objectKind(group, c.Key), c
-	case errors.As(err, &d):
-		return "leader_state", d
-	}
-	return "", nil
-}
-
-// checkHole is called where a catch-up found the log's end at index h
-// (after a snapshot ending at snapEnd, or none). The end is a hole an
-// operator made, not the log's end or a write that failed, if h is at or
-// below a commit index known to this node, or if an entry after it says
-// h was committed before it was written (its commit hint). With no
-// snapshot and the log starting later, the snapshot is what is missing.
-func (n *Node) checkHole(ctx context.Context, h, snapEnd uint64) error {
-	n.mu.Lock()
-	seen := n.fc.commitSeen
-	n.mu.Unlock()
-	missing := func(after []uint64, why string, args ...any) error {
-		key := logKey(n.group, h)
-		if snapEnd == 0 && h == 1 && len(after) > 0 && after[0] > 2 {
-			key = n.gs.key(snapshotKey)
-			why = fmt.Sprintf("the log starts at %d, and no snapshot holds the entries before it; ", after[0]) + why
-		}
-		return &CorruptError{Key: key, Err: fmt.Errorf("%w: "+why, append([]any{errMissing}, args...)...)}
-	}
-	if h <= seen {
-		return missing(nil, "index %d is below the commit index %d", h, seen)
-	}
-	after, err := n.gs.listLog(ctx, h, 1000)
-	if err != nil || len(after) == 0 {
-		return err
-	}
-	last := after[len(after)-1]
-	e, err := n.gs.readEntry(ctx, last)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil // truncated since: the next catch-up reads the snapshot
-	}
-	if err != nil {
-		return err
-	}
-	if e.Commit >= h {
-		return missing(after, "index %d is missing, but entry %d says the log was committed up to %d when it was written", h, last, e.Commit)
-	}
-	return nil
-}
-
-func objectKind(group, key string) string {
-	switch {
-	case key == group+"/"+leaderStateKey:
-		return "leader_state"
-	case key == group+"/"+snapshotKey, strings.HasPrefix(key, group+"/"+snapDir):
-		return "snapshot"
-	}
-	return "log"
-}
-
-// resetReplica returns the machines to their empty state; the next
-// catch-up rebuilds them from the store. A deposed leader does this: it may
-// have applied entries that were never committed.
-func (n *Node) resetReplica() {
-	n.repMu.Lock()
-	defer n.repMu.Unlock()
-	if err := n.rep.reset(); err != nil {
-		n.log.Error("reset of the state machines failed", "err", err)
-	}
-}
-
 // run is the node's lifecycle: JOINING (discover, catch up, follow or lead)
 // then JOINED until the leader is lost, then JOINING again.
 func (n *Node) run() {
@@ -503,34 +382,6 @@ func (n *Node) refusedAsDuplicate(dup *DuplicateIDError) error {
 	return dup
 }
 
-// checkGroupEmpty fails if the group has objects other than
-// leader_state.json.
-func (n *Node) checkGroupEmpty(ctx context.Context) error {
-	idx, err := n.gs.listLog(ctx, 0, 1)
-	if err != nil {
-		return err
-	}
-	snapEnd, _, _, err := n.gs.snapshotEnd(ctx)
-	if err != nil {
-		return err
-	}
-	what := ""
-	switch {
-	case len(idx) > 0:
-		what = fmt.Sprintf("the log holds index %d", idx[0])
-	case snapEnd > 0:
-		what = fmt.Sprintf("a snapshot ends at %d", snapEnd)
-	default:
-		return nil
-	}
-	// leader_state.json is created before anything else: if it is there
-	// now, another node created the group since our first read.
-	if _, _, err := n.gs.readLeaderState(ctx); !errors.Is(err, store.ErrNotFound) {
-		return err
-	}
-	return &CorruptError{Key: n.gs.key(leaderStateKey), Err: fmt.Errorf("%w, but %s: the group's highest term is lost", errMissing, what)}
-}
-
 // watchLeader returns when MaxMissedHeartbeats heartbeats were missed, or
 // the follower must catch up.
 func (n *Node) watchLeader() error {
@@ -664,25 +515,6 @@ func (n *Node) signed(ls leaderState, term uint64) bool {
 	return false
 }
 
-// logEnd returns the highest log index after `after`; 0 if there is none.
-func (n *Node) logEnd(ctx context.Context, after uint64) (uint64, error) {
-	end := uint64(0)
-	for {
-		idx, err := n.gs.listLog(ctx, after, 1000)
-		if err != nil {
-			return 0, err
-		}
-		if len(idx) == 0 {
-			return end, nil
-		}
-		end = idx[len(idx)-1]
-		if len(idx) < 1000 {
-			return end, nil
-		}
-		after = end
-	}
-}
-
 // attempt is S2C's LeaderState check: if leader_state.json still names the
 // leader of the term we gave up on, wait for our rank and attempt
 // leadership over the version we read.
@@ -800,151 +632,6 @@ func (n *Node) lead(prev leaderState, version string) error {
 	return nil
 }
 
-// catchUp brings the replica up to the end of the store's log, stopping at
-// the first hole, reading it under rule 8 (readLog). It returns the newest
-// snapshot's end index and version. The snapshot is read whole only if it
-// is ahead of the replica, and at most once per version: the snapshot
-// reads after the log's chunks are listings unless it changed.
-func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string, err error) {
-	start := time.Now()
-	defer func() { n.m.catchUp.WithLabelValues(n.group).Observe(time.Since(start).Seconds()) }()
-	end, version, snap, err := n.gs.snapshotEnd(ctx)
-	if err != nil {
-		return 0, "", err
-	}
-	if err := n.loadSnapshotAt(ctx, end, snap); err != nil {
-		return 0, "", err
-	}
-	const chunk = 100
-	for {
-		n.repMu.Lock()
-		applied := n.rep.applied
-		n.repMu.Unlock()
-		c, err := n.readLog(ctx, applied+1, 0, chunk)
-		if err != nil {
-			return 0, "", err
-		}
-		if c.snapEnd > end {
-			end, version = c.snapEnd, c.version
-		}
-		if c.superseded {
-			if err := n.loadSnapshotAt(ctx, c.snapEnd, c.snap); err != nil {
-				return 0, "", err
-			}
-			continue
-		}
-		n.repMu.Lock()
-		for _, e := range c.entries {
-			if e.Index != n.rep.applied+1 {
-				break
-			}
-			n.rep.apply(e)
-		}
-		n.m.applyIndex.WithLabelValues(n.group).Set(float64(n.rep.applied))
-		n.repMu.Unlock()
-		if len(c.entries) < chunk {
-			n.repMu.Lock()
-			h := n.rep.applied + 1
-			n.repMu.Unlock()
-			if err := n.checkHole(ctx, h, end); err != nil {
-				return 0, "", err
-			}
-			return end, version, nil
-		}
-	}
-}
-
-// loadSnapshotAt restores the snapshot ending at end if it is ahead of the
-// replica: snap if the caller read it whole, else read now. A manifest
-// whose objects were collected while they were read (a newer snapshot
-// replaced it) is read again.
-func (n *Node) loadSnapshotAt(ctx context.Context, end uint64, snap *storedSnapshot) error {
-	for {
-		n.repMu.Lock()
-		applied := n.rep.applied
-		n.repMu.Unlock()
-		if end == 0 || end <= applied {
-			return nil
-		}
-		if snap == nil {
-			var err error
-			if snap, _, err = n.gs.readSnapshot(ctx); err != nil {
-				return err
-			}
-		}
-		err := n.loadSnapshot(ctx, snap)
-		if !errors.Is(err, errSnapshotMoved) {
-			return err
-		}
-		n.log.Info("the snapshot changed while it was read; reading it again", "end", snap.EndIndex)
-		snap = nil
-	}
-}
-
-// readLog reads the log under rule 8 (groupStore.readLog), counting the
-// reads and reporting a corrupt object.
-func (n *Node) readLog(ctx context.Context, from, to uint64, limit int) (logChunk, error) {
-	c, err := n.gs.readLog(ctx, from, to, limit)
-	if err != nil {
-		n.noteCorrupt(err)
-		return c, err
-	}
-	n.m.logReads.WithLabelValues(n.group).Add(float64(c.read))
-	return c, nil
-}
-
-// loadSnapshot restores snap if it is ahead of the replica. A manifest's
-// base is read only if the replica has not reached it; then the entries of
-// its segments after the replica's index are applied.
-func (n *Node) loadSnapshot(ctx context.Context, snap *storedSnapshot) error {
-	if snap == nil {
-		return nil
-	}
-	start := time.Now()
-	n.repMu.Lock()
-	defer n.repMu.Unlock()
-	if snap.EndIndex <= n.rep.applied {
-		return nil
-	}
-	var r *Restore
-	if snap.man != nil {
-		r = &Restore{Segments: snap.man.SegBytes}
-		if n.rep.applied < snap.man.Base.Index {
-			r.Base = snap.man.Base.Bytes
-		}
-		n.restoring.Store(r)
-		defer n.restoring.Store(nil)
-		err := n.gs.loadManifest(ctx, snap, n.rep.applied, func(cs *chunkedStream) error {
-			err := n.rep.restoreFrom(cs.head, cs.machine)
-			if err == nil {
-				if err = cs.finish(); err != nil {
-					err = errors.Join(err, n.rep.reset())
-				}
-			}
-			return err
-		}, func(e *rsmpb.Entry, prepared []any) error {
-			n.rep.applyPrepared(e, prepared)
-			return nil
-		})
-		n.m.applyIndex.WithLabelValues(n.group).Set(float64(n.rep.applied))
-		if err != nil {
-			return err
-		}
-	} else if err := n.rep.restoreStored(snap); err != nil {
-		return err
-	}
-	took := time.Since(start)
-	n.m.snapshotLoad.WithLabelValues(n.group).Observe(took.Seconds())
-	n.setSnapshot(snap.EndIndex, snap.man.stats())
-	// A restart's time is mostly this load: what it read says why.
-	if r != nil {
-		n.log.Info("snapshot loaded", "end", snap.EndIndex, "base_bytes", r.Base, "segment_bytes", r.Segments, "took", took)
-	} else {
-		n.log.Info("snapshot loaded", "end", snap.EndIndex, "took", took)
-	}
-	return nil
-}
-
 // follow registers with the leader named in ls.
 func (n *Node) follow(ls leaderState) error {
 	n.repMu.Lock()
@@ -992,118 +679,6 @@ func outcome(err error, resp interface{ GetStatus() rsmpb.Status }) string {
 		return "error"
 	}
 	return resp.GetStatus().String()
-}
-
-// handleFollow serves a Follow request.
-func (n *Node) handleFollow(ctx context.Context, req *rsmpb.FollowRequest) *rsmpb.FollowResponse {
-	n.mu.Lock()
-	l := n.leader
-	resp := &rsmpb.FollowResponse{Term: n.fc.term, LeaderId: n.fc.leaderID, LeaderAddr: n.fc.leaderAddr}
-	n.mu.Unlock()
-	// A leader still taking over has its run already: the request waits
-	// for the run's loop (addFollower), or fails when the takeover does. A
-	// refusal would cost the follower a heartbeat interval.
-	if l == nil || (req.Term != 0 && req.Term != l.term) {
-		resp.Status = rsmpb.Status_NOT_LEADER
-		return resp
-	}
-	confirmed, err := l.addFollower(ctx, followerInfo{ID: req.NodeId, Addr: req.Addr, ApplyIndex: req.ApplyIndex}, req.Incarnation, req.ReadsPacks)
-	var dup *DuplicateIDError
-	if errors.As(err, &dup) {
-		resp.Status, resp.Message = rsmpb.Status_DUPLICATE_ID, err.Error()
-		resp.OtherAddr, resp.OtherIncarnation = dup.Addr, dup.Incarnation
-		return resp
-	}
-	if err != nil {
-		resp.Status, resp.Message = rsmpb.Status_NOT_LEADER, err.Error()
-		return resp
-	}
-	resp.CommitIndex = confirmed
-	resp.Status = rsmpb.Status_OK
-	return resp
-}
-
-// handleSynchronize applies committed entries from the leader, in order:
-// only from the leader leader_state.json names for the request's term (c
-// is the authenticated caller).
-func (n *Node) handleSynchronize(ctx context.Context, req *rsmpb.SynchronizeRequest, c caller) *rsmpb.SynchronizeResponse {
-	n.mu.Lock()
-	stale, term := n.fc.stale(req.Term), n.fc.term
-	n.mu.Unlock()
-	if stale {
-		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_STALE_TERM, Message: fmt.Sprintf("term %d is behind %d", req.Term, term)}
-	}
-	if err := n.fromLeader(ctx, req, c); err != nil {
-		n.m.syncs.WithLabelValues(n.group, "refused").Inc()
-		n.log.Warn("refused a Synchronize", "err", err)
-		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: err.Error()}
-	}
-	n.mu.Lock()
-	if n.fc.stale(req.Term) {
-		term := n.fc.term
-		n.mu.Unlock()
-		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_STALE_TERM, Message: fmt.Sprintf("term %d is behind %d", req.Term, term)}
-	}
-	if l := n.leader; l != nil {
-		if req.Term > l.term {
-			// The store names another leader of a higher term: we are
-			// deposed (by leader_state.json, not by the request's word).
-			l.depose(fmt.Errorf("%w: leader_state.json names %s leader of term %d", errDeposed, req.LeaderId, req.Term))
-		}
-		n.mu.Unlock()
-		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: "this node leads or led term " + fmt.Sprint(l.term)}
-	}
-	n.fc.heard(req)
-	n.mu.Unlock()
-	select {
-	case n.heard <- struct{}{}:
-	default:
-	}
-	n.repMu.Lock()
-	defer n.repMu.Unlock()
-	for _, e := range req.Entries {
-		if e.Index <= n.rep.applied {
-			continue
-		}
-		if e.Index != n.rep.applied+1 {
-			break // a gap: the leader resends from our index
-		}
-		n.rep.apply(e)
-	}
-	n.m.applyIndex.WithLabelValues(n.group).Set(float64(n.rep.applied))
-	n.m.syncs.WithLabelValues(n.group, "OK").Inc()
-	return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_OK, ApplyIndex: n.rep.applied, EnqueuedIndex: n.rep.applied}
-}
-
-// accept takes a state request from another node's stream.
-func (n *Node) accept(req *rsmpb.StateRequest) *pending {
-	p := &pending{req: req, start: time.Now(), done: make(chan *rsmpb.StateResponse, 1)}
-	n.mu.Lock()
-	l, role := n.leader, n.role
-	resp := &rsmpb.StateResponse{Status: rsmpb.Status_NOT_LEADER, LeaderId: n.fc.leaderID, LeaderAddr: n.fc.leaderAddr, Term: n.fc.term}
-	n.mu.Unlock()
-	if l == nil || role != Leader {
-		p.reply(resp)
-		return p
-	}
-	if req.Register {
-		if req.Type != rsmpb.RequestType_COMMAND || req.Client == "" || req.Session != 0 || req.Seq != 0 {
-			p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_ERROR, Message: "a registration carries a label and no session or sequence number"})
-			return p
-		}
-		l.enqueue(p)
-		return p
-	}
-	if _, ok := n.rep.machines[req.Machine]; !ok {
-		p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_MACHINE, Message: req.Machine})
-		return p
-	}
-	if req.Type == rsmpb.RequestType_COMMAND && (req.Session == 0 || req.Seq == 0) {
-		p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_ERROR, Message: "command without session or sequence number"})
-		return p
-	}
-	l.enqueue(p)
-	return p
 }
 
 // Leave stops the node; a leader steps down so another may take over at
