@@ -1,0 +1,5 @@
+//go:build !race
+
+package lease
+
+const simEvery = 1
