@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenure-io/tenure/election"
+	"github.com/tenure-io/tenure/internal/opsserver"
 )
 
 // electMetrics are the Prometheus metrics of one election member: the
@@ -20,7 +21,7 @@ type electMetrics struct {
 func newElectMetrics() *electMetrics {
 	m := &electMetrics{reg: prometheus.NewRegistry(), store: newStoreMetrics()}
 	m.reg.MustRegister(m.store.collectors()...)
-	m.reg.MustRegister(processCollectors()...)
+	m.reg.MustRegister(opsserver.ProcessCollectors()...)
 	return m
 }
 
@@ -50,10 +51,10 @@ func runElect(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	metrics := newElectMetrics()
-	ops := newOpsState("elect", cfg.ServerID)
-	defer context.AfterFunc(ctx, func() { ops.stopping.Store(true) })()
+	ops := opsserver.NewState("elect", cfg.ServerID)
+	defer context.AfterFunc(ctx, func() { ops.SetStopping() })()
 	if *httpAddr != "" {
-		mux := opsMux(ops.status, metrics.reg)
+		mux := opsserver.Mux(ops.Status, metrics.reg)
 		stop, err := serveOps(*httpAddr, mux, cfg.Logger)
 		if err != nil && !flagGiven(fs, "http") && errors.Is(err, syscall.EADDRINUSE) {
 			// The default port, taken: most likely by another member on
@@ -82,7 +83,7 @@ func runElect(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ops.running(electionView(member))
+	ops.Running(opsserver.ElectionView(member))
 	cfg.Logger.Info("taking part in the election", "lock", *ef.lock, "id", cfg.ServerID, "addr", cfg.ServerAddr, "peer", cfg.ServerAddr != "" && !cfg.PeerDisabled)
 	err = member.Run(ctx)
 	if err != nil && !errors.Is(err, context.Canceled) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/election"
+	"github.com/tenure-io/tenure/internal/opsserver"
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/store"
 )
@@ -249,17 +250,17 @@ func refuseMemStore(flagName, storeURL string) error {
 // meanwhile); a permanent error is returned at once. Its calls feed o's
 // store health and observer. The caller closes the returned store; the
 // member need not probe it again (election.Config.SkipProbe).
-func openStore(ctx context.Context, log *slog.Logger, o *opsState, storeURL string, observer func(store.Call)) (*store.Store, error) {
+func openStore(ctx context.Context, log *slog.Logger, o *opsserver.State, storeURL string, observer func(store.Call)) (*store.Store, error) {
 	opts := []store.Option{store.WithLogger(log), store.WithObserver(func(c store.Call) {
-		o.health.observe(c)
+		o.Health().Observe(c)
 		if observer != nil {
 			observer(c)
 		}
 	})}
 	var st *store.Store
-	err := connectStore(ctx, log, o, func(ctx context.Context) error {
+	err := opsserver.ConnectStore(ctx, log, o, func(ctx context.Context) error {
 		var err error
-		st, err = openProbed(ctx, storeURL, opts...)
+		st, err = opsserver.OpenProbed(ctx, storeURL, opts...)
 		return err
 	})
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/grpclog"
 
 	"github.com/tenure-io/tenure/internal/bench"
+	"github.com/tenure-io/tenure/internal/opsserver"
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
@@ -236,16 +237,16 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	// corrupt-object count from it.
 	reg, rsmReg, sm := prometheus.NewRegistry(), prometheus.NewRegistry(), newStoreMetrics()
 	reg.MustRegister(sm.collectors()...)
-	reg.MustRegister(processCollectors()...)
+	reg.MustRegister(opsserver.ProcessCollectors()...)
 	gatherers := prometheus.Gatherers{reg, rsmReg}
 	hcfg := rsm.HostConfig{ID: *id, Addr: addr, Listener: peerLn, ServerTLS: serverTLS, ClientTLS: clientTLS, PlaintextLoopback: *peerPlain, Logger: log, Registerer: rsmReg}
-	ops := newOpsState("kv serve", *id)
+	ops := opsserver.NewState("kv serve", *id)
 	ko := &kvOps{ops: ops}
 	// The server's policy (which port needs what, what the token guards)
 	// is kvserver's: its errors name the flags.
 	ks, err := kvserver.New(kvserver.Config{
 		HTTPAddr: *listen, TLS: apiTLS, InsecureHTTP: *insecureHTTP, RequireClientCert: *httpClientCA != "", Token: token,
-		Peer: hcfg, Ops: opsMux(ko.opsStatus, gatherers), NotReady: ko.notReady,
+		Peer: hcfg, Ops: opsserver.Mux(ko.opsStatus, gatherers), NotReady: ko.notReady,
 		Names: map[string]string{"HTTPAddr": "--http", "TLS": "--http-tls-cert and --http-tls-key", "InsecureHTTP": "--insecure-http",
 			"RequireClientCert": "--http-client-ca", "Token": "--token-file", "PlaintextLoopback": "--peer-plaintext",
 			"ServerTLS": "--tls-dir, --tls-cert/--tls-key/--tls-ca"},
@@ -280,7 +281,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	var msrv *http.Server
 	if metricsLn != nil {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", metricsHandler(gatherers))
+		mux.Handle("/metrics", opsserver.MetricsHandler(gatherers))
 		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 		go func() { serveErr <- msrv.Serve(metricsLn) }()
 		log.Info("serving /metrics", "addr", metricsLn.Addr().String())
@@ -291,7 +292,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	// fails (a missing bucket, a bad group name) never announces an API.
 	log.Info("connecting to the store; the probes are served", "http", apiURL)
 	stopHTTP := func() {
-		ops.stopping.Store(true)
+		ops.SetStopping()
 		// Let requests in flight finish (each is bounded by RequestTimeout).
 		sctx, cancel := context.WithTimeout(context.Background(), *reqTimeout+time.Second)
 		defer cancel()
@@ -303,7 +304,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 		}
 	}
 
-	st, host, err := kvConnect(ctx, log, ops, *storeURL, hcfg, func(c store.Call) { sm.observe(c); ops.health.observe(c) })
+	st, host, err := kvConnect(ctx, log, ops, *storeURL, hcfg, func(c store.Call) { sm.observe(c); ops.Health().Observe(c) })
 	if err != nil || ctx.Err() != nil {
 		stopHTTP()
 		if ctx.Err() != nil {
@@ -331,7 +332,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	} else {
 		fmt.Fprintf(e.stdout, "tenure kv: node %s of group %q: HTTP API on %s, peers dial %s\n", *id, *group, apiURL, addr)
 	}
-	ops.starting.Store(nil)
+	ops.Started()
 
 	var runErr error
 	select {
@@ -410,12 +411,12 @@ func (e loggedError) Unwrap() error { return e.err }
 
 // kvConnect opens the store and starts the host, retrying while the store
 // does not answer (see connectStore).
-func kvConnect(ctx context.Context, log *slog.Logger, o *opsState, storeURL string, hcfg rsm.HostConfig, observe func(store.Call)) (*store.Store, *rsm.Host, error) {
+func kvConnect(ctx context.Context, log *slog.Logger, o *opsserver.State, storeURL string, hcfg rsm.HostConfig, observe func(store.Call)) (*store.Store, *rsm.Host, error) {
 	var (
 		st   *store.Store
 		host *rsm.Host
 	)
-	err := connectStore(ctx, log, o, func(ctx context.Context) error {
+	err := opsserver.ConnectStore(ctx, log, o, func(ctx context.Context) error {
 		var err error
 		if st, err = store.Open(ctx, storeURL, store.WithObserver(observe), store.WithLogger(log)); err != nil {
 			return err
@@ -435,22 +436,20 @@ func kvConnect(ctx context.Context, log *slog.Logger, o *opsState, storeURL stri
 // kvOps is what kv serve reports on /readyz and /status. It is safe for
 // concurrent use.
 type kvOps struct {
-	ops    *opsState
+	ops    *opsserver.State
 	status atomic.Pointer[func() rsm.Status] // the node's, once joined
 }
 
 // notReady says why the API is not served yet.
 func (s *kvOps) notReady() string {
-	if p := s.ops.starting.Load(); p != nil {
-		return *p
-	}
-	return ""
+	reason, _ := s.ops.Starting()
+	return reason
 }
 
 // opsStatus is the node's status in the form every command reports.
-func (s *kvOps) opsStatus() opsStatus {
+func (s *kvOps) opsStatus() opsserver.Status {
 	h := s.healthNow()
-	st := opsStatus{Command: s.ops.command, ID: s.ops.id}
+	st := opsserver.Status{Command: s.ops.Command(), ID: s.ops.ID()}
 	st.Ready, st.Reason = kvserver.Readiness(h)
 	if h.StoreErr != nil {
 		st.StoreError = h.StoreErr.Error()
@@ -469,10 +468,8 @@ func (s *kvOps) opsStatus() opsStatus {
 }
 
 func (s *kvOps) healthNow() kvserver.Health {
-	h := kvserver.Health{Stopping: s.ops.stopping.Load(), StoreErr: s.ops.health.err()}
-	if p := s.ops.starting.Load(); p != nil {
-		h.Starting = *p
-	}
+	h := kvserver.Health{Stopping: s.ops.Stopping(), StoreErr: s.ops.Health().Err()}
+	h.Starting, _ = s.ops.Starting()
 	if f := s.status.Load(); f != nil {
 		h.Status = (*f)()
 	} else if h.Starting == "" {

@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,7 +21,6 @@ import (
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm/kv"
 	"github.com/tenure-io/tenure/store"
-	"github.com/tenure-io/tenure/store/driver"
 )
 
 // TestKVServeHTTPS serves the API over HTTPS with a test CA, then with
@@ -305,63 +303,6 @@ func waitRole(t *testing.T, addr string, leader bool) {
 		last = out
 	}
 	t.Fatalf("node at %s never became %s:\n%s", addr, want, last)
-}
-
-// The store counts as unreachable after a few failures in a row; any
-// answer, even "not found", resets that; our own cancellations say
-// nothing.
-func TestStoreHealth(t *testing.T) {
-	var h storeHealth
-	fail := store.Call{Op: "get", Err: &store.Error{Op: "get", Kind: driver.Transient, Err: errors.New("refused")}}
-	for range storeFailuresUnready - 1 {
-		h.observe(fail)
-	}
-	h.observe(store.Call{Op: "get", Err: &store.Error{Op: "get", Kind: driver.Canceled, Err: context.Canceled}})
-	if err := h.err(); err != nil {
-		t.Fatalf("unreachable after %d failures: %v", storeFailuresUnready-1, err)
-	}
-	h.observe(fail)
-	if err := h.err(); err == nil {
-		t.Fatalf("reachable after %d failures in a row", storeFailuresUnready)
-	}
-	// A call that waited out its deadline: the store does not answer,
-	// and each such call takes that long; one is enough.
-	h.observe(store.Call{Op: "get"})
-	h.observe(store.Call{Op: "get", Err: &store.Error{Op: "get", Kind: driver.Transient, Err: context.DeadlineExceeded}})
-	if err := h.err(); err == nil {
-		t.Fatal("reachable after a call that waited out its deadline")
-	}
-	for _, k := range []driver.Kind{driver.NotFound, driver.TooLarge} {
-		for range storeFailuresUnready {
-			h.observe(fail)
-		}
-		h.observe(store.Call{Op: "get", Err: &store.Error{Op: "get", Kind: k, Err: errors.New("an answer")}})
-		if err := h.err(); err != nil {
-			t.Fatalf("unreachable after a %v answer: %v", k, err)
-		}
-	}
-}
-
-func TestKVRetryable(t *testing.T) {
-	se := func(k driver.Kind) error {
-		return &store.Error{Op: "open", Kind: k, Err: errors.New("x")}
-	}
-	cases := []struct {
-		name string
-		err  error
-		want bool
-	}{
-		{"transient", se(driver.Transient), true},
-		{"throttled, wrapped by the probe", errors.Join(errors.New("rsm: store probe"), se(driver.Throttled)), true},
-		{"permanent (missing bucket, refused credentials)", se(driver.Permanent), false},
-		{"invalid argument", se(driver.InvalidArgument), false},
-		{"not the store's (a bad URL)", store.ErrUnknownScheme, false},
-	}
-	for _, c := range cases {
-		if got := storeRetryable(c.err); got != c.want {
-			t.Errorf("%s: retryable %v; want %v", c.name, got, c.want)
-		}
-	}
 }
 
 // gRPC's logs go through kv serve's logger, as JSON when it is.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-io/tenure/internal/opsserver"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
@@ -88,7 +89,7 @@ func TestLongRunningProbes(t *testing.T) {
 				t.Errorf("/healthz (the alias of /readyz): %d %s; want 200", code, body)
 			}
 			code, body := httpGet(t, base+"/status", "")
-			var st opsStatus
+			var st opsserver.Status
 			if err := json.Unmarshal([]byte(body), &st); code != http.StatusOK || err != nil {
 				t.Fatalf("/status: %d %s (%v)", code, body, err)
 			}

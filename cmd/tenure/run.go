@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/election"
+	"github.com/tenure-io/tenure/internal/opsserver"
 )
 
 // exitError carries a child's exit status out of run.
@@ -75,10 +76,10 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	metrics := newElectMetrics()
-	ops := newOpsState("run", cfg.ServerID)
-	defer context.AfterFunc(ctx, func() { ops.stopping.Store(true) })()
+	ops := opsserver.NewState("run", cfg.ServerID)
+	defer context.AfterFunc(ctx, func() { ops.SetStopping() })()
 	if *httpAddr != "" {
-		stopHTTP, err := serveOps(*httpAddr, opsMux(ops.status, metrics.reg), log)
+		stopHTTP, err := serveOps(*httpAddr, opsserver.Mux(ops.Status, metrics.reg), log)
 		if err != nil {
 			return err
 		}
@@ -184,7 +185,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ops.running(electionView(member))
+	ops.Running(opsserver.ElectionView(member))
 	if err := member.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

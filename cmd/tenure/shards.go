@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenure-io/tenure/internal/opsserver"
 	"github.com/tenure-io/tenure/lease"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/memstore"
@@ -107,25 +108,25 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	if err := check.Validate(); err != nil {
 		return err
 	}
-	ops := newOpsState("shards", *id)
-	defer context.AfterFunc(ctx, func() { ops.stopping.Store(true) })()
+	ops := opsserver.NewState("shards", *id)
+	defer context.AfterFunc(ctx, func() { ops.SetStopping() })()
 	sm := newStoreMetrics()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(sm.collectors()...)
-	reg.MustRegister(processCollectors()...)
+	reg.MustRegister(opsserver.ProcessCollectors()...)
 	if *httpAddr != "" {
-		stop, err := serveOps(*httpAddr, opsMux(ops.status, reg), log)
+		stop, err := serveOps(*httpAddr, opsserver.Mux(ops.Status, reg), log)
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
 	var st *store.Store
-	err = connectStore(ctx, log, ops, func(ctx context.Context) error {
+	err = opsserver.ConnectStore(ctx, log, ops, func(ctx context.Context) error {
 		var err error
-		st, err = openProbed(ctx, *storeURL, store.WithLogger(log), store.WithObserver(func(c store.Call) {
+		st, err = opsserver.OpenProbed(ctx, *storeURL, store.WithLogger(log), store.WithObserver(func(c store.Call) {
 			sm.observe(c)
-			ops.health.observe(c)
+			ops.Health().Observe(c)
 		}))
 		return err
 	})
@@ -145,7 +146,7 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
-	ops.running(shardsView(c))
+	ops.Running(shardsView(c))
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), *leaseDur)
 	defer cancel()
@@ -176,8 +177,8 @@ const shardWarnInterval = 10 * time.Second
 // shardsView is the readiness of a shard group member: in member mode,
 // ready once it sees its own lease among the live members; in shard mode, once running (each shard's election
 // keeps its own view). Either way, its store must answer.
-func shardsView(c *lease.Coordinator) func(opsStatus) opsStatus {
-	return func(s opsStatus) opsStatus {
+func shardsView(c *lease.Coordinator) func(opsserver.Status) opsserver.Status {
+	return func(s opsserver.Status) opsserver.Status {
 		ls := c.Status()
 		s.Shards = &ls
 		s.Role = "member"
