@@ -15,12 +15,12 @@ import (
 // election package's (through Config.Registerer) and the store's.
 type electMetrics struct {
 	reg   *prometheus.Registry
-	store *storeMetrics
+	store *opsserver.StoreMetrics
 }
 
 func newElectMetrics() *electMetrics {
-	m := &electMetrics{reg: prometheus.NewRegistry(), store: newStoreMetrics()}
-	m.reg.MustRegister(m.store.collectors()...)
+	m := &electMetrics{reg: prometheus.NewRegistry(), store: opsserver.NewStoreMetrics()}
+	m.reg.MustRegister(m.store.Collectors()...)
 	m.reg.MustRegister(opsserver.ProcessCollectors()...)
 	return m
 }
@@ -67,7 +67,7 @@ func runElect(ctx context.Context, e *env, args []string) error {
 		}
 		defer stop()
 	}
-	st, err := openStore(ctx, cfg.Logger, ops, storeURL, metrics.store.observe)
+	st, err := openStore(ctx, cfg.Logger, ops, storeURL, metrics.store.Observe)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -23,11 +23,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/grpclog"
 
 	"github.com/tenure-io/tenure/internal/bench"
-	"github.com/tenure-io/tenure/internal/opsserver"
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
@@ -233,129 +231,33 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	if apiTLS == nil && !kvserver.Loopback(*listen) {
 		log.Warn("the HTTP API is plain HTTP on a non-loopback address (--insecure-http): its traffic and any token cross the network in clear")
 	}
-	// The rsm metrics have their own registry: readiness reads the
-	// corrupt-object count from it.
-	reg, rsmReg, sm := prometheus.NewRegistry(), prometheus.NewRegistry(), newStoreMetrics()
-	reg.MustRegister(sm.collectors()...)
-	reg.MustRegister(opsserver.ProcessCollectors()...)
-	gatherers := prometheus.Gatherers{reg, rsmReg}
-	hcfg := rsm.HostConfig{ID: *id, Addr: addr, Listener: peerLn, ServerTLS: serverTLS, ClientTLS: clientTLS, PlaintextLoopback: *peerPlain, Logger: log, Registerer: rsmReg}
-	ops := opsserver.NewState("kv serve", *id)
-	ko := &kvOps{ops: ops}
+	served := false
 	// The server's policy (which port needs what, what the token guards)
 	// is kvserver's: its errors name the flags.
-	ks, err := kvserver.New(kvserver.Config{
-		HTTPAddr: *listen, TLS: apiTLS, InsecureHTTP: *insecureHTTP, RequireClientCert: *httpClientCA != "", Token: token,
-		Peer: hcfg, Ops: opsserver.Mux(ko.opsStatus, gatherers), NotReady: ko.notReady,
-		Names: map[string]string{"HTTPAddr": "--http", "TLS": "--http-tls-cert and --http-tls-key", "InsecureHTTP": "--insecure-http",
-			"RequireClientCert": "--http-client-ca", "Token": "--token-file", "PlaintextLoopback": "--peer-plaintext",
-			"ServerTLS": "--tls-dir, --tls-cert/--tls-key/--tls-ca"},
+	err = kvserver.Run(ctx, kvserver.NodeConfig{
+		Server: kvserver.Config{
+			HTTPAddr: *listen, TLS: apiTLS, InsecureHTTP: *insecureHTTP, RequireClientCert: *httpClientCA != "", Token: token,
+			Peer: rsm.HostConfig{ID: *id, Addr: addr, Listener: peerLn, ServerTLS: serverTLS, ClientTLS: clientTLS, PlaintextLoopback: *peerPlain},
+			Names: map[string]string{"HTTPAddr": "--http", "TLS": "--http-tls-cert and --http-tls-key", "InsecureHTTP": "--insecure-http",
+				"RequireClientCert": "--http-client-ca", "Token": "--token-file", "PlaintextLoopback": "--peer-plaintext",
+				"ServerTLS": "--tls-dir, --tls-cert/--tls-key/--tls-ca", "MetricsAddr": "--metrics-http"},
+		},
+		StoreURL: *storeURL, Group: *group, Options: opts, MaxValueSize: *maxValue, MetricsAddr: *metricsAddr, Logger: log,
+		OnJoined: func(n *rsm.Node) { joined.Store(n) },
+		OnServing: func(apiURL string) {
+			served = true
+			if *logFormat == "json" {
+				log.Info("serving", "node", *id, "group", *group, "api", apiURL, "peers", addr)
+			} else {
+				fmt.Fprintf(e.stdout, "tenure kv: node %s of group %q: HTTP API on %s, peers dial %s\n", *id, *group, apiURL, addr)
+			}
+		},
 	})
 	if err != nil {
 		return fail(err)
 	}
-	if err := hcfg.Validate(); err != nil {
-		return fail(err)
-	}
-	httpLn, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return fail(fmt.Errorf("--http %s: %w", *listen, err))
-	}
-	defer httpLn.Close()
-	var metricsLn net.Listener
-	if *metricsAddr != "" {
-		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
-			return fail(fmt.Errorf("--metrics-http %s: %w", *metricsAddr, err))
-		}
-		defer metricsLn.Close()
-	}
-
-	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	srv := &http.Server{Handler: ks, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
-	apiLn, scheme := httpLn, "http"
-	if apiTLS != nil {
-		apiLn, scheme = tls.NewListener(httpLn, apiTLS), "https"
-	}
-	serveErr := make(chan error, 2)
-	go func() { serveErr <- srv.Serve(apiLn) }()
-	var msrv *http.Server
-	if metricsLn != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", opsserver.MetricsHandler(gatherers))
-		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
-		go func() { serveErr <- msrv.Serve(metricsLn) }()
-		log.Info("serving /metrics", "addr", metricsLn.Addr().String())
-	}
-	apiURL := scheme + "://" + httpLn.Addr().String()
-	// The probes answer from here on (not ready while the store is
-	// unreachable); the banner waits for the group, so that a start that
-	// fails (a missing bucket, a bad group name) never announces an API.
-	log.Info("connecting to the store; the probes are served", "http", apiURL)
-	stopHTTP := func() {
-		ops.SetStopping()
-		// Let requests in flight finish (each is bounded by RequestTimeout).
-		sctx, cancel := context.WithTimeout(context.Background(), *reqTimeout+time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			_ = srv.Close()
-		}
-		if msrv != nil {
-			_ = msrv.Close()
-		}
-	}
-
-	st, host, err := kvConnect(ctx, log, ops, *storeURL, hcfg, func(c store.Call) { sm.observe(c); ops.Health().Observe(c) })
-	if err != nil || ctx.Err() != nil {
-		stopHTTP()
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fail(err)
-	}
-	defer st.Close()
-	defer host.Close()
-	node, err := host.Join(ctx, *group, map[string]rsm.StateMachine{kv.MachineName: kv.New()}, opts)
-	if err != nil {
-		stopHTTP()
-		return fail(err)
-	}
-	joined.Store(node)
-	h, err := kv.NewHandler(kv.NewClient(node), kv.HandlerOptions{MaxValueSize: *maxValue, Status: node.Status})
-	if err != nil {
-		stopHTTP()
-		return fail(err)
-	}
-	ko.status.Store(ptr(node.Status))
-	ks.SetAPI(h)
-	if *logFormat == "json" {
-		log.Info("serving", "node", *id, "group", *group, "api", apiURL, "peers", addr)
-	} else {
-		fmt.Fprintf(e.stdout, "tenure kv: node %s of group %q: HTTP API on %s, peers dial %s\n", *id, *group, apiURL, addr)
-	}
-	ops.Started()
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		runErr = fmt.Errorf("HTTP server: %w", err)
-	case <-node.Done():
-		// The node stopped on its own: it refused to join (its options
-		// disagree with the group's settings, which the error names).
-		runErr = fmt.Errorf("group %q: %w", *group, node.Err())
-	}
-	stopHTTP()
-	// Leave: a leader steps down so another node takes over at once.
-	lctx, cancel := context.WithTimeout(context.Background(), *reqTimeout+time.Second)
-	defer cancel()
-	if err := node.Leave(lctx); err != nil {
-		log.Warn("leaving the group", "err", err)
-	}
-	if err := host.Close(); err != nil {
-		log.Warn("closing the host", "err", err)
-	}
-	if runErr != nil {
-		return fail(runErr)
+	if !served {
+		return nil // stopped before it joined
 	}
 	if *logFormat == "json" {
 		log.Info("left the group", "node", *id, "group", *group)
@@ -408,75 +310,6 @@ type loggedError struct{ err error }
 
 func (e loggedError) Error() string { return e.err.Error() }
 func (e loggedError) Unwrap() error { return e.err }
-
-// kvConnect opens the store and starts the host, retrying while the store
-// does not answer (see connectStore).
-func kvConnect(ctx context.Context, log *slog.Logger, o *opsserver.State, storeURL string, hcfg rsm.HostConfig, observe func(store.Call)) (*store.Store, *rsm.Host, error) {
-	var (
-		st   *store.Store
-		host *rsm.Host
-	)
-	err := opsserver.ConnectStore(ctx, log, o, func(ctx context.Context) error {
-		var err error
-		if st, err = store.Open(ctx, storeURL, store.WithObserver(observe), store.WithLogger(log)); err != nil {
-			return err
-		}
-		if host, err = rsm.NewHost(ctx, st, hcfg); err != nil {
-			st.Close()
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return st, host, nil
-}
-
-// kvOps is what kv serve reports on /readyz and /status. It is safe for
-// concurrent use.
-type kvOps struct {
-	ops    *opsserver.State
-	status atomic.Pointer[func() rsm.Status] // the node's, once joined
-}
-
-// notReady says why the API is not served yet.
-func (s *kvOps) notReady() string {
-	reason, _ := s.ops.Starting()
-	return reason
-}
-
-// opsStatus is the node's status in the form every command reports.
-func (s *kvOps) opsStatus() opsserver.Status {
-	h := s.healthNow()
-	st := opsserver.Status{Command: s.ops.Command(), ID: s.ops.ID()}
-	st.Ready, st.Reason = kvserver.Readiness(h)
-	if h.StoreErr != nil {
-		st.StoreError = h.StoreErr.Error()
-	}
-	switch {
-	case h.Stopping:
-		st.Role = "stopping"
-	case h.Starting != "":
-		st.Role = "starting"
-	default:
-		node := h.Status
-		st.Node = &node
-		st.ID, st.Role, st.Leader, st.Term = node.ID, strings.ToLower(node.Role), node.LeaderID, node.Term
-	}
-	return st
-}
-
-func (s *kvOps) healthNow() kvserver.Health {
-	h := kvserver.Health{Stopping: s.ops.Stopping(), StoreErr: s.ops.Health().Err()}
-	h.Starting, _ = s.ops.Starting()
-	if f := s.status.Load(); f != nil {
-		h.Status = (*f)()
-	} else if h.Starting == "" {
-		h.Starting = "starting"
-	}
-	return h
-}
 
 // kvAPITLS loads the HTTP API's TLS. With a client CA, a client
 // certificate is verified if given and kvserver requires one everywhere

@@ -115,7 +115,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		}
 	})
 
-	st, err := openStore(ctx, log, ops, storeURL, metrics.store.observe)
+	st, err := openStore(ctx, log, ops, storeURL, metrics.store.Observe)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

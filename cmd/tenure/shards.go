@@ -110,9 +110,9 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	}
 	ops := opsserver.NewState("shards", *id)
 	defer context.AfterFunc(ctx, func() { ops.SetStopping() })()
-	sm := newStoreMetrics()
+	sm := opsserver.NewStoreMetrics()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(sm.collectors()...)
+	reg.MustRegister(sm.Collectors()...)
 	reg.MustRegister(opsserver.ProcessCollectors()...)
 	if *httpAddr != "" {
 		stop, err := serveOps(*httpAddr, opsserver.Mux(ops.Status, reg), log)
@@ -125,7 +125,7 @@ func runShards(ctx context.Context, e *env, args []string) error {
 	err = opsserver.ConnectStore(ctx, log, ops, func(ctx context.Context) error {
 		var err error
 		st, err = opsserver.OpenProbed(ctx, *storeURL, store.WithLogger(log), store.WithObserver(func(c store.Call) {
-			sm.observe(c)
+			sm.Observe(c)
 			ops.Health().Observe(c)
 		}))
 		return err

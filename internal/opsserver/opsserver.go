@@ -371,3 +371,25 @@ func ElectionStatusView(es election.Status, problem error) func(Status) Status {
 		return s
 	}
 }
+
+// StoreMetrics count the store calls of one command, fed by
+// store.WithObserver: the store package's series (store.Metrics), for the
+// command's registry. It is safe for concurrent use.
+type StoreMetrics struct {
+	m *store.Metrics
+}
+
+// NewStoreMetrics returns the metrics, not registered anywhere yet.
+func NewStoreMetrics() *StoreMetrics {
+	// Without a Registerer, NewMetrics cannot fail.
+	m, _ := store.NewMetrics(nil, nil)
+	return &StoreMetrics{m: m}
+}
+
+// Collectors are the collectors to register.
+func (m *StoreMetrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.m}
+}
+
+// Observe records one call; result is "ok" or the error's kind.
+func (m *StoreMetrics) Observe(c store.Call) { m.m.Observe(c) }

@@ -16,8 +16,11 @@
 // every other path, serves /status and /metrics from the operations
 // handler, and the API once SetAPI gives it (until then, 503 and why).
 //
-// It does not listen: the caller serves it on its listeners, and keeps
-// flags and signals.
+// New does not listen: its caller serves the Server on its listeners.
+// Run runs a whole node as tenure kv serve does: it listens, connects to
+// the store (retrying while it does not answer), joins the group, serves
+// the API, and leaves the group when its context ends. Flags and signals
+// stay with the caller.
 package kvserver
 
 import (
