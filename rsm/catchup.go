@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/rsm/internal/snapshot"
 	"github.com/tenure-io/tenure/store"
 )
 
@@ -29,7 +30,7 @@ func (n *Node) resetReplica() {
 func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string, err error) {
 	start := time.Now()
 	defer func() { n.m.catchUp.WithLabelValues(n.group).Observe(time.Since(start).Seconds()) }()
-	end, version, snap, err := n.gs.snapshotEnd(ctx)
+	end, version, snap, err := n.gs.snap.End(ctx)
 	if err != nil {
 		return 0, "", err
 	}
@@ -79,7 +80,7 @@ func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string,
 // replica: snap if the caller read it whole, else read now. A manifest
 // whose objects were collected while they were read (a newer snapshot
 // replaced it) is read again.
-func (n *Node) loadSnapshotAt(ctx context.Context, end uint64, snap *storedSnapshot) error {
+func (n *Node) loadSnapshotAt(ctx context.Context, end uint64, snap *snapshot.Stored) error {
 	for {
 		n.repMu.Lock()
 		applied := n.rep.applied
@@ -89,12 +90,12 @@ func (n *Node) loadSnapshotAt(ctx context.Context, end uint64, snap *storedSnaps
 		}
 		if snap == nil {
 			var err error
-			if snap, _, err = n.gs.readSnapshot(ctx); err != nil {
+			if snap, _, err = n.gs.snap.Read(ctx); err != nil {
 				return err
 			}
 		}
 		err := n.loadSnapshot(ctx, snap)
-		if !errors.Is(err, errSnapshotMoved) {
+		if !errors.Is(err, snapshot.ErrMoved) {
 			return err
 		}
 		n.log.Info("the snapshot changed while it was read; reading it again", "end", snap.EndIndex)
@@ -117,7 +118,7 @@ func (n *Node) readLog(ctx context.Context, from, to uint64, limit int) (logChun
 // loadSnapshot restores snap if it is ahead of the replica. A manifest's
 // base is read only if the replica has not reached it; then the entries of
 // its segments after the replica's index are applied.
-func (n *Node) loadSnapshot(ctx context.Context, snap *storedSnapshot) error {
+func (n *Node) loadSnapshot(ctx context.Context, snap *snapshot.Stored) error {
 	if snap == nil {
 		return nil
 	}
@@ -128,17 +129,17 @@ func (n *Node) loadSnapshot(ctx context.Context, snap *storedSnapshot) error {
 		return nil
 	}
 	var r *Restore
-	if snap.man != nil {
-		r = &Restore{Segments: snap.man.SegBytes}
-		if n.rep.applied < snap.man.Base.Index {
-			r.Base = snap.man.Base.Bytes
+	if snap.Man != nil {
+		r = &Restore{Segments: snap.Man.SegBytes}
+		if n.rep.applied < snap.Man.Base.Index {
+			r.Base = snap.Man.Base.Bytes
 		}
 		n.restoring.Store(r)
 		defer n.restoring.Store(nil)
-		err := n.gs.loadManifest(ctx, snap, n.rep.applied, func(cs *chunkedStream) error {
-			err := n.rep.restoreFrom(cs.head, cs.machine)
+		err := n.gs.snap.Load(ctx, snap, n.rep.applied, func(cs *snapshot.Stream) error {
+			err := n.rep.restoreFrom(cs.Head, cs.Machine)
 			if err == nil {
-				if err = cs.finish(); err != nil {
+				if err = cs.Finish(); err != nil {
 					err = errors.Join(err, n.rep.reset())
 				}
 			}
@@ -156,7 +157,7 @@ func (n *Node) loadSnapshot(ctx context.Context, snap *storedSnapshot) error {
 	}
 	took := time.Since(start)
 	n.m.snapshotLoad.WithLabelValues(n.group).Observe(took.Seconds())
-	n.setSnapshot(snap.EndIndex, snap.man.stats())
+	n.setSnapshot(snap.EndIndex, snap.Man.Stats())
 	// A restart's time is mostly this load: what it read says why.
 	if r != nil {
 		n.log.Info("snapshot loaded", "end", snap.EndIndex, "base_bytes", r.Base, "segment_bytes", r.Segments, "took", took)
@@ -212,7 +213,7 @@ func (n *Node) checkGroupEmpty(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	snapEnd, _, _, err := n.gs.snapshotEnd(ctx)
+	snapEnd, _, _, err := n.gs.snap.End(ctx)
 	if err != nil {
 		return err
 	}

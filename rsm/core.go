@@ -11,7 +11,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/rsm/internal/snapshot"
 )
 
 // replica is the pure, single-threaded core every node runs: it applies log
@@ -238,7 +240,7 @@ func (r *replica) applySession(c *rsmpb.Command, index uint64, prepared any) res
 // maxEarlierResults bounds the results a session keeps besides its last:
 // a node awaiting more answers than this at once may find the oldest
 // replaced (ErrApplicationResultUnavailable) if it must retry them.
-const maxEarlierResults = 1024
+const maxEarlierResults = record.MaxEarlierResults
 
 // keepEarlier moves rec's last result among the earlier ones its node
 // still awaits, before a new command replaces it, and forgets those the
@@ -349,20 +351,20 @@ func (r *replica) snapshot() (*rsmpb.Snapshot, error) {
 // the metadata and the session table are copied, a machine that
 // implements Capturer is captured in constant time, and only a machine
 // without it is serialized now.
-func (r *replica) capture() (*captured, error) {
-	c := &captured{head: r.head()}
+func (r *replica) capture() (*snapshot.Captured, error) {
+	c := &snapshot.Captured{Head: r.head()}
 	for _, name := range r.names() {
 		m := r.machines[name]
-		c.head.Machines = append(c.head.Machines, &rsmpb.MachineState{Name: name})
+		c.Head.Machines = append(c.Head.Machines, &rsmpb.MachineState{Name: name})
 		if cm, ok := m.(Capturer); ok {
-			c.views = append(c.views, cm.Capture())
+			c.Views = append(c.Views, cm.Capture())
 			continue
 		}
 		var buf bytes.Buffer
 		if err := m.Snapshot(&buf); err != nil {
 			return nil, fmt.Errorf("rsm: snapshot of machine %q: %w", name, err)
 		}
-		c.views = append(c.views, bytesView(buf.Bytes()))
+		c.Views = append(c.Views, snapshot.BytesView(buf.Bytes()))
 	}
 	return c, nil
 }
@@ -398,7 +400,7 @@ func (r *replica) head() *rsmpb.Snapshot {
 
 // restore replaces the state with s, whose machines carry their bytes.
 func (r *replica) restore(s *rsmpb.Snapshot) error {
-	return r.restoreStored(fromSnapshot(s))
+	return r.restoreStored(snapshot.FromSnapshot(s))
 }
 
 // restoreStored replaces the state with s, each machine reading its bytes
@@ -406,8 +408,8 @@ func (r *replica) restore(s *rsmpb.Snapshot) error {
 // If a machine fails to restore, every machine is returned to its empty
 // state and the replica to index 0: a half-restored state must never have
 // entries applied on top of it.
-func (r *replica) restoreStored(s *storedSnapshot) error {
-	return r.restoreFrom(s.Snapshot, func(i int) (io.Reader, error) { return s.machineReader(i), nil })
+func (r *replica) restoreStored(s *snapshot.Stored) error {
+	return r.restoreFrom(s.Snapshot, func(i int) (io.Reader, error) { return s.MachineReader(i), nil })
 }
 
 // restoreFrom is restoreStored from a snapshot's header s and a reader of

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 )
 
@@ -677,11 +678,11 @@ func TestReplicaSnapshotRestore(t *testing.T) {
 		t.Fatalf("snapshot: end %d, max term %d, %d clients, %d machines", s.EndIndex, s.MaxTerm, len(s.Clients), len(s.Machines))
 	}
 	s.Nonce = []byte("n") // as the leader stamps it before writing
-	stored, err := encodeSnapshot(s)
+	stored, err := record.EncodeSnapshot(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	loaded, err := decodeSnapshot(stored)
+	loaded, err := record.DecodeSnapshot(stored)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -800,11 +801,11 @@ func TestReplicaDeterminism(t *testing.T) {
 							t.Fatal(err)
 						}
 						s.Nonce = []byte("n")
-						enc, err := encodeSnapshot(s)
+						enc, err := record.EncodeSnapshot(s)
 						if err != nil {
 							t.Fatal(err)
 						}
-						dec, err := decodeSnapshot(enc)
+						dec, err := record.DecodeSnapshot(enc)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -940,11 +941,11 @@ func TestReplicaKeptResultsInSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Nonce = []byte("n")
-	stored, err := encodeSnapshot(s)
+	stored, err := record.EncodeSnapshot(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	loaded, err := decodeSnapshot(stored)
+	loaded, err := record.DecodeSnapshot(stored)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -964,7 +965,7 @@ func TestReplicaKeptResultsInSnapshot(t *testing.T) {
 	} {
 		bad := proto.Clone(loaded).(*rsmpb.Snapshot)
 		bad.Sessions[0].Earlier = earlier
-		if err := checkSnapshot(bad); err == nil {
+		if err := record.CheckSnapshot(bad); err == nil {
 			t.Errorf("a snapshot keeping results %v was accepted", earlier)
 		}
 	}

@@ -3,6 +3,8 @@ package rsm
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tenure-io/tenure/rsm/internal/record"
 )
 
 var (
@@ -40,7 +42,7 @@ var (
 	ErrBusy = errors.New("rsm: too many pending requests")
 	// errMissing is a *CorruptError's cause when an object the group's
 	// state depends on is absent (deleted by hand, or never copied).
-	errMissing = errors.New("missing")
+	errMissing = record.ErrMissing
 	// ErrPeerUnauthenticated: an RPC's peer is not authenticated as a
 	// member of the group (its key is not one the group's records in the
 	// store list, or it presented none, as nodes of versions without peer
@@ -48,13 +50,13 @@ var (
 	// that leader_state.json names. Nothing it asked for was done.
 	ErrPeerUnauthenticated = errors.New("rsm: peer not authenticated")
 	// ErrCorrupt matches a *CorruptError.
-	ErrCorrupt = errors.New("rsm: corrupt object in the store")
+	ErrCorrupt = record.ErrCorrupt
 	// ErrForeignRecord is a *CorruptError's cause when the object where
 	// one of the group's belongs is of another kind: an election lock or
 	// a shard-lease record at leader_state.json, a JSON record or another
 	// kind of frame where a log entry, snapshot, manifest or segment
 	// belongs. It is never applied, taken over or written over.
-	ErrForeignRecord = errors.New("rsm: an object of another kind")
+	ErrForeignRecord = record.ErrForeignRecord
 )
 
 // Sessions and group settings.
@@ -133,20 +135,7 @@ func (e *NotLeaderError) Error() string {
 // does not decode, or that is missing while the group depends on it (a log
 // entry below a committed index, the snapshot the log starts after,
 // leader_state.json beside a log). Nothing is applied over it.
-type CorruptError struct {
-	Key string
-	Err error
-}
-
-func (e *CorruptError) Error() string {
-	if errors.Is(e.Err, errMissing) {
-		return fmt.Sprintf("rsm: object %q in the store: %v", e.Key, e.Err)
-	}
-	if errors.Is(e.Err, ErrForeignRecord) {
-		return fmt.Sprintf("rsm: object %q in the store is not the group's: %v", e.Key, e.Err)
-	}
-	return fmt.Sprintf("rsm: corrupt object %q in the store: %v", e.Key, e.Err)
-}
-
-func (e *CorruptError) Unwrap() error        { return e.Err }
-func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+//
+// It is the snapshot store's error too (package snapshot reads the
+// snapshot objects), so it is defined beside the objects' codec.
+type CorruptError = record.CorruptError

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 )
 
@@ -40,7 +41,7 @@ var fuzzNow = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func mustEncodeEntry(t testing.TB, e *rsmpb.Entry) []byte {
 	t.Helper()
-	b, err := encodeEntry(e)
+	b, err := record.EncodeEntry(e)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func mustEncodeEntry(t testing.TB, e *rsmpb.Entry) []byte {
 
 func mustEncodeSnapshot(t testing.TB, s *rsmpb.Snapshot) []byte {
 	t.Helper()
-	b, err := encodeSnapshot(s)
+	b, err := record.EncodeSnapshot(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +70,8 @@ func corruptions(b []byte) [][]byte {
 		b[:len(b)/2],
 		b[:len(b)-1],
 		flip(0),
-		flip(len(frameMagic)),
-		flip(frameHeader - 1),
+		flip(len(record.Magic)),
+		flip(record.Header - 1),
 		flip(len(b) - 1),
 		append(bytes.Clone(b), 0),
 	}
@@ -108,16 +109,16 @@ func FuzzDecodeEntry(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte, index uint64) {
 		checkDecodeEntry(t, b, index)
-		checkDecodeEntry(t, frame(kindEntry, b), index)
+		checkDecodeEntry(t, record.Frame(record.KindEntry, b), index)
 	})
 }
 
 func checkDecodeEntry(t *testing.T, b []byte, index uint64) {
 	t.Helper()
-	e, err := decodeEntry(b, index)
+	e, err := record.DecodeEntry(b, index)
 	// A Borrower's segment's entries decode with their commands' data
 	// lent (decodeEntryBorrowed): the same entry, or the same error.
-	lent, lerr := decodeEntryBorrowed(bytes.Clone(b), index, interner{})
+	lent, lerr := record.DecodeEntryBorrowed(bytes.Clone(b), index, record.Interner{})
 	if (err == nil) != (lerr == nil) || err != nil && err.Error() != lerr.Error() || err == nil && !proto.Equal(e, lent) {
 		t.Fatalf("decodeEntry: %v, %v; decodeEntryBorrowed: %v, %v", e, err, lent, lerr)
 	}
@@ -138,11 +139,11 @@ func checkDecodeEntry(t *testing.T, b []byte, index uint64) {
 			t.Fatalf("decodeEntry accepted a command that is no registration, no session's and no previous version's: %v", c)
 		}
 	}
-	if e.Settings != nil && (!e.Noop || validSettings(e.Settings) != nil) {
+	if e.Settings != nil && (!e.Noop || record.ValidSettings(e.Settings) != nil) {
 		t.Fatalf("decodeEntry accepted settings off a seal or invalid: %v", e)
 	}
 	b2 := mustEncodeEntry(t, e)
-	e2, err := decodeEntry(b2, index)
+	e2, err := record.DecodeEntry(b2, index)
 	if err != nil {
 		t.Fatalf("re-encoded entry does not decode: %v", err)
 	}
@@ -178,13 +179,13 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkDecodeSnapshot(t, b)
-		checkDecodeSnapshot(t, frame(kindSnapshot, b))
+		checkDecodeSnapshot(t, record.Frame(record.KindSnapshot, b))
 	})
 }
 
 func checkDecodeSnapshot(t *testing.T, b []byte) {
 	t.Helper()
-	s, err := decodeSnapshot(b)
+	s, err := record.DecodeSnapshot(b)
 	if err != nil {
 		if s != nil {
 			t.Fatalf("decodeSnapshot returned a snapshot with error %v", err)
@@ -207,7 +208,7 @@ func checkDecodeSnapshot(t *testing.T, b []byte) {
 		}
 		clients[c.Client] = true
 	}
-	if s.Settings != nil && (validSettings(s.Settings) != nil || len(s.Clients) > 0 || uint64(len(s.Sessions)) > s.Settings.MaxSessions) {
+	if s.Settings != nil && (record.ValidSettings(s.Settings) != nil || len(s.Clients) > 0 || uint64(len(s.Sessions)) > s.Settings.MaxSessions) {
 		t.Fatalf("decodeSnapshot accepted invalid settings: %v", s)
 	}
 	sessions := map[uint64]bool{}
@@ -217,7 +218,7 @@ func checkDecodeSnapshot(t *testing.T, b []byte) {
 		}
 		sessions[c.Session] = true
 	}
-	s2, err := decodeSnapshot(mustEncodeSnapshot(t, s))
+	s2, err := record.DecodeSnapshot(mustEncodeSnapshot(t, s))
 	if err != nil {
 		t.Fatalf("re-encoded snapshot does not decode: %v", err)
 	}
@@ -333,7 +334,7 @@ func FuzzRPCMessages(f *testing.F) {
 
 func TestEntryRoundTrip(t *testing.T) {
 	for _, e := range []*rsmpb.Entry{sampleEntry(), {Index: 1, Term: 1, Nonce: []byte{0}, Noop: true}} {
-		got, err := decodeEntry(mustEncodeEntry(t, e), e.Index)
+		got, err := record.DecodeEntry(mustEncodeEntry(t, e), e.Index)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -345,7 +346,7 @@ func TestEntryRoundTrip(t *testing.T) {
 
 func TestSnapshotRoundTrip(t *testing.T) {
 	s := sampleSnapshot()
-	got, err := decodeSnapshot(mustEncodeSnapshot(t, s))
+	got, err := record.DecodeSnapshot(mustEncodeSnapshot(t, s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,9 +384,9 @@ func TestFramedObjectsRejectEveryBitFlip(t *testing.T) {
 		b      []byte
 		decode func([]byte) error
 	}{
-		{"entry", mustEncodeEntry(t, sampleEntry()), func(b []byte) error { _, err := decodeEntry(b, 7); return err }},
-		{"noop entry", mustEncodeEntry(t, &rsmpb.Entry{Index: 7, Term: 1, Nonce: []byte{9}, Noop: true}), func(b []byte) error { _, err := decodeEntry(b, 7); return err }},
-		{"snapshot", mustEncodeSnapshot(t, sampleSnapshot()), func(b []byte) error { _, err := decodeSnapshot(b); return err }},
+		{"entry", mustEncodeEntry(t, sampleEntry()), func(b []byte) error { _, err := record.DecodeEntry(b, 7); return err }},
+		{"noop entry", mustEncodeEntry(t, &rsmpb.Entry{Index: 7, Term: 1, Nonce: []byte{9}, Noop: true}), func(b []byte) error { _, err := record.DecodeEntry(b, 7); return err }},
+		{"snapshot", mustEncodeSnapshot(t, sampleSnapshot()), func(b []byte) error { _, err := record.DecodeSnapshot(b); return err }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -406,19 +407,19 @@ func TestFramedObjectsRejectEveryBitFlip(t *testing.T) {
 func TestFramedObjectsRejectWrongKindAndShortInput(t *testing.T) {
 	entry := mustEncodeEntry(t, sampleEntry())
 	snap := mustEncodeSnapshot(t, sampleSnapshot())
-	if _, err := decodeEntry(snap, 7); err == nil {
+	if _, err := record.DecodeEntry(snap, 7); err == nil {
 		t.Error("a snapshot frame decoded as an entry")
 	}
-	if _, err := decodeSnapshot(entry); err == nil {
+	if _, err := record.DecodeSnapshot(entry); err == nil {
 		t.Error("an entry frame decoded as a snapshot")
 	}
 	for n := 0; n < len(entry); n++ {
-		if _, err := decodeEntry(entry[:n], 7); err == nil {
+		if _, err := record.DecodeEntry(entry[:n], 7); err == nil {
 			t.Errorf("entry truncated to %d of %d bytes decoded", n, len(entry))
 		}
 	}
 	for n := 0; n < len(snap); n++ {
-		if _, err := decodeSnapshot(snap[:n]); err == nil {
+		if _, err := record.DecodeSnapshot(snap[:n]); err == nil {
 			t.Errorf("snapshot truncated to %d of %d bytes decoded", n, len(snap))
 		}
 	}
@@ -457,7 +458,7 @@ func TestDecodeEntryRejectsInvalidContent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := sampleEntry()
 			tc.mutate(e)
-			if got, err := decodeEntry(mustEncodeEntry(t, e), tc.index); err == nil {
+			if got, err := record.DecodeEntry(mustEncodeEntry(t, e), tc.index); err == nil {
 				t.Fatalf("decoded %v", got)
 			}
 		})
@@ -502,7 +503,7 @@ func TestDecodeSnapshotRejectsInvalidContent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := sampleSnapshot()
 			tc.mutate(s)
-			if got, err := decodeSnapshot(mustEncodeSnapshot(t, s)); err == nil {
+			if got, err := record.DecodeSnapshot(mustEncodeSnapshot(t, s)); err == nil {
 				t.Fatalf("decoded %v", got)
 			}
 		})

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/rsm/internal/snapshot"
 )
 
 // Records of other kinds, as tenure writes them now (with a kind field)
@@ -83,7 +85,7 @@ type previousLS struct {
 func (ls previousLS) sum() string {
 	ls.Checksum = ""
 	b, _ := json.Marshal(ls)
-	return fmt.Sprintf("%08x", crc32.Checksum(b, castagnoli))
+	return fmt.Sprintf("%08x", crc32.Checksum(b, record.Castagnoli))
 }
 
 func decodePrevious(b []byte) (previousLS, error) {
@@ -111,23 +113,22 @@ func TestLeaderStateKindDuringRollingUpgrade(t *testing.T) {
 
 // TestFramesRefuseOtherKinds: a JSON record, or a frame of another kind,
 // where a log entry, a snapshot, a manifest, a segment or a base belongs is
-// refused with ErrForeignRecord saying what it is.
+// refused with ErrForeignRecord saying what it is. (Package snapshot's test
+// of the same name runs its segment and base decoders.)
 func TestFramesRefuseOtherKinds(t *testing.T) {
-	entry, err := encodeEntry(&rsmpb.Entry{Index: 1, Term: 1, Nonce: []byte("n"), Noop: true})
+	entry, err := record.EncodeEntry(&rsmpb.Entry{Index: 1, Term: 1, Nonce: []byte("n"), Noop: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := encodeSnapshot(&rsmpb.Snapshot{StartIndex: 1, EndIndex: 1, Nonce: []byte("n")})
+	snap, err := record.EncodeSnapshot(&rsmpb.Snapshot{StartIndex: 1, EndIndex: 1, Nonce: []byte("n")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lock := otherRecords[0].data
 	decoders := map[string]func([]byte) error{
-		"log entry": func(b []byte) error { _, err := decodeEntry(b, 1); return err },
-		"snapshot":  func(b []byte) error { _, err := decodeStoredSnapshot(b); return err },
-		"manifest":  func(b []byte) error { _, err := decodeManifest(b); return err },
-		"segment":   func(b []byte) error { _, err := splitSegment(b, 1, 1); return err },
-		"base":      func(b []byte) error { _, err := openChunked(bytes.NewReader(b)); return err },
+		"log entry": func(b []byte) error { _, err := record.DecodeEntry(b, 1); return err },
+		"snapshot":  func(b []byte) error { _, err := snapshot.Decode(b); return err },
+		"manifest":  func(b []byte) error { _, err := snapshot.DecodeManifest(b); return err },
 	}
 	for name, decode := range decoders {
 		objects := map[string][]byte{"an election lock record": lock, "a JSON object without a kind": []byte(`{"hello":"world","padding":"0123456789"}`)}

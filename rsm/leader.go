@@ -11,7 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/rsm/internal/snapshot"
 )
 
 // errDeposed ends a leadership: a higher term exists, or this leader can no
@@ -186,7 +188,7 @@ func (l *leaderRun) takeover() error {
 		// Slots taken before the seal were read from the store, and the
 		// seal itself may have landed on a slot a truncation emptied: rule
 		// 8 over everything from `from` on.
-		end, version, _, err := n.gs.snapshotEnd(l.ctx)
+		end, version, _, err := n.gs.snap.End(l.ctx)
 		if err != nil {
 			n.noteCorrupt(err)
 			continue
@@ -203,8 +205,8 @@ func (l *leaderRun) takeover() error {
 		}
 		l.w.next, l.w.confirmed = index+1, index
 		l.w.snapEnd, l.w.snapVersion = snapEnd, snapVersion
-		st := n.gs.manifestStats(snapVersion)
-		l.w.snapBase, l.w.snapSegs, l.w.snapSegN = st.base, st.segs, st.count
+		st := n.gs.snap.Stats(snapVersion)
+		l.w.snapBase, l.w.snapSegs, l.w.snapSegN = st.Base, st.Segs, st.Count
 		l.confirmed.Store(index)
 		n.log.Info("leading", "term", l.term, "seal", index)
 		return nil
@@ -219,7 +221,7 @@ func (l *leaderRun) seal(from uint64) (uint64, error) {
 	for index := from; ; index++ {
 		// Everything before the seal is committed: every later leader
 		// applies it (rule 3).
-		seal := &rsmpb.Entry{Index: index, Term: l.term, Writer: n.host.cfg.ID, Nonce: newNonce(), Noop: true, Commit: index - 1, Group: n.group,
+		seal := &rsmpb.Entry{Index: index, Term: l.term, Writer: n.host.cfg.ID, Nonce: record.NewNonce(), Noop: true, Commit: index - 1, Group: n.group,
 			Settings: n.sealSettings()} // a new group's settings (session.go)
 		found, err := n.gs.createEntry(l.ctx, seal)
 		if err != nil {
@@ -319,7 +321,7 @@ type (
 	snapshotResult struct {
 		end     uint64
 		version string
-		stats   snapStats // of its manifest
+		stats   snapshot.Stats // of its manifest
 		err     error
 	}
 	truncated  struct{}
@@ -687,7 +689,7 @@ func (l *leaderRun) progress() {
 	n, w := l.n, l.w
 	_, l.lingerUntil = w.cutIfRoom(time.Now())
 	for wr := w.nextWrite(); wr != nil; wr = w.nextWrite() {
-		wr.entry.Writer, wr.entry.Nonce, wr.entry.Group = n.host.cfg.ID, newNonce(), n.group
+		wr.entry.Writer, wr.entry.Nonce, wr.entry.Group = n.host.cfg.ID, record.NewNonce(), n.group
 		e := wr.entry
 		l.goWork(func() {
 			start := time.Now()
@@ -830,30 +832,30 @@ func (l *leaderRun) holdBase() bool {
 
 // snapshot writes j over the stored snapshot, then truncates the log it
 // covers. A worker.
-func (l *leaderRun) snapshot(j *snapJob) {
+func (l *leaderRun) snapshot(j *snapshot.Job) {
 	n := l.n
 	start := time.Now()
-	out, err := n.gs.writeSnapshot(l.ctx, j, snapWriter{id: n.host.cfg.ID, term: l.term, nonce: l.segNonce})
+	out, err := n.gs.snap.Write(l.ctx, j, snapshot.Writer{ID: n.host.cfg.ID, Term: l.term, Nonce: l.segNonce})
 	n.m.snapshotUpload.WithLabelValues(n.group).Observe(time.Since(start).Seconds())
 	if err == nil {
-		n.setSnapshot(out.end, out.stats())
+		n.setSnapshot(out.End, out.Stats())
 	}
 	if err != nil {
 		// It may have left objects behind. Set before the report: once
 		// the loop has it, the next snapshot's worker may start.
 		l.sweep = true
 	}
-	l.report(snapshotResult{end: out.end, version: out.version, stats: out.stats(), err: err})
+	l.report(snapshotResult{end: out.End, version: out.Version, stats: out.Stats(), err: err})
 	if err != nil {
 		return
 	}
-	dropped, swept, gcErr := n.gs.collect(l.ctx, out.prev, out.man, l.term, l.sweep || j.base != nil)
+	dropped, swept, gcErr := n.gs.snap.Collect(l.ctx, out.Prev, out.Man, l.term, l.sweep || j.Base != nil)
 	l.sweep = gcErr != nil
 	if gcErr != nil && l.ctx.Err() == nil {
 		n.log.Warn("snapshot: deleting objects no longer referenced failed; the next snapshot retries", "err", gcErr)
 	}
-	n.log.Debug("snapshot written", "start", j.from, "end", out.end, "base", j.base != nil, "deleted", dropped+swept)
-	l.truncate(j.prevEnd+1, out.end)
+	n.log.Debug("snapshot written", "start", j.From, "end", out.End, "base", j.Base != nil, "deleted", dropped+swept)
+	l.truncate(j.PrevEnd+1, out.End)
 	l.report(truncated{})
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 	"github.com/tenure-io/tenure/store/driver"
 	"github.com/tenure-io/tenure/store/memstore"
@@ -167,8 +168,8 @@ func TestSyncNeverSendsARecreatedSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap.Nonce = newNonce()
-	b, err := encodeSnapshot(snap)
+	snap.Nonce = record.NewNonce()
+	b, err := record.EncodeSnapshot(snap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestTakeoverRetryResetsTheReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap.Nonce = newNonce()
+	snap.Nonce = record.NewNonce()
 
 	b := newTestNode(t, mem, "b", testOptions())
 	done := false
@@ -238,7 +239,7 @@ func TestTakeoverRetryResetsTheReplica(t *testing.T) {
 		done = true
 		// Just before b's seal at 5: the snapshot lands at 5 and the log
 		// up to it is deleted, so the seal lands on an empty slot.
-		data, err := encodeSnapshot(snap)
+		data, err := record.EncodeSnapshot(snap)
 		if err != nil {
 			t.Error(err)
 			return
@@ -285,8 +286,8 @@ func TestNewerSnapshotIsNotWrittenOverAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap.EndIndex, snap.Nonce = 1000, newNonce()
-	data, err := encodeSnapshot(snap)
+	snap.EndIndex, snap.Nonce = 1000, record.NewNonce()
+	data, err := record.EncodeSnapshot(snap)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/rsm/internal/snapshot"
 	"github.com/tenure-io/tenure/store"
 )
 
@@ -57,7 +58,7 @@ type Node struct {
 	heard     chan struct{} // a heartbeat from the leader
 	joiningAt time.Time     // when the node last entered JOINING
 	snapIndex uint64
-	snapStats snapStats // the sizes of the snapshot ending at snapIndex
+	snapStats snapshot.Stats // the sizes of the snapshot ending at snapIndex
 	left      bool
 	refusal   error // why the node refused to join, if it did
 	// problem is a corrupt or missing object, or another process using
@@ -93,8 +94,9 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
 		host: h, group: group, opts: opts, rep: rep, m: h.m, ctx: ctx, cancel: cancel,
-		log:     h.log.With("group", group, "node", h.cfg.ID),
-		gs:      &groupStore{st: h.st, group: group, retry: opts.Retry, timeout: opts.StoreTimeout, now: time.Now, par: 8, borrow: borrowsAll(machines), prep: preparers(machines)},
+		log: h.log.With("group", group, "node", h.cfg.ID),
+		gs: newGroupStore(h.st, group, opts.Retry, opts.StoreTimeout,
+			snapshot.Options{Par: 8, Borrow: borrowsAll(machines), Prep: preparers(machines), PrepareFrom: prepareFrom}),
 		joined:  make(chan struct{}),
 		heard:   make(chan struct{}, 1),
 		refused: make(chan struct{}),
@@ -121,7 +123,7 @@ func (n *Node) Status() Status {
 	n.mu.Lock()
 	s := Status{Group: n.group, ID: n.host.cfg.ID, State: n.state.String(), Role: n.role.String(), Term: n.fc.term,
 		LeaderID: n.fc.leaderID, LeaderAddr: n.fc.leaderAddr, SnapshotIndex: n.snapIndex,
-		SnapshotBaseBytes: n.snapStats.base, SnapshotSegmentBytes: n.snapStats.segs, SnapshotSegments: n.snapStats.count}
+		SnapshotBaseBytes: n.snapStats.Base, SnapshotSegmentBytes: n.snapStats.Segs, SnapshotSegments: n.snapStats.Count}
 	l := n.leader
 	n.mu.Unlock()
 	if l != nil {
@@ -201,15 +203,15 @@ func (n *Node) setStateLocked(st State, role Role) {
 
 // setSnapshot records the snapshot this node loaded or wrote, ending at
 // end, of the sizes st, unless it knows of one ending later.
-func (n *Node) setSnapshot(end uint64, st snapStats) {
+func (n *Node) setSnapshot(end uint64, st snapshot.Stats) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if end <= n.snapIndex {
 		return
 	}
 	n.snapIndex, n.snapStats = end, st
-	n.m.snapBase.WithLabelValues(n.group).Set(float64(st.base))
-	n.m.snapSegs.WithLabelValues(n.group).Set(float64(st.segs))
+	n.m.snapBase.WithLabelValues(n.group).Set(float64(st.Base))
+	n.m.snapSegs.WithLabelValues(n.group).Set(float64(st.Segs))
 }
 
 // observeLeader records a leader seen in the store or an RPC.

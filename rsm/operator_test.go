@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
+	"github.com/tenure-io/tenure/rsm/internal/snapshot"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 	"github.com/tenure-io/tenure/store/memstore"
@@ -260,8 +262,8 @@ func TestObjectOfAnotherGroupIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		snap.Nonce, snap.Group = newNonce(), "other"
-		data, err := encodeSnapshot(snap)
+		snap.Nonce, snap.Group = record.NewNonce(), "other"
+		data, err := record.EncodeSnapshot(snap)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -340,7 +342,7 @@ func TestLeaderStateWithoutGroupIsAccepted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := &groupStore{st: store.New(mem), group: testGroup, retry: testOptions().withDefaults().Retry, now: time.Now}
+	gs := newGroupStore(store.New(mem), testGroup, testOptions().withDefaults().Retry, 0, snapshot.Options{})
 	ls, _, err := gs.readLeaderState(t.Context())
 	if err != nil {
 		t.Fatalf("the previous version's leader_state.json: %v", err)

@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/rsm/internal/snapshot"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 	"github.com/tenure-io/tenure/store/faultstore"
@@ -207,7 +209,7 @@ func freshWith(t *testing.T, inner driver.Store, opts Options) (count, applied u
 
 func readEntryT(t *testing.T, inner driver.Store, index uint64) *rsmpb.Entry {
 	t.Helper()
-	gs := &groupStore{st: store.New(inner), group: testGroup, retry: testOptions().withDefaults().Retry}
+	gs := newGroupStore(store.New(inner), testGroup, testOptions().withDefaults().Retry, 0, snapshot.Options{})
 	e, err := gs.readEntry(t.Context(), index)
 	if err != nil {
 		t.Fatalf("read entry %d: %v", index, err)
@@ -217,7 +219,7 @@ func readEntryT(t *testing.T, inner driver.Store, index uint64) *rsmpb.Entry {
 
 func writeEntryT(t *testing.T, inner driver.Store, e *rsmpb.Entry) {
 	t.Helper()
-	b, err := encodeEntry(e)
+	b, err := record.EncodeEntry(e)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +231,7 @@ func writeEntryT(t *testing.T, inner driver.Store, e *rsmpb.Entry) {
 // cmdEntry is a command of session (its next sequence number seq): one
 // that every replica applies if the entry is valid where it lands.
 func cmdEntry(index, term uint64, session, seq uint64, add uint64) *rsmpb.Entry {
-	return &rsmpb.Entry{Index: index, Term: term, Writer: "stale", Nonce: newNonce(), Commands: []*rsmpb.Command{
+	return &rsmpb.Entry{Index: index, Term: term, Writer: "stale", Nonce: record.NewNonce(), Commands: []*rsmpb.Command{
 		{Session: session, Seq: seq, Machine: "c", Data: binary.BigEndian.AppendUint64(nil, add)}}}
 }
 
@@ -496,10 +498,10 @@ func TestInterruptedTruncationIsFinished(t *testing.T) {
 	for i := uint64(1); i <= 8; i++ {
 		mustCommand(t, a, i)
 	}
-	var snap *storedSnapshot
+	var snap *snapshot.Stored
 	deadline := time.Now().Add(10 * time.Second)
 	for snap == nil && time.Now().Before(deadline) {
-		snap, _, _ = a.gs.readSnapshot(t.Context())
+		snap, _, _ = a.gs.snap.Read(t.Context())
 		time.Sleep(time.Millisecond)
 	}
 	if snap == nil {
@@ -563,7 +565,7 @@ func TestDelayedCreateOnTruncatedSlot(t *testing.T) {
 	// Wait until b's snapshot covers the slot and its truncation deleted it.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		snap, _, err := b.gs.readSnapshot(t.Context())
+		snap, _, err := b.gs.snap.Read(t.Context())
 		_, _, gerr := store.New(mem).Get(t.Context(), logKey(testGroup, slot))
 		if err == nil && snap != nil && snap.EndIndex >= slot && errors.Is(gerr, store.ErrNotFound) {
 			break
@@ -611,7 +613,7 @@ func TestCatchUpWhileTruncated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap.Nonce = newNonce()
+	snap.Nonce = record.NewNonce()
 
 	c := newTestNode(t, mem, "c", testOptions())
 	var once sync.Once
@@ -622,7 +624,7 @@ func TestCatchUpWhileTruncated(t *testing.T) {
 		once.Do(func() {
 			// While c reads index 3: the snapshot lands, 1..7 are deleted,
 			// and a stale writer re-creates 4 with a term-1 +1000.
-			b, err := encodeSnapshot(snap)
+			b, err := record.EncodeSnapshot(snap)
 			if err != nil {
 				t.Error(err)
 				return

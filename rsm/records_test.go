@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/rsm/internal/snapshot"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 	"github.com/tenure-io/tenure/store/memstore"
@@ -22,7 +23,7 @@ import (
 func TestLeaderStateReadDecodesOnlyChangedBytes(t *testing.T) {
 	ctx := t.Context()
 	mem := memstore.New()
-	gs := &groupStore{st: store.New(mem), group: testGroup, retry: testOptions().withDefaults().Retry, now: time.Now}
+	gs := newGroupStore(store.New(mem), testGroup, testOptions().withDefaults().Retry, 0, snapshot.Options{})
 	want := leaderState{Term: 3, LeaderID: "a", LeaderAddr: "a:1", Followers: []followerInfo{{ID: "b", Addr: "b:1", ApplyIndex: 5}}}
 	v, err := gs.writeLeaderState(ctx, want, "")
 	if err != nil {
@@ -68,7 +69,7 @@ func TestLeaderStateReadDecodesOnlyChangedBytes(t *testing.T) {
 	}
 
 	// Another group's record, copied here, is refused too.
-	other := &groupStore{st: store.New(mem), group: "other", retry: gs.retry, now: time.Now}
+	other := newGroupStore(store.New(mem), "other", gs.retry, 0, snapshot.Options{})
 	if _, err := other.writeLeaderState(ctx, want, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -103,17 +104,17 @@ func TestEncodeEntryIsTheFramedEncoding(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := encodeEntry(e)
+		got, err := record.EncodeEntry(e)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := frame(kindEntry, p); !bytes.Equal(got, want) {
+		if want := record.Frame(record.KindEntry, p); !bytes.Equal(got, want) {
 			t.Fatalf("entry %d: encodeEntry gave\n%x\nwant\n%x", e.Index, got, want)
 		}
 		if e.Term == 0 {
 			continue // not a valid entry, only an encoding
 		}
-		back, err := decodeEntry(got, e.Index)
+		back, err := record.DecodeEntry(got, e.Index)
 		if err != nil || !proto.Equal(back, e) {
 			t.Fatalf("entry %d decodes to %v, %v", e.Index, back, err)
 		}

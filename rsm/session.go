@@ -1,7 +1,6 @@
 package rsm
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -26,22 +25,6 @@ func compareSettings(group, node *rsmpb.Settings) error {
 	if !slices.Equal(group.Machines, node.Machines) {
 		return &SettingsMismatchError{Setting: "state machines",
 			Group: fmt.Sprintf("%q", group.Machines), Node: fmt.Sprintf("%q", node.Machines)}
-	}
-	return nil
-}
-
-// validSettings checks settings decoded from the store.
-func validSettings(s *rsmpb.Settings) error {
-	if s.MaxSessions == 0 || s.MaxSessions > 1<<31 {
-		return fmt.Errorf("settings bound the sessions to %d", s.MaxSessions)
-	}
-	if len(s.Machines) == 0 {
-		return errors.New("settings name no state machine")
-	}
-	for i, m := range s.Machines {
-		if m == "" || (i > 0 && s.Machines[i-1] >= m) {
-			return fmt.Errorf("settings' machine names %q are not sorted, unique and non-empty", s.Machines)
-		}
 	}
 	return nil
 }

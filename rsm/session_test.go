@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/store/driver"
 	"github.com/tenure-io/tenure/store/memstore"
 )
@@ -30,7 +31,7 @@ func (s *lossyStore) Put(ctx context.Context, key string, data []byte, cond driv
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if index, ok := parseLogKey(testGroup, key); ok && err == nil && s.armed {
-		if e, derr := decodeEntry(data, index); derr == nil && len(e.Commands) == 1 && e.Commands[0].Machine == "c" {
+		if e, derr := record.DecodeEntry(data, index); derr == nil && len(e.Commands) == 1 && e.Commands[0].Machine == "c" {
 			s.armed, s.blinding = false, true
 			return "", driver.Errorf(driver.Transient, "lossy: the answer to the write of %s was lost", key)
 		}

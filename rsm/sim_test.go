@@ -51,6 +51,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/rsm/internal/snapshot"
 )
 
 var (
@@ -375,11 +376,11 @@ func (n *simNode) apply(e *rsmpb.Entry) (bool, []result) {
 // loadSnapshot is Node.loadSnapshot: snap restored if it is ahead; a
 // manifest's base only if the replica has not reached it, then its
 // segments' entries after the replica's index, through apply.
-func (n *simNode) loadSnapshot(p *simProc, snap *storedSnapshot) error {
+func (n *simNode) loadSnapshot(p *simProc, snap *snapshot.Stored) error {
 	if snap == nil || snap.EndIndex <= n.rep.applied {
 		return nil
 	}
-	if snap.man == nil {
+	if snap.Man == nil {
 		if err := n.rep.restoreStored(snap); err != nil {
 			n.s.failf("%s: restore: %v", n.id, err)
 			return nil
@@ -392,10 +393,10 @@ func (n *simNode) loadSnapshot(p *simProc, snap *storedSnapshot) error {
 	// else applies while the objects are read.
 	n.loading = true
 	defer func() { n.loading = false }()
-	return n.gs.loadManifest(simCtx(p), snap, n.rep.applied, func(cs *chunkedStream) error {
-		err := n.rep.restoreFrom(cs.head, cs.machine)
+	return n.gs.snap.Load(simCtx(p), snap, n.rep.applied, func(cs *snapshot.Stream) error {
+		err := n.rep.restoreFrom(cs.Head, cs.Machine)
 		if err == nil {
-			if err = cs.finish(); err != nil {
+			if err = cs.Finish(); err != nil {
 				err = errors.Join(err, n.rep.reset())
 			}
 		}
@@ -405,8 +406,8 @@ func (n *simNode) loadSnapshot(p *simProc, snap *storedSnapshot) error {
 			n.specMax = 0
 			return err
 		}
-		n.specMax = cs.head.MaxTerm
-		n.record(simRec{index: cs.head.EndIndex, count: n.mach.count})
+		n.specMax = cs.Head.MaxTerm
+		n.record(simRec{index: cs.Head.EndIndex, count: n.mach.count})
 		return nil
 	}, func(e *rsmpb.Entry, _ []any) error {
 		n.apply(e)
@@ -425,19 +426,19 @@ func logKeyOf(i uint64) string { return "log/" + strconv.FormatUint(i, 10) }
 
 // loadSnapshotAt is Node.loadSnapshotAt: the snapshot ending at end
 // restored if it is ahead, snap if it was read whole, else read now.
-func (n *simNode) loadSnapshotAt(p *simProc, end uint64, snap *storedSnapshot) error {
+func (n *simNode) loadSnapshotAt(p *simProc, end uint64, snap *snapshot.Stored) error {
 	for {
 		if end == 0 || end <= n.rep.applied {
 			return nil
 		}
 		if snap == nil {
 			var err error
-			if snap, _, err = n.gs.readSnapshot(simCtx(p)); err != nil {
+			if snap, _, err = n.gs.snap.Read(simCtx(p)); err != nil {
 				return err
 			}
 		}
 		err := n.loadSnapshot(p, snap)
-		if !errors.Is(err, errSnapshotMoved) {
+		if !errors.Is(err, snapshot.ErrMoved) {
 			return err
 		}
 		n.s.cover.snapMoved++
@@ -447,8 +448,8 @@ func (n *simNode) loadSnapshotAt(p *simProc, end uint64, snap *storedSnapshot) e
 }
 
 // snapshotEnd is groupStore.snapshotEnd over the simulated store.
-func (n *simNode) snapshotEnd(p *simProc) (uint64, string, *storedSnapshot, error) {
-	return n.gs.snapshotEnd(simCtx(p))
+func (n *simNode) snapshotEnd(p *simProc) (uint64, string, *snapshot.Stored, error) {
+	return n.gs.snap.End(simCtx(p))
 }
 
 // readLog is groupStore.readLog over the simulated store: rule 8.
@@ -698,8 +699,8 @@ func (l *simLeader) takeover(p *simProc) bool {
 		}
 		l.w.next, l.w.confirmed = index+1, index
 		l.w.snapEnd, l.w.snapVersion = snapEnd, snapVersion
-		st := n.gs.manifestStats(snapVersion)
-		l.w.snapBase, l.w.snapSegs, l.w.snapSegN = st.base, st.segs, st.count
+		st := n.gs.snap.Stats(snapVersion)
+		l.w.snapBase, l.w.snapSegs, l.w.snapSegN = st.Base, st.Segs, st.Count
 		n.tentative = true
 		n.flush(index)
 		return true
@@ -988,35 +989,35 @@ func (l *simLeader) release(wt waiter) {
 // simulated store (a base in parts, or segments, then the manifest by
 // compare-and-swap, then the collection of what it no longer references),
 // its result, then the truncation of what it covers.
-func (l *simLeader) snapshot(p *simProc, j *snapJob) {
+func (l *simLeader) snapshot(p *simProc, j *snapshot.Job) {
 	n, s := l.n, l.n.s
-	rebase := j.base != nil && l.w.snapSegs > 0
-	out, err := n.gs.writeSnapshot(simCtx(p), j, snapWriter{id: n.id, term: l.term, nonce: l.segNonce})
-	st := out.stats()
+	rebase := j.Base != nil && l.w.snapSegs > 0
+	out, err := n.gs.snap.Write(simCtx(p), j, snapshot.Writer{ID: n.id, Term: l.term, Nonce: l.segNonce})
+	st := out.Stats()
 	l.post(func() {
 		// On error too: a newer snapshot found is not written over again.
-		l.w.snapshotWritten(out.end, out.version, st)
+		l.w.snapshotWritten(out.End, out.Version, st)
 		if err != nil {
 			l.w.snapBusy = false
 		}
 	})
 	if err != nil {
 		l.sweep = true
-		s.logf("%s term %d: snapshot to %d not written: %v", n.id, l.term, j.end, err)
+		s.logf("%s term %d: snapshot to %d not written: %v", n.id, l.term, j.End, err)
 		return
 	}
 	switch {
-	case j.base == nil:
+	case j.Base == nil:
 		s.cover.segments++
 	case rebase:
 		s.cover.rebases++
 	}
-	dropped, swept, gcErr := n.gs.collect(simCtx(p), out.prev, out.man, l.term, l.sweep || j.base != nil)
+	dropped, swept, gcErr := n.gs.snap.Collect(simCtx(p), out.Prev, out.Man, l.term, l.sweep || j.Base != nil)
 	l.sweep = gcErr != nil
 	s.cover.dropped += dropped
 	s.cover.swept += swept
-	s.logf("%s term %d wrote snapshot to %d (base %v; deleted %d, swept %d)", n.id, l.term, out.end, j.base != nil, dropped, swept)
-	l.truncate(p, out.end)
+	s.logf("%s term %d wrote snapshot to %d (base %v; deleted %d, swept %d)", n.id, l.term, out.End, j.Base != nil, dropped, swept)
+	l.truncate(p, out.End)
 	l.post(func() { l.w.snapBusy = false })
 }
 

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/rsm/internal/snapshot"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 )
@@ -291,7 +293,7 @@ func (d simDriver) Get(ctx context.Context, key string) ([]byte, string, error) 
 	var b []byte
 	switch o := v.(type) {
 	case *rsmpb.Entry:
-		b, err = encodeEntry(o)
+		b, err = record.EncodeEntry(o)
 	case simSnap:
 		b = o.data
 	case []byte:
@@ -366,7 +368,7 @@ func (d simDriver) Delete(ctx context.Context, key string, _ driver.Cond) error 
 	p := ctx.Value(simProcKey{}).(*simProc)
 	_, _, err := p.storeOp(d.n, true, func() (any, int, error) {
 		if o, ok := p.s.st.objs["snap"]; ok {
-			if m, err := decodeManifest(o.v.(simSnap).data); err == nil && m.objects()[key] {
+			if m, err := snapshot.DecodeManifest(o.v.(simSnap).data); err == nil && m.Objects()[key] {
 				p.s.failf("collection deleted %s, which the stored manifest (ending at %d) references", key, m.End)
 			}
 		}
@@ -428,8 +430,8 @@ var _ driver.Store = simDriver{}
 // groupStore is the real reader over the simulated store, for node n.
 func (n *simNode) groupStore() *groupStore {
 	// Bases of a few parts each: the simulated states are small.
-	return &groupStore{st: store.New(simDriver{n: n}), group: simGroup, retry: RetryOptions{MaxAttempts: 1},
-		partMax: 64, nonces: n.s.nonce}
+	return newGroupStore(store.New(simDriver{n: n}), simGroup, RetryOptions{MaxAttempts: 1}, 0,
+		snapshot.Options{PartMax: 64, Nonce: n.s.nonce})
 }
 
 func simCtx(p *simProc) context.Context {

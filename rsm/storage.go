@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/rsm/internal/snapshot"
 	"github.com/tenure-io/tenure/store"
 )
 
@@ -23,27 +24,9 @@ type groupStore struct {
 	timeout time.Duration // per store call; 0 means none
 	now     func() time.Time
 
-	partMax int           // bytes per base part; 0: basePartMax
-	par     int           // objects read or deleted at once; 0: one at a time, in the caller's goroutine
-	nonces  func() []byte // the snapshot writes' nonces; nil: newNonce (the simulator's are seeded)
-
-	readAhead int                 // bytes of objects read ahead (objectReader); 0: readAheadMax
-	borrow    bool                // the machines are all Borrowers: segments' commands are lent (segFeed)
-	prep      map[string]Preparer // with borrow: the machines a cold start prepares commands for
-
-	mu          sync.Mutex
-	snapVersion string    // the snapshot version last read or written
-	snapEnd     uint64    // its end index
-	snapMan     *manifest // its manifest; nil for the earlier formats
-	snapTerm    uint64    // its writer's term
-
-	// refused is the snapshot version last refused as corrupt, with its
-	// error: refused again, not read again, while the key lists it.
-	refused    string
-	refusedErr error
-	// refusedObj is the base part or segment a load last refused as
-	// corrupt (groupStore.loadManifest).
-	refusedObj *refusedObject
+	// snap is the group's snapshot: the snapshot object, its manifest and
+	// the objects it references.
+	snap *snapshot.Store
 
 	// logPacked is whether the store keeps the log packed, as packLog
 	// last found.
@@ -57,6 +40,16 @@ type groupStore struct {
 	// named is the leader of the highest term read or written in
 	// leader_state.json: a Synchronize is taken only from it.
 	named namedLeader
+}
+
+// newGroupStore returns the store of group in st, with its snapshot's
+// store, whose options o gives (its store calls, log reads and bounds
+// are this store's).
+func newGroupStore(st *store.Store, group string, retry RetryOptions, timeout time.Duration, o snapshot.Options) *groupStore {
+	g := &groupStore{st: st, group: group, retry: retry, timeout: timeout, now: time.Now}
+	o.Do, o.Resolve, o.ReadLog, o.EntryMax = g.do, g.resolve, g.readConfirmed, entryMax
+	g.snap = snapshot.New(st, group, o)
+	return g
 }
 
 // decodedLeaderState is leader_state.json's bytes and what they decode to.
@@ -117,7 +110,7 @@ func (g *groupStore) readLeaderState(ctx context.Context) (ls leaderState, versi
 		return e
 	})
 	if err != nil {
-		return leaderState{}, "", tooLarge(err, key, "leader_state.json", leaderStateMax)
+		return leaderState{}, "", record.TooLarge(err, key, "leader_state.json", leaderStateMax)
 	}
 	// The read above is the confirmation (every round reads the store);
 	// only decoding identical bytes again is skipped. A cached decode was
@@ -150,7 +143,7 @@ func (g *groupStore) writeLeaderState(ctx context.Context, ls leaderState, prev 
 	data := encodeLeaderState(ls, g.now())
 	key := g.key(leaderStateKey)
 	if len(data) > leaderStateMax {
-		return "", refuseWrite(key, fmt.Sprintf("leader_state.json listing %d followers", len(ls.Followers)), len(data), leaderStateMax)
+		return "", record.RefuseWrite(key, fmt.Sprintf("leader_state.json listing %d followers", len(ls.Followers)), len(data), leaderStateMax)
 	}
 	cond := store.IfAbsent()
 	if prev != "" {
@@ -173,9 +166,9 @@ func (g *groupStore) readEntry(ctx context.Context, index uint64) (*rsmpb.Entry,
 		return e
 	})
 	if err != nil {
-		return nil, tooLarge(err, key, "log entry", int64(entryMax))
+		return nil, record.TooLarge(err, key, "log entry", int64(entryMax))
 	}
-	e, err := decodeEntry(data, index)
+	e, err := record.DecodeEntry(data, index)
 	if err == nil && e.Group != "" && e.Group != g.group {
 		err = fmt.Errorf("it belongs to group %q", e.Group)
 	}
@@ -190,16 +183,16 @@ func (g *groupStore) readEntry(ctx context.Context, index uint64) (*rsmpb.Entry,
 // (found may be nil if the slot was emptied since: truncated). An error
 // means the outcome is unknown.
 func (g *groupStore) createEntry(ctx context.Context, e *rsmpb.Entry) (found *rsmpb.Entry, err error) {
-	data, err := encodeEntry(e)
+	data, err := record.EncodeEntry(e)
 	if err != nil {
 		return nil, err
 	}
 	key := logKey(g.group, e.Index)
 	if len(data) > entryMax {
-		return nil, refuseWrite(key, "log entry", len(data), entryMax)
+		return nil, record.RefuseWrite(key, "log entry", len(data), entryMax)
 	}
 	_, err = store.PutResolved(ctx, g.st, key, data, store.IfAbsent(), g.resolve(func(stored []byte) bool {
-		o, derr := decodeEntry(stored, e.Index)
+		o, derr := record.DecodeEntry(stored, e.Index)
 		return derr == nil && bytes.Equal(o.Nonce, e.Nonce)
 	}, int64(entryMax)))
 	if err == nil {
@@ -226,8 +219,8 @@ type logChunk struct {
 	read       int            // entries read from the store, kept or not
 	snapEnd    uint64         // the snapshot's end index, read after the entries; 0 for none
 	version    string
-	snap       *storedSnapshot // the snapshot, if it was read whole: it was new to this store
-	superseded bool            // the snapshot reached an index asked for: load it instead
+	snap       *snapshot.Stored // the snapshot, if it was read whole: it was new to this store
+	superseded bool             // the snapshot reached an index asked for: load it instead
 }
 
 // supersedes is rule 8's test: a snapshot read after log entries from
@@ -236,6 +229,23 @@ type logChunk struct {
 // was read is discarded and the snapshot loaded instead.
 func supersedes(snapEnd, from uint64) bool {
 	return snapEnd > 0 && snapEnd >= from
+}
+
+// readConfirmed returns the entries from..to, every one of them confirmed,
+// read under rule 8 (readLog): those of a segment the leader's cache no
+// longer holds (snapshot.Options.ReadLog).
+func (g *groupStore) readConfirmed(ctx context.Context, from, to uint64) ([]*rsmpb.Entry, error) {
+	c, err := g.readLog(ctx, from, to, int(to-from+1))
+	if err != nil {
+		return nil, err
+	}
+	if c.superseded {
+		return nil, fmt.Errorf("a snapshot ending at %d was written meanwhile", c.snapEnd)
+	}
+	if uint64(len(c.entries)) != to-from+1 {
+		return nil, fmt.Errorf("confirmed entry %d is missing from the log", from+uint64(len(c.entries)))
+	}
+	return c.entries, nil
 }
 
 // readLog is rule 8 of docs/rsm.md, the one way entries are read from the
@@ -257,7 +267,7 @@ func (g *groupStore) readLog(ctx context.Context, from, to uint64, limit int) (l
 		c.entries = append(c.entries, e)
 	}
 	c.read = len(c.entries)
-	end, version, snap, err := g.snapshotEnd(ctx)
+	end, version, snap, err := g.snap.End(ctx)
 	if err != nil {
 		return logChunk{}, err
 	}
@@ -266,124 +276,6 @@ func (g *groupStore) readLog(ctx context.Context, from, to uint64, limit int) (l
 		c.entries, c.superseded = nil, true
 	}
 	return c, nil
-}
-
-// snapshotEnd is a read of the snapshot for its end index and version: a
-// listing of its key, and only if its version is not the one this store
-// last read or wrote, a read of the whole object (returned, so that the
-// caller need not read it again). A listing issued after log reads sees
-// every snapshot written before it, as a read would (rule 8): the store
-// is strongly consistent for lists, and versions are never reused.
-func (g *groupStore) snapshotEnd(ctx context.Context) (end uint64, version string, snap *storedSnapshot, err error) {
-	key := g.key(snapshotKey)
-	var items []store.Item
-	err = g.do(ctx, func(ctx context.Context) error {
-		var e error
-		items, e = g.st.List(ctx, key, "", 1)
-		return e
-	})
-	if err != nil {
-		return 0, "", nil, err
-	}
-	if len(items) == 0 || items[0].Key != key {
-		return 0, "", nil, nil
-	}
-	g.mu.Lock()
-	known, knownEnd := g.snapVersion, g.snapEnd
-	refused, refusedErr := g.refused, g.refusedErr
-	g.mu.Unlock()
-	if items[0].Version == known && known != "" {
-		return knownEnd, known, nil, nil
-	}
-	if items[0].Version == refused && refused != "" {
-		return 0, "", nil, refusedErr
-	}
-	snap, version, err = g.readSnapshot(ctx)
-	var c *CorruptError
-	if errors.As(err, &c) && (version == items[0].Version || version == "" && items[0].Size > earlierSnapshotMax) {
-		// The object listed is the one refused (read at that version,
-		// or refused unread for the size the listing gives too): until
-		// an operator replaces it, it is refused as it is, unread.
-		g.mu.Lock()
-		g.refused, g.refusedErr = items[0].Version, err
-		g.mu.Unlock()
-	}
-	if err != nil || snap == nil {
-		return 0, "", nil, err
-	}
-	return snap.EndIndex, version, snap, nil
-}
-
-// rememberSnap records the snapshot version last read or written, with
-// its end index (for snapshotEnd), its manifest if it is one and its
-// writer's term (for the next snapshot written over it).
-func (g *groupStore) rememberSnap(version string, end uint64, m *manifest, term uint64) {
-	g.mu.Lock()
-	g.snapVersion, g.snapEnd, g.snapMan, g.snapTerm = version, end, m, term
-	g.mu.Unlock()
-}
-
-func (g *groupStore) nonce() []byte {
-	if g.nonces != nil {
-		return g.nonces()
-	}
-	return newNonce()
-}
-
-// heldSnapshot returns what rememberSnap recorded.
-func (g *groupStore) heldSnapshot() (version string, m *manifest, term uint64) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.snapVersion, g.snapMan, g.snapTerm
-}
-
-// readSnapshot returns the snapshot; nil and "" if there is none. It is
-// read as a manifest, within manifestMax bytes; only an object larger than
-// that is read again, as a snapshot of the earlier formats, within
-// earlierSnapshotMax. A *CorruptError comes with the version refused, or
-// "" if it was refused unread (too large).
-func (g *groupStore) readSnapshot(ctx context.Context) (*storedSnapshot, string, error) {
-	var data []byte
-	var version string
-	key := g.key(snapshotKey)
-	read := func(max int64) error {
-		return g.do(ctx, func(ctx context.Context) error {
-			var e error
-			data, version, e = g.st.GetLimited(ctx, key, max)
-			return e
-		})
-	}
-	err := read(manifestMax)
-	if errors.Is(err, store.ErrTooLarge) {
-		err = tooLarge(read(earlierSnapshotMax), key, "snapshot of the earlier formats", earlierSnapshotMax)
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, "", nil
-	}
-	if err != nil {
-		return nil, "", err
-	}
-	var s *storedSnapshot
-	var m *manifest
-	if len(data) > len(frameMagic) && data[len(frameMagic)] == kindManifest {
-		if len(data) > manifestMax {
-			err = fmt.Errorf("%w: a manifest of %d bytes; a manifest is at most %d", errTooLarge, len(data), manifestMax)
-		} else if m, err = decodeManifest(data); err == nil {
-			s = &storedSnapshot{Snapshot: &rsmpb.Snapshot{EndIndex: m.End, Group: m.Group, Nonce: m.Nonce,
-				Writer: m.Writer, WriterTerm: m.WriterTerm}, man: m}
-		}
-	} else {
-		s, err = decodeStoredSnapshot(data)
-	}
-	if err == nil && s.Group != "" && s.Group != g.group {
-		err = fmt.Errorf("it belongs to group %q", s.Group)
-	}
-	if err != nil {
-		return nil, version, &CorruptError{Key: key, Err: err}
-	}
-	s.version = version
-	g.rememberSnap(version, s.EndIndex, m, s.WriterTerm)
-	return s, version, nil
 }
 
 // packLog asks the store to keep the log's entries together

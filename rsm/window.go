@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/rsm/internal/snapshot"
 )
 
 // window is a leader's protocol state: requests being batched, log writes
@@ -50,11 +51,11 @@ type window struct {
 
 	snapEnd     uint64 // end index of the newest snapshot known
 	snapVersion string
-	snapBase    uint64   // bytes of its base; 0 if it is not a manifest (or none): the next snapshot writes a base
-	snapSegs    uint64   // bytes of its segments
-	snapSegN    int      // and how many there are
-	snapBusy    bool     // a snapshot is captured, being written or truncating
-	snapHeld    *snapJob // waiting until every index it covers is confirmed
+	snapBase    uint64        // bytes of its base; 0 if it is not a manifest (or none): the next snapshot writes a base
+	snapSegs    uint64        // bytes of its segments
+	snapSegN    int           // and how many there are
+	snapBusy    bool          // a snapshot is captured, being written or truncating
+	snapHeld    *snapshot.Job // waiting until every index it covers is confirmed
 
 	// Moving a log stored as separate objects into a pack (packNext).
 	unpacked    bool                 // the store can pack the log, and has not
@@ -459,7 +460,7 @@ func (w *window) snapshotDue() bool {
 // grown to baseFactor times its base (docs/rsm.md, "What it costs") or
 // to maxSegments.
 func (w *window) wantsBase() bool {
-	return w.snapBase == 0 || w.snapSegs >= baseFactor*w.snapBase || w.snapSegN >= maxSegments
+	return w.snapBase == 0 || w.snapSegs >= snapshot.BaseFactor*w.snapBase || w.snapSegN >= snapshot.MaxSegments
 }
 
 // quietBaseDue says a new base should be taken now, though the segments
@@ -471,25 +472,14 @@ func (w *window) wantsBase() bool {
 // base/quietBaseFactor (docs/rsm.md, "What it costs").
 func (w *window) quietBaseDue() bool {
 	return w.calm && w.quiet() && w.confirmed > w.snapEnd && w.snapBase > 0 &&
-		float64(w.snapSegs) >= quietBaseFactor*float64(w.snapBase)
-}
-
-// snapJob is a snapshot to write: a new base, or a segment of the
-// entries from..end appended to the stored manifest.
-type snapJob struct {
-	base      *captured      // the state captured at base.head.EndIndex; nil for a segment
-	from, end uint64         // what it adds to the stored snapshot
-	entries   []*rsmpb.Entry // a segment's entries the cache held: consecutive, up to end
-	// The stored snapshot it replaces by compare-and-swap.
-	prevEnd     uint64
-	prevVersion string
+		float64(w.snapSegs) >= snapshot.QuietBaseFactor*float64(w.snapBase)
 }
 
 // hold keeps a captured base until every index it covers is confirmed
 // (rule 7): a deposed leader's unconfirmed entries never reach a
 // snapshot.
-func (w *window) hold(s *captured) {
-	w.snapBusy, w.snapHeld = true, &snapJob{base: s, from: w.snapEnd + 1, end: s.head.EndIndex}
+func (w *window) hold(s *snapshot.Captured) {
+	w.snapBusy, w.snapHeld = true, &snapshot.Job{Base: s, From: w.snapEnd + 1, End: s.Head.EndIndex}
 }
 
 // holdSegment takes confirmed entries since the stored snapshot as a
@@ -504,38 +494,38 @@ func (w *window) holdSegment() {
 // holdSegmentTo takes the confirmed entries from the stored snapshot's end
 // to end as a segment.
 func (w *window) holdSegmentTo(end uint64) {
-	j := &snapJob{from: w.snapEnd + 1, end: end}
-	first := max(j.from, w.cacheLow)
-	for i := first; i <= j.end; i++ {
+	j := &snapshot.Job{From: w.snapEnd + 1, End: end}
+	first := max(j.From, w.cacheLow)
+	for i := first; i <= j.End; i++ {
 		e := w.cache[i]
 		if e == nil {
-			j.entries = nil // not consecutive up to end: read them all
+			j.Entries = nil // not consecutive up to end: read them all
 			break
 		}
-		j.entries = append(j.entries, e)
+		j.Entries = append(j.Entries, e)
 	}
 	w.snapBusy, w.snapHeld = true, j
 }
 
 // snapshotToWrite returns the held snapshot once it may be written, with
 // the end and version of the stored one it replaces by compare-and-swap.
-func (w *window) snapshotToWrite() *snapJob {
-	if w.snapHeld == nil || w.confirmed < w.snapHeld.end {
+func (w *window) snapshotToWrite() *snapshot.Job {
+	if w.snapHeld == nil || w.confirmed < w.snapHeld.End {
 		return nil
 	}
 	j := w.snapHeld
 	w.snapHeld = nil
-	j.prevEnd, j.prevVersion = w.snapEnd, w.snapVersion
+	j.PrevEnd, j.PrevVersion = w.snapEnd, w.snapVersion
 	return j
 }
 
 // snapshotWritten records a snapshot written (or found) at end, with its
 // base's and segments' bytes and its number of segments (0 if it is not a
 // manifest).
-func (w *window) snapshotWritten(end uint64, version string, st snapStats) {
+func (w *window) snapshotWritten(end uint64, version string, st snapshot.Stats) {
 	if end > w.snapEnd {
 		w.snapEnd, w.snapVersion = end, version
-		w.snapBase, w.snapSegs, w.snapSegN = st.base, st.segs, st.count
+		w.snapBase, w.snapSegs, w.snapSegN = st.Base, st.Segs, st.Count
 	}
 }
 
@@ -622,13 +612,6 @@ func (w *window) packDone(packed bool, now time.Time) {
 	}
 	w.packBackoff = min(max(2*w.packBackoff, packBackoffMin), packBackoffMax)
 	w.packAfter = now.Add(w.packBackoff)
-}
-
-// snapStats is the size of a stored manifest: its base's bytes, its
-// segments' bytes and their number.
-type snapStats struct {
-	base, segs uint64
-	count      int
 }
 
 // register adds or replaces a follower; it reports whether it is new.

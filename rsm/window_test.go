@@ -14,7 +14,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
+	"github.com/tenure-io/tenure/rsm/internal/snapshot"
 	"github.com/tenure-io/tenure/store/faultstore"
 	"github.com/tenure-io/tenure/store/memstore"
 )
@@ -186,7 +188,7 @@ func TestWindowSnapshotWaitsForConfirmation(t *testing.T) {
 	if !w.snapshotDue() {
 		t.Fatal("not due with 10 entries since the last snapshot")
 	}
-	w.hold(&captured{head: &rsmpb.Snapshot{EndIndex: 13}})
+	w.hold(&snapshot.Captured{Head: &rsmpb.Snapshot{EndIndex: 13}})
 	if w.snapshotDue() {
 		t.Fatal("due again while one is under way")
 	}
@@ -196,11 +198,11 @@ func TestWindowSnapshotWaitsForConfirmation(t *testing.T) {
 	w.confirmed = 13
 	w.snapVersion = "v1"
 	j := w.snapshotToWrite()
-	if j == nil || j.base == nil || j.prevEnd != 1 || j.prevVersion != "v1" {
+	if j == nil || j.Base == nil || j.PrevEnd != 1 || j.PrevVersion != "v1" {
 		t.Fatalf("snapshot %+v", j)
 	}
-	w.snapshotWritten(13, "v2", snapStats{base: 100, segs: 0})
-	w.snapshotWritten(12, "v0", snapStats{base: 0, segs: 0}) // never backwards
+	w.snapshotWritten(13, "v2", snapshot.Stats{Base: 100, Segs: 0})
+	w.snapshotWritten(12, "v0", snapshot.Stats{Base: 0, Segs: 0}) // never backwards
 	if w.snapEnd != 13 || w.snapVersion != "v2" || w.snapBase != 100 {
 		t.Fatalf("snapshot end %d version %q base %d", w.snapEnd, w.snapVersion, w.snapBase)
 	}
@@ -216,7 +218,7 @@ func TestWindowSegmentPolicy(t *testing.T) {
 	if !w.wantsBase() {
 		t.Fatal("no manifest stored, yet a segment is wanted")
 	}
-	w.snapshotWritten(20, "v1", snapStats{base: 1000, segs: 0})
+	w.snapshotWritten(20, "v1", snapshot.Stats{Base: 1000, Segs: 0})
 	for i := uint64(1); i <= 40; i++ {
 		w.cacheEntry(&rsmpb.Entry{Index: i, Term: 1})
 	}
@@ -227,20 +229,20 @@ func TestWindowSegmentPolicy(t *testing.T) {
 	w.holdSegment()
 	j := w.snapshotToWrite()
 	// A multiple of the threshold, so that segments are alike.
-	if j == nil || j.base != nil || j.from != 21 || j.end != 30 || len(j.entries) != 10 || j.entries[9].Index != 30 {
+	if j == nil || j.Base != nil || j.From != 21 || j.End != 30 || len(j.Entries) != 10 || j.Entries[9].Index != 30 {
 		t.Fatalf("segment job %+v", j)
 	}
-	w.snapshotWritten(33, "v2", snapStats{base: 1000, segs: baseFactor*1000 - 1})
+	w.snapshotWritten(33, "v2", snapshot.Stats{Base: 1000, Segs: snapshot.BaseFactor*1000 - 1})
 	if w.wantsBase() {
 		t.Fatal("a base wanted below the factor")
 	}
-	w.snapshotWritten(34, "v3", snapStats{base: 1000, segs: baseFactor * 1000})
+	w.snapshotWritten(34, "v3", snapshot.Stats{Base: 1000, Segs: snapshot.BaseFactor * 1000})
 	if !w.wantsBase() {
-		t.Fatalf("segments at %d times the base, no base wanted", baseFactor)
+		t.Fatalf("segments at %d times the base, no base wanted", snapshot.BaseFactor)
 	}
-	w.snapshotWritten(35, "v4", snapStats{base: 1000, segs: 1, count: maxSegments})
+	w.snapshotWritten(35, "v4", snapshot.Stats{Base: 1000, Segs: 1, Count: snapshot.MaxSegments})
 	if !w.wantsBase() {
-		t.Fatalf("%d segments, no base wanted", maxSegments)
+		t.Fatalf("%d segments, no base wanted", snapshot.MaxSegments)
 	}
 }
 
@@ -251,7 +253,7 @@ func TestWindowSegmentPolicy(t *testing.T) {
 // times the base; a command clears it until a whole period passes again.
 func TestWindowQuietBase(t *testing.T) {
 	w := testWindow(1, 1)
-	w.snapshotWritten(20, "v1", snapStats{base: 1000, segs: 1500, count: 3})
+	w.snapshotWritten(20, "v1", snapshot.Stats{Base: 1000, Segs: 1500, Count: 3})
 	w.next, w.confirmed = 26, 25
 	if w.wantsBase() {
 		t.Fatal("a base wanted below baseFactor")
@@ -291,7 +293,7 @@ func TestWindowQuietBase(t *testing.T) {
 	if !w.quietBaseDue() {
 		t.Fatal("not due after a whole quiet period again")
 	}
-	w.hold(&captured{head: &rsmpb.Snapshot{EndIndex: 25}})
+	w.hold(&snapshot.Captured{Head: &rsmpb.Snapshot{EndIndex: 25}})
 	if w.quietBaseDue() {
 		t.Fatal("due while a snapshot is held")
 	}
@@ -307,7 +309,7 @@ func TestWindowPacksWhenQuiet(t *testing.T) {
 	for i := uint64(1); i <= 10; i++ {
 		w.cacheEntry(&rsmpb.Entry{Index: i, Term: 1})
 	}
-	w.snapshotWritten(5, "v1", snapStats{base: 1000})
+	w.snapshotWritten(5, "v1", snapshot.Stats{Base: 1000})
 	now := time.Unix(1000, 0)
 	if s := w.packNext(now, nil); s != packWait {
 		t.Fatalf("step %d for a log the store cannot pack", s)
@@ -356,10 +358,10 @@ func TestWindowPacksWhenQuiet(t *testing.T) {
 		t.Fatalf("step %d with the snapshot held", s)
 	}
 	j := w.snapshotToWrite()
-	if j == nil || j.base != nil || j.from != 6 || j.end != 10 || len(j.entries) != 5 {
+	if j == nil || j.Base != nil || j.From != 6 || j.End != 10 || len(j.Entries) != 5 {
 		t.Fatalf("segment job %+v; want 6 to 10, every confirmed index", j)
 	}
-	w.snapshotWritten(10, "v2", snapStats{base: 1000, segs: 100, count: 1})
+	w.snapshotWritten(10, "v2", snapshot.Stats{Base: 1000, Segs: 100, Count: 1})
 	if s := w.packNext(now, nil); s != packWait {
 		t.Fatalf("step %d before the truncation ended", s)
 	}
@@ -656,7 +658,7 @@ func TestWindowBatchBytes(t *testing.T) {
 	w.depth = 4
 	var entries []*rsmpb.Entry
 	for wr := w.nextWrite(); wr != nil; wr = w.nextWrite() {
-		wr.entry.Writer, wr.entry.Nonce, wr.entry.Group = "node-a", newNonce(), "g"
+		wr.entry.Writer, wr.entry.Nonce, wr.entry.Group = "node-a", record.NewNonce(), "g"
 		entries = append(entries, wr.entry)
 	}
 	if len(entries) != 2 {
@@ -731,14 +733,14 @@ func TestWindowCacheWithoutFollowers(t *testing.T) {
 	if len(w.cache) != 30 {
 		t.Fatalf("%d entries cached before any snapshot; want all 30", len(w.cache))
 	}
-	w.snapshotWritten(20, "v1", snapStats{base: 1000})
+	w.snapshotWritten(20, "v1", snapshot.Stats{Base: 1000})
 	w.cacheEntry(&rsmpb.Entry{Index: 31, Term: 1})
 	if len(w.cache) != 11 || w.cacheLow != 21 || w.cache[20] != nil || w.cache[21] == nil {
 		t.Fatalf("after a snapshot to 20: %d cached from %d; want 21..31", len(w.cache), w.cacheLow)
 	}
 	w.confirmed = 31
 	w.holdSegment()
-	if j := w.snapshotToWrite(); j == nil || j.from != 21 || j.end != 30 || len(j.entries) != 10 {
+	if j := w.snapshotToWrite(); j == nil || j.From != 21 || j.End != 30 || len(j.Entries) != 10 {
 		t.Fatalf("segment job %+v; want 21..30 from the cache", j)
 	}
 	sum := 0
@@ -750,7 +752,7 @@ func TestWindowCacheWithoutFollowers(t *testing.T) {
 	}
 
 	w.register(followerInfo{ID: "f", ApplyIndex: 31})
-	w.snapshotWritten(31, "v2", snapStats{base: 1000, segs: 100})
+	w.snapshotWritten(31, "v2", snapshot.Stats{Base: 1000, Segs: 100})
 	for i := uint64(32); i <= 40; i++ {
 		w.cacheEntry(&rsmpb.Entry{Index: i, Term: 1})
 	}

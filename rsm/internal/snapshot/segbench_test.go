@@ -1,4 +1,4 @@
-package rsm
+package snapshot
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 )
 
@@ -46,7 +47,7 @@ func benchSegmentEntries() []*rsmpb.Entry {
 			e.Commands = append(e.Commands, &rsmpb.Command{Session: k + 1, Seq: i, Machine: "kv", Data: value})
 		}
 		es = append(es, e)
-		size += 4 + frameHeader + proto.Size(e)
+		size += 4 + record.Header + proto.Size(e)
 	}
 	return es
 }
