@@ -447,7 +447,7 @@ func (n *simNode) loadSnapshotAt(p *simProc, end uint64, snap *snapshot.Stored) 
 	}
 }
 
-// snapshotEnd is groupStore.snapshotEnd over the simulated store.
+// snapshotEnd is snapshot.Store.End over the simulated store.
 func (n *simNode) snapshotEnd(p *simProc) (uint64, string, *snapshot.Stored, error) {
 	return n.gs.snap.End(simCtx(p))
 }
@@ -985,7 +985,7 @@ func (l *simLeader) release(wt waiter) {
 	}
 }
 
-// snapshot is leaderRun.snapshot: groupStore.writeSnapshot over the
+// snapshot is leaderRun.snapshot: snapshot.Store.Write over the
 // simulated store (a base in parts, or segments, then the manifest by
 // compare-and-swap, then the collection of what it no longer references),
 // its result, then the truncation of what it covers.

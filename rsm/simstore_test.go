@@ -333,7 +333,7 @@ func simKeyOf(key string) (string, error) {
 	return "", fmt.Errorf("sim store: no object %q", key)
 }
 
-// Put writes the snapshot objects (groupStore.writeSnapshot) through the
+// Put writes the snapshot objects (snapshot.Store.Write) through the
 // simulated store: its delays, its late landings and its lost answers.
 // The log and leader_state.json are written by the simulation.
 func (d simDriver) Put(ctx context.Context, key string, data []byte, cond driver.Cond) (string, error) {
@@ -359,7 +359,7 @@ func (d simDriver) Put(ctx context.Context, key string, data []byte, cond driver
 	return strconv.Itoa(ver), nil
 }
 
-// Delete removes a snapshot object (groupStore.collect) through the
+// Delete removes a snapshot object (snapshot.Store.Collect) through the
 // simulated store; truncation is the simulation's.
 func (d simDriver) Delete(ctx context.Context, key string, _ driver.Cond) error {
 	if !strings.HasPrefix(key, simGroup+"/"+snapDir) {
@@ -381,8 +381,8 @@ func (d simDriver) Delete(ctx context.Context, key string, _ driver.Cond) error 
 	return err
 }
 
-// List answers the listing of the snapshot's key (groupStore.snapshotEnd)
-// and of the snapshot objects (groupStore.collect) through the simulated
+// List answers the listing of the snapshot's key (snapshot.Store.End)
+// and of the snapshot objects (snapshot.Store.Collect) through the simulated
 // store; the log is listed by the simulation.
 func (d simDriver) List(ctx context.Context, prefix, after string, limit int) ([]driver.Item, error) {
 	key := simGroup + "/" + snapshotKey

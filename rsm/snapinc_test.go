@@ -225,7 +225,7 @@ func TestReaderRacingCollectionStartsOver(t *testing.T) {
 		return b.rep.restoreFrom(cs.Head, cs.Machine)
 	}, func(*rsmpb.Entry, []any) error { return nil })
 	if !errors.Is(err, snapshot.ErrMoved) {
-		t.Fatalf("reading a collected manifest: %v, want errSnapshotMoved", err)
+		t.Fatalf("reading a collected manifest: %v, want snapshot.ErrMoved", err)
 	}
 	if err := b.resetAndLoad(t, snap); err != nil {
 		t.Fatal(err)

@@ -184,7 +184,7 @@ func (f *segFeed) close() {
 // returned for their commands (nil if none). Objects are read once each, up
 // to par at a time. An object missing while the manifest is unchanged is
 // refused (a *CorruptError naming it, rule 12); missing because the
-// manifest has moved on since it was read, errSnapshotMoved. An object
+// manifest has moved on since it was read, ErrMoved. An object
 // refused as corrupt by an earlier load of the same manifest is refused
 // again unread while a listing shows it unchanged (refusedObject).
 func (g *Store) Load(ctx context.Context, snap *Stored, applied uint64,
@@ -372,7 +372,7 @@ func (g *Store) startSegments(ctx context.Context, snap *Stored, segs []segRef, 
 
 // objectErr reports an error reading a referenced object: if it is
 // missing, the snapshot key is listed again; a manifest changed since snap
-// was read gives errSnapshotMoved, an unchanged one a *CorruptError
+// was read gives ErrMoved, an unchanged one a *CorruptError
 // naming the object (an operator deleted it, rule 12).
 func (g *Store) objectErr(ctx context.Context, snap *Stored, key string, err error) error {
 	if !errors.Is(err, store.ErrNotFound) {

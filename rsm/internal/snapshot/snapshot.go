@@ -14,8 +14,8 @@
 // manifest moved on starts over.
 //
 // Store calls and their retries are the caller's (Options.Do, Options.Resolve);
-// errors about an object in the store are *record.CorruptError, which rsm
-// returns as its own CorruptError. A Store is safe for concurrent use.
+// errors about an object in the store are *record.CorruptError (which is
+// rsm.CorruptError). A Store is safe for concurrent use.
 package snapshot
 
 import (
