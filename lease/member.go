@@ -430,19 +430,30 @@ func (m *memberMode) clearPending(adds, removes []string) {
 // every shard is done only when the assignment changed or runs stopped;
 // otherwise it looks at the shards still waiting to start.
 func (m *memberMode) reconcile(ctx context.Context) {
-	cfg := m.c.cfg
-	core := m.core
 	now := m.now()
-	deadline := core.rightsDeadline()
+	deadline := m.core.rightsDeadline()
 	live := m.live()
-	rescan := core.beginReconcile()
+	rescan := m.core.beginReconcile()
+	valid, moved, stopped := m.stopRuns(now, deadline, rescan)
+	started := 0
+	if valid && len(m.core.pending) > 0 {
+		started = m.startReady(ctx, now, deadline, live)
+	}
+	m.updateApplied()
+	m.publish(now, deadline, live, rescan, moved, started, stopped)
+}
+
+// stopRuns publishes the deadline and stops the runs the assignment no
+// longer gives us, or every run if we cannot act (valid is false). moved
+// reports whether the deadline changed.
+func (m *memberMode) stopRuns(now, deadline time.Time, rescan bool) (valid, moved bool, stopped int) {
+	core := m.core
 	m.mu.Lock()
-	valid := !m.duplicate && now.Before(deadline)
+	valid = !m.duplicate && now.Before(deadline)
 	// Publish the deadline before any run starts, so that IsLeader and
 	// Held are true as soon as OnStartedLeading runs.
-	moved := m.deadline != deadline
+	moved = m.deadline != deadline
 	m.deadline = deadline
-	stopped := 0
 	if rescan || !valid {
 		for id, r := range m.runs {
 			if !valid || !core.mineAt(id, r.term) {
@@ -475,44 +486,53 @@ func (m *memberMode) reconcile(ctx context.Context) {
 	core.countPending(rescan, len(m.runs), func(id string) bool { return m.runs[id] != nil })
 	m.mu.Unlock()
 	core.reconciled(valid)
+	return valid, moved, stopped
+}
 
-	started := 0
-	if valid && len(core.pending) > 0 {
-		m.mu.Lock()
-		ended := maps.Clone(m.ended)
-		m.mu.Unlock()
-		scan := core.scanHandoffs(now, live, ended)
-		for {
-			rel, done := scan.next()
-			if done {
-				break
-			}
-			scan.read(m.fetch(ctx, rel))
+// startReady starts the pending shards whose handoff the core finds
+// done, reading the earlier owners' records it asks for.
+func (m *memberMode) startReady(ctx context.Context, now, deadline time.Time, live map[string]string) (started int) {
+	core := m.core
+	m.mu.Lock()
+	ended := maps.Clone(m.ended)
+	m.mu.Unlock()
+	scan := core.scanHandoffs(now, live, ended)
+	for {
+		rel, done := scan.next()
+		if done {
+			break
 		}
-		keep, ready := scan.keep, scan.ready
-		requeued := len(keep)
-		m.mu.Lock()
-		// The checks above may have made store calls: the rights may
-		// have lapsed meanwhile.
-		if m.duplicate || !m.now().Before(deadline) {
-			keep = append(keep, ready...)
-			ready = nil
-		}
-		for _, id := range ready {
-			if m.busy[id] > 0 {
-				// The previous term's work has not returned yet.
-				keep = append(keep, id)
-				continue
-			}
-			e, _ := core.assign.get(id)
-			m.startRunLocked(id, e.Term, deadline)
-			started++
-		}
-		m.mu.Unlock()
-		core.setPending(keep, requeued)
+		scan.read(m.fetch(ctx, rel))
 	}
-	m.updateApplied()
+	keep, ready := scan.keep, scan.ready
+	requeued := len(keep)
+	m.mu.Lock()
+	// The checks above may have made store calls: the rights may have
+	// lapsed meanwhile.
+	if m.duplicate || !m.now().Before(deadline) {
+		keep = append(keep, ready...)
+		ready = nil
+	}
+	for _, id := range ready {
+		if m.busy[id] > 0 {
+			// The previous term's work has not returned yet.
+			keep = append(keep, id)
+			continue
+		}
+		e, _ := core.assign.get(id)
+		m.startRunLocked(id, e.Term, deadline)
+		started++
+	}
+	m.mu.Unlock()
+	core.setPending(keep, requeued)
+	return started
+}
 
+// publish makes the round's result visible: the shards and members known,
+// the epoch, OnChange and the log; and sets the timer that fences every
+// shard at the deadline.
+func (m *memberMode) publish(now, deadline time.Time, live map[string]string, rescan, moved bool, started, stopped int) {
+	core := m.core
 	members := make([]string, 0, len(live))
 	for o := range live {
 		members = append(members, o)
@@ -556,7 +576,7 @@ func (m *memberMode) reconcile(ctx context.Context) {
 		m.fenceTimer = nil
 	}
 	if held > 0 {
-		m.fenceTimer = cfg.Clock.AfterFunc(deadline.Sub(m.now()), m.fenceAll)
+		m.fenceTimer = m.c.cfg.Clock.AfterFunc(deadline.Sub(m.now()), m.fenceAll)
 	}
 }
 
