@@ -21,6 +21,7 @@
 //     key-value machine and its HTTP API; rsm/kv/kvserver and
 //     rsm/kv/kvclient, that API's server and client; rsm/rsmtest, the
 //     multi-node test harness and the linearizability checker.
-//   - cmd/tenure: the command-line tool; internal/bench, the benchmarks
-//     that tenure bench runs.
+//   - cmd/tenure: the command-line tool; internal/bench and internal/demo,
+//     what tenure bench and tenure demo run; internal/opsserver, the
+//     probes and /status of its long-running commands.
 package tenure

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -400,22 +399,6 @@ func TestKVServeTwoNodes(t *testing.T) {
 
 // TestDemoKV runs the demo's key-value part on its own: a leader killed
 // mid-write, a cold restart, every acknowledged write read back.
-func TestDemoKV(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the demo takes several seconds")
-	}
-	var out lockedBuffer
-	d := &demo{out: &out, start: time.Now(), log: slog.New(slog.DiscardHandler)}
-	if err := d.runKV(t.Context(), "file://"+t.TempDir(), 20); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	for _, want := range []string{"leads (term 1)", "killed kv", "leads (term 2)", "cold restart", "recovered 30/30 acknowledged writes", "failover"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("demo output lacks %q:\n%s", want, out.String())
-		}
-	}
-}
-
 func TestKVPipelineDefault(t *testing.T) {
 	for url, want := range map[string]int{
 		"file:///var/lib/tenure":        kvFilePipelineDepth,
