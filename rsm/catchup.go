@@ -23,7 +23,8 @@ func (n *Node) resetReplica() {
 }
 
 // catchUp brings the replica up to the end of the store's log, stopping at
-// the first hole, reading it under rule 8 (readLog). It returns the newest
+// the first hole (rule 2: replicas apply strictly in index order, a hole
+// waits), reading it under rule 8 (readLog). It returns the newest
 // snapshot's end index and version. The snapshot is read whole only if it
 // is ahead of the replica, and at most once per version: the snapshot
 // reads after the log's chunks are listings unless it changed.
@@ -173,6 +174,7 @@ func (n *Node) loadSnapshot(ctx context.Context, snap *snapshot.Stored) error {
 // below a commit index known to this node, or if an entry after it says
 // h was committed before it was written (its commit hint). With no
 // snapshot and the log starting later, the snapshot is what is missing.
+// Rule 12 (docs/rsm.md): a missing object is refused, never absorbed.
 func (n *Node) checkHole(ctx context.Context, h, snapEnd uint64) error {
 	n.mu.Lock()
 	seen := n.fc.commitSeen
@@ -207,7 +209,8 @@ func (n *Node) checkHole(ctx context.Context, h, snapEnd uint64) error {
 }
 
 // checkGroupEmpty fails if the group has objects other than
-// leader_state.json.
+// leader_state.json: rule 12, a log or snapshot without leader_state.json
+// means the group's highest term is lost.
 func (n *Node) checkGroupEmpty(ctx context.Context) error {
 	idx, err := n.gs.listLog(ctx, 0, 1)
 	if err != nil {

@@ -110,6 +110,11 @@ func (r *replica) apply(e *rsmpb.Entry) (valid bool, results []result) {
 
 // applyPrepared is apply with what Preparers returned for e's commands
 // (nil, or one per command: nil for a command not prepared).
+//
+// Rule 1, validity (docs/rsm.md): an entry is valid only if its term is at
+// least the highest term of the valid entries before it (maxTerm, from the
+// snapshot restored on); every replica skips the same entries, so a
+// deposed leader's late writes are ignored by all.
 func (r *replica) applyPrepared(e *rsmpb.Entry, prepared []any) (valid bool, results []result) {
 	r.applied = e.Index
 	if e.Term < r.maxTerm {
@@ -132,6 +137,11 @@ func (r *replica) applyPrepared(e *rsmpb.Entry, prepared []any) (valid bool, res
 
 // adopt records the group's settings. Identities of the previous version
 // end here: from now on only sessions are known.
+//
+// Rule 10, group settings (docs/rsm.md): what apply depends on besides the
+// log is the group's, recorded by the first valid seal carrying settings
+// and in every snapshot; apply reads only these (maxSessions, machine),
+// and a node whose options disagree refuses to serve (check).
 func (r *replica) adopt(s *rsmpb.Settings) {
 	r.settings = proto.Clone(s).(*rsmpb.Settings)
 	r.clients = map[string]*rsmpb.ClientRecord{}
@@ -170,6 +180,12 @@ func (r *replica) machine(name string) (StateMachine, bool) {
 	return m, ok
 }
 
+// applyCommand applies one command of a valid entry at index.
+//
+// Rule 9, exactly-once (docs/rsm.md): a command is applied only under a
+// session in the replicated table and only as its last number + 1
+// (applySession); a session is opened through the log (register); a
+// command of an unknown or evicted session is refused, never applied.
 func (r *replica) applyCommand(c *rsmpb.Command, index uint64, prepared any) result {
 	switch {
 	case c.Register:

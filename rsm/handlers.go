@@ -38,9 +38,10 @@ func (n *Node) handleFollow(ctx context.Context, req *rsmpb.FollowRequest) *rsmp
 	return resp
 }
 
-// handleSynchronize applies committed entries from the leader, in order:
-// only from the leader leader_state.json names for the request's term (c
-// is the authenticated caller).
+// handleSynchronize applies committed entries from the leader, in order
+// (rule 2, docs/rsm.md: at a gap it stops, and the leader resends from the
+// follower's index): only from the leader leader_state.json names for the
+// request's term (c is the authenticated caller).
 func (n *Node) handleSynchronize(ctx context.Context, req *rsmpb.SynchronizeRequest, c caller) *rsmpb.SynchronizeResponse {
 	n.mu.Lock()
 	stale, term := n.fc.stale(req.Term), n.fc.term

@@ -141,7 +141,9 @@ func (l *leaderRun) goWork(f func()) {
 }
 
 // takeover loads the log, writes the seal and confirms the term. Only after
-// it returns nil does the leader serve. Every attempt after the first
+// it returns nil does the leader serve (rule 3, takeover: docs/rsm.md; a
+// seal counts only if a snapshot read after it still ends below it, and a
+// read of leader_state.json after it still shows our term). Every attempt after the first
 // starts from an empty replica: what a failed attempt applied (entries a
 // snapshot has since covered, a seal on an emptied slot) must not leak
 // into the next.
@@ -215,7 +217,9 @@ func (l *leaderRun) takeover() error {
 
 // seal writes a no-op of our term at the first index from `from` not yet
 // written, applying what it finds in the slots before it (rule 3). It
-// returns the seal's index.
+// returns the seal's index. The seal fills a hole left by a pipelined
+// stale write rather than skipping it, and counts only if it is itself
+// valid: a running highest valid term above ours deposes us before it.
 func (l *leaderRun) seal(from uint64) (uint64, error) {
 	n := l.n
 	for index := from; ; index++ {
@@ -279,7 +283,8 @@ func (l *leaderRun) enqueue(p *pending) {
 	l.reqs <- p // room is guaranteed by count
 }
 
-// finish answers p and gives back its token, once.
+// finish answers p and gives back its token, once (rule 11: each
+// request's token and gauge are released exactly once).
 func (l *leaderRun) finish(p *pending, r *rsmpb.StateResponse) {
 	if p.finished {
 		return
@@ -651,7 +656,8 @@ func (l *leaderRun) release(wt waiter) {
 }
 
 // end answers every outstanding request when the leadership ends, with
-// what is known of it (window.drain), and gives back every token.
+// what is known of it (window.drain), and gives back every token: rule
+// 11, every request is answered (docs/rsm.md).
 func (l *leaderRun) end() {
 	l.qmu.Lock()
 	l.closed = true
@@ -730,7 +736,9 @@ func (l *leaderRun) progress() {
 }
 
 // confirmRound reads leader_state.json for one round, retrying errors
-// that leave the term unknown.
+// that leave the term unknown. It is rule 5(b)'s and rule 6's read (an
+// acknowledgement or a read's answer waits for it to show our term), and
+// rule 12's: a corrupt leader_state.json ends the leadership at once.
 func (l *leaderRun) confirmRound() error {
 	for attempt := 0; ; attempt++ {
 		err := l.confirmOnce()
@@ -831,7 +839,9 @@ func (l *leaderRun) holdBase() bool {
 }
 
 // snapshot writes j over the stored snapshot, then truncates the log it
-// covers. A worker.
+// covers (rule 7, docs/rsm.md: the snapshot object only moves forward, by
+// compare-and-swap, and the log is deleted only up to a stored snapshot's
+// end). A worker.
 func (l *leaderRun) snapshot(j *snapshot.Job) {
 	n := l.n
 	start := time.Now()
@@ -859,8 +869,10 @@ func (l *leaderRun) snapshot(j *snapshot.Job) {
 	l.report(truncated{})
 }
 
-// truncate deletes the log entries a snapshot covers. An interrupted
-// truncation is finished by the next leader (serve).
+// truncate deletes the log entries a snapshot covers (rule 7: only after
+// the snapshot that covers them is stored; a stale writer's create on a
+// slot emptied here is never acknowledged, rule 5(b), nor read, rule 8).
+// An interrupted truncation is finished by the next leader (serve).
 func (l *leaderRun) truncate(from, to uint64) {
 	n := l.n
 	start := time.Now()

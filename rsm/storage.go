@@ -101,6 +101,10 @@ func (g *groupStore) do(ctx context.Context, call func(ctx context.Context) erro
 	return err
 }
 
+// readLeaderState reads leader_state.json within leaderStateMax bytes.
+// Rule 12 (docs/rsm.md): one that does not decode, fails its checksum or
+// names another group or another kind of record is refused, a
+// *CorruptError naming it; never taken over or written over.
 func (g *groupStore) readLeaderState(ctx context.Context) (ls leaderState, version string, err error) {
 	var data []byte
 	key := g.key(leaderStateKey)
@@ -157,6 +161,9 @@ func (g *groupStore) writeLeaderState(ctx context.Context, ls leaderState, prev 
 }
 
 // readEntry returns the entry at index; store.ErrNotFound if absent.
+// Rule 12 and bounded reads (docs/rsm.md): an entry larger than entryMax,
+// corrupt, of another kind or of another group is refused, a
+// *CorruptError naming it, and never applied.
 func (g *groupStore) readEntry(ctx context.Context, index uint64) (*rsmpb.Entry, error) {
 	var data []byte
 	key := logKey(g.group, index)

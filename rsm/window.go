@@ -280,7 +280,8 @@ func (w *window) cutReads() []*pending {
 }
 
 // nextWrite gives the oldest cut batch the next log index, if fewer than
-// PipelineDepth writes are in flight. The caller stamps the nonce and
+// PipelineDepth writes are in flight: rule 4, each batch is one
+// create-if-absent of the next index. The caller stamps the nonce and
 // writer and starts the write.
 func (w *window) nextWrite() *write {
 	if len(w.ready) == 0 || len(w.writes) >= w.depth {
@@ -335,6 +336,11 @@ const (
 	unsettled                     // the outcome is unknown: deposed, it may be committed
 )
 
+// outcome reads a settled write's result (rule 4, commit: docs/rsm.md): a
+// slot found taken by a lower-term entry is skipped (invalid for every
+// replica, behind our seal) and its batch reported not committed; a slot
+// taken by a higher term, a slot emptied under us, or a write whose
+// outcome the nonce read-back could not settle deposes the leader.
 func (w *window) outcome(wr *write) writeOutcome {
 	switch {
 	case wr.err != nil:
@@ -353,6 +359,11 @@ func (w *window) wait(wt waiter) { w.waiting = append(w.waiting, wt) }
 // startRound issues a confirmation round holding every waiting waiter, if
 // there is one (or a probe is wanted) and fewer than PipelineDepth rounds
 // are in flight. The caller reads leader_state.json for it.
+//
+// Rule 5(b), acknowledgement (docs/rsm.md): an entry or a read is answered
+// only once a read of leader_state.json issued after it landed (or was
+// computed) still shows our term: one read per round confirms everything
+// waiting when it was issued.
 func (w *window) startRound() *round {
 	if (len(w.waiting) == 0 && !w.probe) || len(w.rounds) >= w.depth {
 		return nil
@@ -375,7 +386,7 @@ func (w *window) roundDone(id uint64, err error) {
 }
 
 // released pops the finished rounds in the order they were issued, so
-// acknowledgements keep log order. A failed round is left in place and its
+// acknowledgements keep log order (rule 5). A failed round is left in place and its
 // error returned: leadership ends, and it and every later round fail.
 // The commands released at now start a linger (cutIfRoom).
 func (w *window) released(now time.Time) ([]*round, error) {
@@ -450,7 +461,8 @@ func (w *window) idleTick() {
 }
 
 // snapshotDue says a snapshot should be taken now: SnapshotThreshold
-// entries were confirmed since the last one and none is under way.
+// entries were confirmed since the last one and none is under way (rule
+// 7, docs/rsm.md: a snapshot covers confirmed indexes only).
 func (w *window) snapshotDue() bool {
 	return !w.snapBusy && w.confirmed >= w.snapEnd+w.snapEvery
 }
@@ -507,8 +519,10 @@ func (w *window) holdSegmentTo(end uint64) {
 	w.snapBusy, w.snapHeld = true, j
 }
 
-// snapshotToWrite returns the held snapshot once it may be written, with
-// the end and version of the stored one it replaces by compare-and-swap.
+// snapshotToWrite returns the held snapshot once it may be written (rule
+// 7: every index it covers is confirmed, so a deposed leader's unconfirmed
+// entries never reach a snapshot), with the end and version of the stored
+// one it replaces by compare-and-swap.
 func (w *window) snapshotToWrite() *snapshot.Job {
 	if w.snapHeld == nil || w.confirmed < w.snapHeld.End {
 		return nil
@@ -760,9 +774,10 @@ type answer struct {
 }
 
 // drain empties the window when leadership ends and says how every
-// outstanding request is answered: a command not yet written was not
-// committed; one written or being written may have been (its outcome is
-// unknown); a read is retried on the next leader.
+// outstanding request is answered (rule 11, docs/rsm.md: every request is
+// answered): a command not yet written was not committed; one written or
+// being written may have been (its outcome is unknown); a read is retried
+// on the next leader.
 func (w *window) drain() []answer {
 	var out []answer
 	add := func(ps []*pending, st rsmpb.Status, msg string) {

@@ -14,8 +14,9 @@ import (
 // listing of its key, and only if its version is not the one this store
 // last read or wrote, a read of the whole object (returned, so that the
 // caller need not read it again). A listing issued after log reads sees
-// every snapshot written before it, as a read would (rule 8): the store
-// is strongly consistent for lists, and versions are never reused.
+// every snapshot written before it, as a read would: the store is strongly
+// consistent for lists, and versions are never reused. It is rule 8's read
+// of the snapshot after log entries (docs/rsm.md; rsm's readLog).
 func (g *Store) End(ctx context.Context) (end uint64, version string, snap *Stored, err error) {
 	key := g.key(Key)
 	var items []store.Item
@@ -73,11 +74,13 @@ func (g *Store) Held() (version string, m *Manifest, term uint64) {
 	return g.snapVersion, g.snapMan, g.snapTerm
 }
 
-// Read returns the snapshot; nil and "" if there is none. It is
-// read as a manifest, within manifestMax bytes; only an object larger than
-// that is read again, as a snapshot of the earlier formats, within
-// earlierSnapshotMax. A *CorruptError comes with the version refused, or
-// "" if it was refused unread (too large).
+// Read returns the snapshot; nil and "" if there is none. It is read as a
+// manifest, within manifestMax bytes; only an object larger than that is
+// read again, as a snapshot of the earlier formats, within
+// earlierSnapshotMax (bounded reads, docs/rsm.md). A *CorruptError comes
+// with the version refused, or "" if it was refused unread (too large):
+// rule 12, a snapshot that is corrupt, too large, of another kind or of
+// another group is refused and never applied.
 func (g *Store) Read(ctx context.Context) (*Stored, string, error) {
 	var data []byte
 	var version string

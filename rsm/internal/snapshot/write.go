@@ -138,7 +138,8 @@ func (g *Store) writeSegments(ctx context.Context, m *Manifest, entries []*rsmpb
 }
 
 // writeManifest replaces the snapshot at version prev ("" for none) with
-// m by compare-and-swap.
+// m by compare-and-swap; a manifest above manifestMax, which no reader
+// would accept, is not written (bounded reads).
 func (g *Store) writeManifest(ctx context.Context, m *Manifest, prev string) (string, error) {
 	cond := store.IfAbsent()
 	if prev != "" {
@@ -166,7 +167,9 @@ func (g *Store) writeManifest(ctx context.Context, m *Manifest, prev string) (st
 // earlier leaders; a newer leader's objects may be about to be
 // referenced, and an older leader can no longer swap the manifest: cur
 // carries term, and no writer swaps over a manifest of a higher term). It
-// returns the number of objects deleted of each kind.
+// returns the number of objects deleted of each kind. This is rule 7's
+// collection (docs/rsm.md): a reader whose manifest's objects it deleted
+// starts over (ErrMoved, rule 8).
 func (g *Store) Collect(ctx context.Context, old, cur *Manifest, term uint64, sweep bool) (dropped, swept int, err error) {
 	keep := cur.Objects()
 	var del []string
@@ -296,16 +299,19 @@ func (g *Store) Stats(version string) Stats {
 	return m.Stats()
 }
 
-// Write writes j (rule 7: every index it covers is confirmed) over
-// the stored snapshot it names, by compare-and-swap: a base in parts and a
-// manifest of it alone, or the entries from..end as segments and the
-// stored manifest extended by them. It never writes over a snapshot that
-// ends at or after j, nor over one written by a higher term. After the
-// swap the caller deletes what the new manifest no longer references
-// (Collect). A base whose swap lost the race is swapped
-// again once over the snapshot found; a segment is not (it follows the
-// snapshot it was cut from). On error the outcome names the snapshot
-// found, if one was read.
+// Write writes j (rule 7: every index it covers is confirmed) over the
+// stored snapshot it names, by compare-and-swap: a base in parts and a
+// manifest of it alone, or the entries From..End as segments and the
+// stored manifest extended by them. After the swap the caller deletes what
+// the new manifest no longer references (Collect). A base whose swap lost
+// the race is swapped again once over the snapshot found; a segment is not
+// (it follows the snapshot it was cut from). On error the outcome names
+// the snapshot found, if one was read.
+//
+// Rule 7, the snapshot only moves forward (docs/rsm.md): it never writes
+// over a snapshot that ends at or after j, nor over one written by a
+// higher term, and every object the manifest references is written, under
+// a name no other write uses, before the manifest's swap.
 func (g *Store) Write(ctx context.Context, j *Job, w Writer) (Outcome, error) {
 	prevEnd, prevVersion := j.PrevEnd, j.PrevVersion
 	hv, held, hterm := g.Held()
