@@ -86,7 +86,7 @@ type simMember struct {
 	ended       map[string]uint64
 	dup         bool
 	deadline    time.Time
-	gets, lists int // store reads, for the cost check
+	gets        int // store reads, for the cost check
 }
 
 type sim struct {
@@ -215,7 +215,10 @@ func (s *sim) checkMoves(prev, next Assignment) {
 
 func (s *sim) del(key string) { delete(s.objs, key) }
 
-func newSim(t *testing.T, name string, seed uint64, fates []fate, shards []string, fateAt time.Duration) *sim {
+// newSim makes a group of members with fates, joining a second apart;
+// with twin, a second process with the first one's OwnerID joins when the
+// fates strike.
+func newSim(t *testing.T, name string, seed uint64, fates []fate, twin bool, shards []string, fateAt time.Duration) *sim {
 	s := &sim{t: t, name: name, now: simT0, objs: map[string]simObj{}, lastOwn: map[string]time.Time{},
 		rng: rand.New(rand.NewPCG(seed, 1))}
 	timing := memberTiming{lease: simLease, renewDeadline: simLease * 2 / 3, renewPeriod: simPeriod,
@@ -231,6 +234,13 @@ func newSim(t *testing.T, name string, seed uint64, fates []fate, shards []strin
 		if f == fateLive {
 			m.fateAt = time.Time{}
 		}
+		s.members = append(s.members, m)
+	}
+	if twin {
+		m := &simMember{id: "a", core: newMemberCore(timing, simPrefix, "a", "a-twin"),
+			joinAt: simT0.Add(fateAt), adds: slices.Clone(shards), pendGen: 1,
+			runs: map[string]*simRun{}, ended: map[string]uint64{}}
+		m.wakeAt = m.joinAt
 		s.members = append(s.members, m)
 	}
 	return s
@@ -321,7 +331,6 @@ func (s *sim) round(m *simMember) {
 	if c.renewDue(now) {
 		renewed = s.renew(m)
 	}
-	m.lists++
 	if m.fate == fateBlind && now.Before(m.faultyUntil) {
 		c.retrySoon = true
 		c.lapsed(now, renewed)
@@ -520,12 +529,15 @@ func (s *sim) paused(owner string) bool {
 // converged checks the end state: the members still running agree on one
 // assignment that gives every shard to exactly one of them, none above its
 // share, each shard led; nothing changed during the quiet stretch; and
-// each of them spent one list a round and no reads.
-func (s *sim) converged(shards []string, quietFrom map[string][2]int) {
+// each of them spent one list a round and no reads. Of two processes with
+// one OwnerID, the duplicate leads nothing.
+func (s *sim) converged(shards []string, quietFrom map[*simMember]int) {
 	var up []*simMember
+	owners := map[string]bool{}
 	for _, m := range s.members {
 		if !m.gone {
 			up = append(up, m)
+			owners[m.id] = true
 		}
 	}
 	if len(up) == 0 {
@@ -534,7 +546,7 @@ func (s *sim) converged(shards []string, quietFrom map[string][2]int) {
 	if n := len(s.assignWrites); n > 0 && s.assignWrites[n-1].After(simT0.Add(simHorizon-simQuiet)) {
 		s.errorf("the assignment was written at %v, during the quiet stretch", s.assignWrites[n-1].Sub(simT0))
 	}
-	share := (len(shards) + len(up) - 1) / len(up)
+	share := (len(shards) + len(owners) - 1) / len(owners)
 	held := map[string]int{}
 	for _, m := range up {
 		if m.core.assign.hdr.Epoch != up[0].core.assign.hdr.Epoch {
@@ -546,8 +558,11 @@ func (s *sim) converged(shards []string, quietFrom map[string][2]int) {
 		for id := range m.runs {
 			held[id]++
 		}
-		if q := quietFrom[m.id]; m.gets != q[0] {
-			s.errorf("%s read %d records during the quiet stretch", m.id, m.gets-q[0])
+		if m.dup && len(m.runs) > 0 {
+			s.errorf("%s (%s), a duplicate, leads %d shards", m.id, m.core.session, len(m.runs))
+		}
+		if m.gets != quietFrom[m] {
+			s.errorf("%s read %d records during the quiet stretch", m.id, m.gets-quietFrom[m])
 		}
 	}
 	for _, id := range shards {
@@ -569,26 +584,34 @@ func TestMemberCoreSimulation(t *testing.T) {
 				}
 				// Fates strike while the group forms (the last joins at
 				// n-1 s), in the middle of its handoffs, or once stable.
-				for _, at := range []time.Duration{1500 * time.Millisecond, 20 * time.Second} {
-					if n == 3 && (combo*2+int(at/time.Second))%simEvery != 0 {
-						continue
+				// A second process with the first member's OwnerID joins
+				// smaller groups when the fates strike.
+				twins := []bool{false, true}
+				if n == 3 {
+					twins = twins[:1]
+				}
+				for _, twin := range twins {
+					for _, at := range []time.Duration{1500 * time.Millisecond, 20 * time.Second} {
+						if n == 3 && (combo*2+int(at/time.Second))%simEvery != 0 {
+							continue
+						}
+						cases++
+						name := fmt.Sprintf("members=%v twin=%v shards=%d fate-after=%v", fates, twin, ns, at)
+						s := newSim(t, name, uint64(cases), fates, twin, shards, at)
+						s.runTo(simT0.Add(simHorizon - simQuiet))
+						quiet := map[*simMember]int{}
+						for _, m := range s.members {
+							quiet[m] = m.gets
+						}
+						s.runTo(simT0.Add(simHorizon))
+						if !s.failed {
+							s.converged(shards, quiet)
+						}
+						grants += len(s.grants)
+						handoffs += s.handoffs
+						evictions += s.evictions
+						writes += len(s.assignWrites)
 					}
-					cases++
-					name := fmt.Sprintf("members=%v shards=%d fate-after=%v", fates, ns, at)
-					s := newSim(t, name, uint64(cases), fates, shards, at)
-					s.runTo(simT0.Add(simHorizon - simQuiet))
-					quiet := map[string][2]int{}
-					for _, m := range s.members {
-						quiet[m.id] = [2]int{m.gets, m.lists}
-					}
-					s.runTo(simT0.Add(simHorizon))
-					if !s.failed {
-						s.converged(shards, quiet)
-					}
-					grants += len(s.grants)
-					handoffs += s.handoffs
-					evictions += s.evictions
-					writes += len(s.assignWrites)
 				}
 			}
 		}
