@@ -164,24 +164,11 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	if *gcPercent < -1 {
 		return fail(fmt.Errorf("--gc-percent must be -1 (no collection) or more (got %d)", *gcPercent))
 	}
-	gcGiven := flagGiven(fs, "gc-percent")
-	// The node, once joined: the collector's policy reads its loads.
-	var joined atomic.Pointer[rsm.Node]
-	if v, ok := kvGC(gcGiven, *gcPercent, os.LookupEnv); ok && v != 0 {
+	tuneGC := false
+	if v, ok := kvGC(flagGiven(fs, "gc-percent"), *gcPercent, os.LookupEnv); ok && v != 0 {
 		debug.SetGCPercent(v)
-	} else if ok {
-		gctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			tuneGC(gctx, kvGCEvery, func() rsm.Restore {
-				if n := joined.Load(); n != nil {
-					return n.Restoring()
-				}
-				return rsm.Restore{}
-			})
-		}()
-		defer func() { stop(); <-done }()
+	} else {
+		tuneGC = ok
 	}
 	if *maxValue > kv.MaxValueSizeLimit {
 		return fail(fmt.Errorf("--max-value-size %d is more than the RPC layer carries: a value travels in one message of at most %d bytes (rsm.MaxMessageSizeLimit), which leaves at most %d bytes (kv.MaxValueSizeLimit) for the value",
@@ -243,7 +230,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 				"ServerTLS": "--tls-dir, --tls-cert/--tls-key/--tls-ca", "MetricsAddr": "--metrics-http"},
 		},
 		StoreURL: *storeURL, Group: *group, Options: opts, MaxValueSize: *maxValue, MetricsAddr: *metricsAddr, Logger: log,
-		OnJoined: func(n *rsm.Node) { joined.Store(n) },
+		TuneGC: tuneGC,
 		OnServing: func(apiURL string) {
 			served = true
 			if *logFormat == "json" {
@@ -293,7 +280,7 @@ func kvPipelineDepth(storeURL string) int {
 
 // kvGC is the GOGC kv serve sets, if any: --gc-percent when given, else
 // none when the GOGC environment variable is set (the runtime read it),
-// else 0: the policy of tuneGC.
+// else 0: kvserver's policy (NodeConfig.TuneGC).
 func kvGC(given bool, flagValue int, lookupEnv func(string) (string, bool)) (int, bool) {
 	if given {
 		return flagValue, true
