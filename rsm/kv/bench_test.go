@@ -275,3 +275,81 @@ func (s *heapSampler) sample() {
 	runtime.ReadMemStats(&ms)
 	s.peak = max(s.peak, int64(ms.HeapInuse)-s.base)
 }
+
+// BenchmarkColdStart replays a log of puts as a cold start does, each
+// command prepared (by two goroutines, a run at a time) and then applied
+// in log order with ApplyPrepared: n puts creating the keys in random
+// order, then n overwriting keys at random. Bytes are the commands'.
+func BenchmarkColdStart(b *testing.B) {
+	for _, n := range benchSizes[1:] {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(uint64(n), 3))
+			value := bytes.Repeat([]byte{'c'}, benchValueSize)
+			cmds := make([][]byte, 0, 2*n)
+			for _, i := range r.Perm(n) {
+				cmds = append(cmds, command{op: tagPut, key: benchKey(i), value: value}.encode())
+			}
+			for range n {
+				cmds = append(cmds, command{op: tagPut, key: benchKey(r.IntN(n)), value: value}.encode())
+			}
+			var size int64
+			for _, c := range cmds {
+				size += int64(len(c))
+			}
+			b.SetBytes(size)
+			b.ResetTimer()
+			for range b.N {
+				coldStart(b, New(), cmds, nil)
+			}
+			b.StopTimer()
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			m := New()
+			var peak int64
+			coldStart(b, m, cmds, func() {
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				peak = max(peak, int64(ms.HeapInuse)-int64(before.HeapInuse))
+			})
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(peak), "peak-heap-B")
+			b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse)), "state-heap-B")
+			runtime.KeepAlive(m)
+		})
+	}
+}
+
+// coldStart prepares and applies cmds to m in runs of 64Ki commands,
+// calling sample (if set) after each run.
+func coldStart(b *testing.B, m *Machine, cmds [][]byte, sample func()) {
+	const run = 1 << 16
+	prepared := make([]any, run)
+	for lo := 0; lo < len(cmds); lo += run {
+		part := cmds[lo:min(lo+run, len(cmds))]
+		var wg sync.WaitGroup
+		for half := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := half; i < len(part); i += 2 {
+					prepared[i] = m.Prepare(part[i])
+				}
+			}()
+		}
+		wg.Wait()
+		for i, c := range part {
+			if res := m.ApplyPrepared(c, prepared[i]); res[0] != tagPutResult {
+				b.Fatalf("put: %x", res)
+			}
+		}
+		clear(prepared)
+		if sample != nil {
+			sample()
+		}
+	}
+	if m.Len() != len(cmds)/2 {
+		b.Fatalf("%d keys; want %d", m.Len(), len(cmds)/2)
+	}
+}

@@ -166,6 +166,7 @@ func FuzzQuery(f *testing.F) {
 func FuzzRestore(f *testing.F) {
 	f.Add(snap(f, seedMachine()))
 	f.Add(snap(f, New()))
+	f.Add(snap(f, seedEtcdMachine(f)))
 	f.Add([]byte("TKVS\x01\x05\x01\x01a\x01x\x01\x06"))
 	f.Add([]byte("TKVS\x02"))
 	if old, err := os.ReadFile("testdata/snapshot-v1.bin"); err == nil {

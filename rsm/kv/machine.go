@@ -288,7 +288,11 @@ func (m *Machine) Prepare(cmd []byte) any {
 			r.Lease != 0 || r.PrevKv || r.IgnoreValue || r.IgnoreLease {
 			return &prepared{apply: true}
 		}
-		return &prepared{c: command{op: tagPut, key: string(r.Key), value: ownValue(r.Value)}, etcd: true}
+		if r.Value == nil {
+			r.Value = []byte{}
+		}
+		// Unmarshal copied the value: the machine keeps that copy.
+		return &prepared{c: command{op: tagPut, key: string(r.Key), value: r.Value}, etcd: true}
 	}
 	if len(cmd) > 0 && isEtcdCommand(cmd[0]) {
 		return &prepared{apply: true}
