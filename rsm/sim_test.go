@@ -307,6 +307,7 @@ type simNode struct {
 	loading   bool   // a snapshot is being loaded (Node.loadSnapshot holds repMu)
 	buf       []simRec
 
+	fc        *followCore // the process's follower core; its join decisions
 	heardTerm uint64
 	heardAt   int64
 	hint      int // the leader it last heard of, -1 if none
@@ -553,11 +554,14 @@ func (n *simNode) run(p *simProc) {
 		if v != nil {
 			ls = v.(simLS)
 		}
-		if v != nil && ls.leader != n.idx && ls.term == n.heardTerm && s.now-n.heardAt < 80 {
+		// The join decision is the node's own (followCore.join): create
+		// the group, take a new term over our own record, or follow.
+		step, _, _ := n.fc.join(leaderState{Term: ls.term, LeaderID: "n" + strconv.Itoa(ls.leader)}, v != nil)
+		if step == joinFollow && ls.term == n.heardTerm && s.now-n.heardAt < 80 {
 			n.hint = ls.leader
 			continue
 		}
-		if v != nil && ls.leader != n.idx && ls.term != n.heardTerm && n.heardAt == 0 {
+		if step == joinFollow && ls.term != n.heardTerm && n.heardAt == 0 {
 			// Give a leader we have not heard from yet one timeout.
 			n.heardTerm, n.heardAt = ls.term, s.now
 			continue
@@ -1277,6 +1281,7 @@ func (s *sim) start(n *simNode) {
 	n.alive = true
 	n.procs = nil
 	n.heardTerm, n.heardAt, n.hint = 0, 0, -1
+	n.fc = newFollowCore(n.id, "", 4)
 	n.tentative = false
 	n.resetReplica()
 	n.spawn(n.run)
