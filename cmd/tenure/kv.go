@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -19,13 +18,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/grpc/grpclog"
-
 	"github.com/tenure-io/tenure/internal/bench"
+	"github.com/tenure-io/tenure/internal/grpcslog"
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
@@ -139,7 +136,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	kvGRPCLogger.Store(log)
+	grpcslog.SetLogger(log)
 	warnDeprecated(fs, log)
 	// In JSON, a fatal error is a log line too, not main's plain one.
 	fail := func(err error) error {
@@ -336,52 +333,6 @@ func readKVToken(file, flagName string, minLen int) (string, error) {
 	}
 	return tok, nil
 }
-
-// kvGRPCLogger receives gRPC's own logs: kv serve's logger once it runs.
-var kvGRPCLogger atomic.Pointer[slog.Logger]
-
-// gRPC's default logger prints plain lines; route them through slog. Set
-// in init, as grpclog asks, before any gRPC call.
-func init() { grpclog.SetLoggerV2(grpcSlog{}) }
-
-// grpcSlog is a grpclog.LoggerV2 on slog. gRPC's info and warnings are
-// debug here (it hides both by default): its warnings are mostly
-// "createTransport failed" for each reconnection to a node that stopped,
-// which the node's own lines already report once, with the leader's
-// loss. Without kv serve's logger only errors print, as with gRPC's
-// default.
-type grpcSlog struct{}
-
-func (grpcSlog) log(level slog.Level, msg string) {
-	l := kvGRPCLogger.Load()
-	if l == nil {
-		if level < slog.LevelError {
-			return
-		}
-		l = slog.Default()
-	}
-	l.Log(context.Background(), level, strings.TrimSuffix(msg, "\n"), "component", "grpc")
-}
-
-func (g grpcSlog) Info(args ...any)   { g.log(slog.LevelDebug, fmt.Sprint(args...)) }
-func (g grpcSlog) Infoln(args ...any) { g.log(slog.LevelDebug, fmt.Sprintln(args...)) }
-func (g grpcSlog) Infof(format string, args ...any) {
-	g.log(slog.LevelDebug, fmt.Sprintf(format, args...))
-}
-func (g grpcSlog) Warning(args ...any)   { g.log(slog.LevelDebug, fmt.Sprint(args...)) }
-func (g grpcSlog) Warningln(args ...any) { g.log(slog.LevelDebug, fmt.Sprintln(args...)) }
-func (g grpcSlog) Warningf(format string, args ...any) {
-	g.log(slog.LevelDebug, fmt.Sprintf(format, args...))
-}
-func (g grpcSlog) Error(args ...any)   { g.log(slog.LevelError, fmt.Sprint(args...)) }
-func (g grpcSlog) Errorln(args ...any) { g.log(slog.LevelError, fmt.Sprintln(args...)) }
-func (g grpcSlog) Errorf(format string, args ...any) {
-	g.log(slog.LevelError, fmt.Sprintf(format, args...))
-}
-func (g grpcSlog) Fatal(args ...any)                 { g.Error(args...); os.Exit(1) }
-func (g grpcSlog) Fatalln(args ...any)               { g.Errorln(args...); os.Exit(1) }
-func (g grpcSlog) Fatalf(format string, args ...any) { g.Errorf(format, args...); os.Exit(1) }
-func (grpcSlog) V(l int) bool                        { return l <= 0 }
 
 // kvTLS loads the peer RPCs' TLS: from a directory, or from three files.
 // No flags: peer keys (rsm's default).

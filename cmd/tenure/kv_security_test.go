@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/grpclog"
+
+	"github.com/tenure-io/tenure/internal/grpcslog"
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm/kv"
 	"github.com/tenure-io/tenure/store"
@@ -308,20 +311,20 @@ func waitRole(t *testing.T, addr string, leader bool) {
 // gRPC's logs go through kv serve's logger, as JSON when it is.
 func TestGRPCLogsThroughSlog(t *testing.T) {
 	var buf lockedBuffer
-	prev := kvGRPCLogger.Load()
-	defer kvGRPCLogger.Store(prev)
+	prev := grpcslog.SetLogger(nil)
+	defer grpcslog.SetLogger(prev)
 	code := run(t.Context(), &env{stdout: &bytes.Buffer{}, stderr: &buf}, []string{"kv", "serve", "--store", "nope://", "--peer-listen", "127.0.0.1:0", "--log-format", "json"})
-	if code != 1 || kvGRPCLogger.Load() == nil {
-		t.Fatalf("exit %d, logger set %v", code, kvGRPCLogger.Load() != nil)
+	if code != 1 || grpcslog.Current() == nil {
+		t.Fatalf("exit %d, logger set %v", code, grpcslog.Current() != nil)
 	}
 	// A reconnection's warning is below the default level: a follower
 	// whose leader died would print one per attempt.
-	grpcSlog{}.Warningf("[core] addrConn.createTransport failed to connect to %s", "127.0.0.1:1")
-	grpcSlog{}.Infof("[core] Channel Connectivity change to %s", "IDLE")
+	grpclog.Warningf("[core] addrConn.createTransport failed to connect to %s", "127.0.0.1:1")
+	grpclog.Infof("[core] Channel Connectivity change to %s", "IDLE")
 	if strings.Contains(buf.String(), "createTransport") || strings.Contains(buf.String(), "Connectivity") {
 		t.Errorf("gRPC's warnings and info print at the default level:\n%s", buf.String())
 	}
-	grpcSlog{}.Errorf("transport: %s", "boom")
+	grpclog.Errorf("transport: %s", "boom")
 	lines := parseJSONLines(t, buf.String())
 	if len(lines) == 0 || lines[len(lines)-1]["msg"] != "transport: boom" || lines[len(lines)-1]["component"] != "grpc" || lines[len(lines)-1]["level"] != "ERROR" {
 		t.Errorf("gRPC's error is not a JSON line of kv serve's logger:\n%s", buf.String())
