@@ -179,9 +179,9 @@
 // deletes and gets cost O(log n); a range costs O(log n) plus the keys
 // (live or deleted but not compacted) it walks; Events walks the keys of
 // its range and their versions since its revision; a compaction walks
-// every key. History grows until a compaction. Not served yet: watches
-// (the server streams the Observer's events and catches up with Events),
-// lease keep-alives and expiry timers, etcd's minimum lease TTL, auth,
-// cluster and maintenance calls; those are the server's. Exactly-once
+// every key. History grows until a compaction. Watches (the Observer's
+// events, caught up with Events), lease keep-alives and expiry timers,
+// etcd's minimum lease TTL, cluster and maintenance calls are the
+// server's: rsm/kv/etcdserver serves them. Exactly-once
 // writes are the rsm node's guarantee and carry its limits (see rsm).
 package kv

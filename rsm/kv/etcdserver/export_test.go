@@ -1,0 +1,5 @@
+package etcdserver
+
+// SetFragmentBytes sets the size above which s splits a fragmenting
+// watch's responses.
+func SetFragmentBytes(s *Server, n int) { s.fragment = n }

@@ -1,0 +1,102 @@
+package etcdserver
+
+import (
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/tenure-io/tenure/rsm/kv"
+)
+
+// kvService is etcd's KV service: writes are the machine's commands
+// through the node (acknowledged once in the store), linearizable ranges
+// the node's reads, serializable ranges this node's state.
+type kvService struct {
+	pb.UnimplementedKVServer
+	s *Server
+}
+
+func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	s := k.s
+	if r.Serializable {
+		resp, err := s.m.ReadView().Range(r)
+		if err != nil {
+			return nil, toGRPC(err)
+		}
+		// The view's values are shared: copy the response's top level
+		// only, whose header this fills.
+		out := *resp
+		s.fill(&out.Header)
+		return &out, nil
+	}
+	q, err := kv.RangeQuery(r)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	res, err := s.node.Read(ctx, s.name, q)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return decode(s, res, func(r *pb.RangeResponse) **pb.ResponseHeader { return &r.Header })
+}
+
+func (k *kvService) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	cmd, err := kv.PutCommand(r)
+	return run(ctx, k.s, cmd, err, func(r *pb.PutResponse) **pb.ResponseHeader { return &r.Header })
+}
+
+func (k *kvService) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	cmd, err := kv.DeleteRangeCommand(r)
+	return run(ctx, k.s, cmd, err, func(r *pb.DeleteRangeResponse) **pb.ResponseHeader { return &r.Header })
+}
+
+func (k *kvService) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	cmd, err := kv.TxnCommand(r)
+	resp, err := run(ctx, k.s, cmd, err, func(r *pb.TxnResponse) **pb.ResponseHeader { return &r.Header })
+	if err != nil {
+		return nil, err
+	}
+	fillTxn(resp, resp.Header.RaftTerm, k.s)
+	return resp, nil
+}
+
+// fillTxn fills the headers of a Txn's response and of its ops', with
+// the group's term.
+func fillTxn(resp *pb.TxnResponse, term uint64, s *Server) {
+	if resp == nil {
+		return
+	}
+	fill := func(h **pb.ResponseHeader) {
+		var rev int64
+		if *h != nil {
+			rev = (*h).Revision
+		}
+		*h = &pb.ResponseHeader{ClusterId: s.cluster, MemberId: s.member, Revision: rev, RaftTerm: term}
+	}
+	fill(&resp.Header)
+	for _, op := range resp.Responses {
+		switch r := op.Response.(type) {
+		case *pb.ResponseOp_ResponseRange:
+			if r.ResponseRange != nil {
+				fill(&r.ResponseRange.Header)
+			}
+		case *pb.ResponseOp_ResponsePut:
+			if r.ResponsePut != nil {
+				fill(&r.ResponsePut.Header)
+			}
+		case *pb.ResponseOp_ResponseDeleteRange:
+			if r.ResponseDeleteRange != nil {
+				fill(&r.ResponseDeleteRange.Header)
+			}
+		case *pb.ResponseOp_ResponseTxn:
+			fillTxn(r.ResponseTxn, term, s)
+		}
+	}
+}
+
+// Compact compacts history up to r.Revision when the command is
+// applied: a physical compaction is done by then too.
+func (k *kvService) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	cmd, err := kv.CompactCommand(r)
+	return run(ctx, k.s, cmd, err, func(r *pb.CompactionResponse) **pb.ResponseHeader { return &r.Header })
+}

@@ -1,0 +1,105 @@
+package etcdserver
+
+import (
+	"context"
+	"net"
+	"strings"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// maintenanceService is etcd's Maintenance service: Status, Alarm (no
+// alarms) and Defragment (nothing to do) are served; the others answer
+// Unimplemented.
+type maintenanceService struct {
+	pb.UnimplementedMaintenanceServer
+	s *Server
+}
+
+// Status reports the node: the version Kubernetes' checks accept, the
+// size of the group's snapshot in the store as the database size, the
+// leader's member ID, the applied log index and the term.
+func (m *maintenanceService) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
+	s := m.s
+	st := s.node.Status()
+	s.term.Store(st.Term)
+	size := int64(st.SnapshotBaseBytes + st.SnapshotSegmentBytes)
+	resp := &pb.StatusResponse{
+		Header:  &pb.ResponseHeader{ClusterId: s.cluster, MemberId: s.member, Revision: s.m.ReadView().Revision(), RaftTerm: st.Term},
+		Version: Version, StorageVersion: Version,
+		DbSize: size, DbSizeInUse: size,
+		RaftIndex: st.ApplyIndex, RaftAppliedIndex: st.ApplyIndex, RaftTerm: st.Term,
+	}
+	if st.LeaderID != "" {
+		resp.Leader = MemberID(st.Group, st.LeaderID)
+	}
+	if st.Problem != "" {
+		resp.Errors = []string{st.Problem}
+	}
+	return resp, nil
+}
+
+// Alarm answers that there are no alarms: the store has no space quota
+// the server could exceed.
+func (m *maintenanceService) Alarm(context.Context, *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	return &pb.AlarmResponse{Header: m.s.header(m.s.m.ReadView().Revision())}, nil
+}
+
+// Defragment has nothing to do: the state lives in memory.
+func (m *maintenanceService) Defragment(context.Context, *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	return &pb.DefragmentResponse{Header: m.s.header(m.s.m.ReadView().Revision())}, nil
+}
+
+// clusterService is etcd's Cluster service: MemberList. Membership
+// changes are the group's own (nodes join by starting), so MemberAdd and
+// the others answer Unimplemented.
+type clusterService struct {
+	pb.UnimplementedClusterServer
+	s *Server
+}
+
+// MemberList lists the nodes this node knows of: itself with its client
+// URLs, the leader, and on the leader its followers. Only this node's
+// client URLs are known.
+func (c *clusterService) MemberList(context.Context, *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	s := c.s
+	st := s.node.Status()
+	s.term.Store(st.Term)
+	var members []*pb.Member
+	seen := map[string]bool{}
+	add := func(id, addr string, urls []string) {
+		if id == "" || seen[id] {
+			return
+		}
+		seen[id] = true
+		m := &pb.Member{ID: MemberID(st.Group, id), Name: id, ClientURLs: urls}
+		if addr != "" {
+			m.PeerURLs = []string{peerURL(addr)}
+		}
+		members = append(members, m)
+	}
+	self := ""
+	if st.Role == "LEADER" {
+		self = st.LeaderAddr
+	}
+	add(st.ID, self, s.urls)
+	add(st.LeaderID, st.LeaderAddr, nil)
+	for _, f := range st.Followers {
+		add(f.ID, f.Addr, nil)
+	}
+	return &pb.MemberListResponse{
+		Header:  &pb.ResponseHeader{ClusterId: s.cluster, MemberId: s.member, Revision: s.m.ReadView().Revision(), RaftTerm: st.Term},
+		Members: members,
+	}, nil
+}
+
+// peerURL is a peer address as a URL: the group's RPCs are gRPC over TLS.
+func peerURL(addr string) string {
+	if strings.Contains(addr, "://") {
+		return addr
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return addr
+	}
+	return "https://" + addr
+}
