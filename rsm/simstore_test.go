@@ -2,16 +2,12 @@ package rsm
 
 import (
 	"bytes"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
@@ -19,130 +15,6 @@ import (
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
 )
-
-// The simulator's machinery: virtual time, an event queue, processes that
-// run one at a time, and a store whose operations land after a delay. Every
-// choice is drawn from one seeded generator, and only one goroutine runs at
-// a time (the scheduler hands control to a process and waits for it to
-// block again), so a run is a function of its seed.
-
-type simEvent struct {
-	at  int64
-	seq uint64
-	f   func()
-}
-
-type simQueue []simEvent
-
-func (q simQueue) Len() int { return len(q) }
-func (q simQueue) Less(i, j int) bool {
-	return q[i].at < q[j].at || (q[i].at == q[j].at && q[i].seq < q[j].seq)
-}
-func (q simQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *simQueue) Push(x any)   { *q = append(*q, x.(simEvent)) }
-func (q *simQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
-}
-
-// simProc is a simulated thread: a goroutine that runs only while the
-// scheduler waits for it, and blocks (returning control) on every store
-// call, message or sleep.
-type simProc struct {
-	s       *sim
-	resume  chan struct{}
-	gen     uint64 // bumped at every block: a wake-up names the block it ends
-	waiting bool
-	killed  bool
-	done    bool
-}
-
-type simSched struct {
-	rng   *rand.Rand
-	now   int64
-	seq   uint64
-	q     simQueue
-	yield chan struct{}
-	procs []*simProc
-}
-
-// clock is the virtual time as a time.Time, one tick a millisecond.
-func (s *sim) clock() time.Time { return time.UnixMilli(s.now) }
-
-func (s *sim) after(d int64, f func()) {
-	s.seq++
-	heap.Push(&s.q, simEvent{at: s.now + d, seq: s.seq, f: f})
-}
-
-// between draws a delay in [lo, hi].
-func (s *sim) between(lo, hi int64) int64 { return lo + s.rng.Int64N(hi-lo+1) }
-
-func (s *sim) chance(p float64) bool { return p > 0 && s.rng.Float64() < p }
-
-// spawn starts f as a process; it first runs at the current time.
-func (s *sim) spawn(f func(p *simProc)) *simProc {
-	p := &simProc{s: s, resume: make(chan struct{})}
-	s.procs = append(s.procs, p)
-	p.waiting = true
-	gen := p.gen
-	go func() {
-		defer func() {
-			p.done = true
-			s.yield <- struct{}{}
-		}()
-		<-p.resume
-		if p.killed {
-			return
-		}
-		f(p)
-	}()
-	s.after(0, func() { s.wake(p, gen) })
-	return p
-}
-
-// wake runs p until it blocks again, if it is still in the block gen.
-func (s *sim) wake(p *simProc, gen uint64) {
-	if !p.waiting || p.gen != gen || p.done {
-		return
-	}
-	p.waiting = false
-	p.resume <- struct{}{}
-	<-s.yield
-}
-
-// block gives control back to the scheduler until the wake-up armed by arm
-// fires. A killed process unwinds here (runtime.Goexit), so simulated
-// code needs no error path for its own death.
-func (p *simProc) block(arm func(wake func())) {
-	if p.killed {
-		runtime.Goexit()
-	}
-	p.gen++
-	gen := p.gen
-	arm(func() { p.s.wake(p, gen) })
-	p.waiting = true
-	p.s.yield <- struct{}{}
-	<-p.resume
-	if p.killed {
-		runtime.Goexit()
-	}
-}
-
-func (p *simProc) sleep(d int64) { p.block(func(w func()) { p.s.after(d, w) }) }
-
-// kill ends p at its current block.
-func (p *simProc) kill() {
-	if p.killed || p.done {
-		return
-	}
-	p.killed = true
-	if p.waiting {
-		gen := p.gen
-		p.s.after(0, func() { p.s.wake(p, gen) })
-	}
-}
 
 // The simulated store: objects are Go values (entries, snapshots, leader
 // states), each with a version. An operation is applied after a delay and
@@ -167,101 +39,6 @@ type simStore struct {
 	// landing on one afterwards is counted (a stale writer's late create).
 	deleted map[string]bool
 }
-
-// storeOp runs op on the store after a delay, as node n sees it.
-func (p *simProc) storeOp(n *simNode, write bool, op func() (any, int, error)) (any, int, error) {
-	s := p.s
-	var v any
-	var ver int
-	var err error
-	p.block(func(wake func()) {
-		d := s.between(1, 4)
-		if s.chance(s.cfg.lateRate) {
-			d = s.between(40, 400) // lands late
-		}
-		s.after(d, func() {
-			if n != nil && n.storeCut {
-				err = errSimUnavailable
-				s.after(s.between(1, 4), wake)
-				return
-			}
-			if !write && s.chance(s.cfg.readFailRate) {
-				err = errSimUnavailable
-			} else {
-				v, ver, err = op()
-				if write && s.chance(s.cfg.lostRate) {
-					v, ver, err = nil, 0, errSimUnknown // applied, answer lost
-				}
-			}
-			s.after(s.between(1, 4), wake)
-		})
-	})
-	return v, ver, err
-}
-
-func (p *simProc) get(n *simNode, key string) (any, int, error) {
-	return p.storeOp(n, false, func() (any, int, error) {
-		o, ok := p.s.st.objs[key]
-		if !ok {
-			return nil, 0, nil
-		}
-		return o.v, o.ver, nil
-	})
-}
-
-// put writes v if the key's version is prev (0: absent).
-func (p *simProc) put(n *simNode, key string, v any, prev int) (int, error) {
-	_, ver, err := p.storeOp(n, true, func() (any, int, error) {
-		st := &p.s.st
-		o, ok := st.objs[key]
-		if (prev == 0 && ok) || (prev != 0 && (!ok || o.ver != prev)) {
-			return nil, 0, errSimExists
-		}
-		if prev == 0 && st.deleted[key] && strings.HasPrefix(key, "log/") {
-			p.s.cover.lateCreates++
-		}
-		if strings.HasPrefix(key, "obj:") && p.killed {
-			p.s.cover.lateParts++ // its writer crashed: a leftover for a sweep
-		}
-		st.ver++
-		st.objs[key] = simObject{v: v, ver: st.ver}
-		return nil, st.ver, nil
-	})
-	return ver, err
-}
-
-func (p *simProc) del(n *simNode, key string) error {
-	_, _, err := p.storeOp(n, true, func() (any, int, error) {
-		if _, ok := p.s.st.objs[key]; ok {
-			delete(p.s.st.objs, key)
-			p.s.st.deleted[key] = true
-		}
-		return nil, 0, nil
-	})
-	return err
-}
-
-// listLog returns the log indexes present, in order.
-func (p *simProc) listLog(n *simNode) ([]uint64, error) {
-	v, _, err := p.storeOp(n, false, func() (any, int, error) {
-		var out []uint64
-		for _, o := range p.s.st.objs {
-			if e, ok := o.v.(*rsmpb.Entry); ok {
-				out = append(out, e.Index)
-			}
-		}
-		slices.Sort(out)
-		return out, 0, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return v.([]uint64), nil
-}
-
-func heapPop(q *simQueue) simEvent { return heap.Pop(q).(simEvent) }
-
-func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 
 // simDriver lets the real groupStore read the simulated store: a Get
 // blocks the simulated process named in its context until the simulated
@@ -436,4 +213,95 @@ func (n *simNode) groupStore() *groupStore {
 
 func simCtx(p *simProc) context.Context {
 	return context.WithValue(context.Background(), simProcKey{}, p)
+}
+
+// storeOp runs op on the store after a delay, as node n sees it.
+func (p *simProc) storeOp(n *simNode, write bool, op func() (any, int, error)) (any, int, error) {
+	s := p.s
+	var v any
+	var ver int
+	var err error
+	p.block(func(wake func()) {
+		d := s.between(1, 4)
+		if s.chance(s.cfg.lateRate) {
+			d = s.between(40, 400) // lands late
+		}
+		s.after(d, func() {
+			if n != nil && n.storeCut {
+				err = errSimUnavailable
+				s.after(s.between(1, 4), wake)
+				return
+			}
+			if !write && s.chance(s.cfg.readFailRate) {
+				err = errSimUnavailable
+			} else {
+				v, ver, err = op()
+				if write && s.chance(s.cfg.lostRate) {
+					v, ver, err = nil, 0, errSimUnknown // applied, answer lost
+				}
+			}
+			s.after(s.between(1, 4), wake)
+		})
+	})
+	return v, ver, err
+}
+
+func (p *simProc) get(n *simNode, key string) (any, int, error) {
+	return p.storeOp(n, false, func() (any, int, error) {
+		o, ok := p.s.st.objs[key]
+		if !ok {
+			return nil, 0, nil
+		}
+		return o.v, o.ver, nil
+	})
+}
+
+// put writes v if the key's version is prev (0: absent).
+func (p *simProc) put(n *simNode, key string, v any, prev int) (int, error) {
+	_, ver, err := p.storeOp(n, true, func() (any, int, error) {
+		st := &p.s.st
+		o, ok := st.objs[key]
+		if (prev == 0 && ok) || (prev != 0 && (!ok || o.ver != prev)) {
+			return nil, 0, errSimExists
+		}
+		if prev == 0 && st.deleted[key] && strings.HasPrefix(key, "log/") {
+			p.s.cover.lateCreates++
+		}
+		if strings.HasPrefix(key, "obj:") && p.killed {
+			p.s.cover.lateParts++ // its writer crashed: a leftover for a sweep
+		}
+		st.ver++
+		st.objs[key] = simObject{v: v, ver: st.ver}
+		return nil, st.ver, nil
+	})
+	return ver, err
+}
+
+func (p *simProc) del(n *simNode, key string) error {
+	_, _, err := p.storeOp(n, true, func() (any, int, error) {
+		if _, ok := p.s.st.objs[key]; ok {
+			delete(p.s.st.objs, key)
+			p.s.st.deleted[key] = true
+		}
+		return nil, 0, nil
+	})
+	return err
+}
+
+// listLog returns the log indexes present, in order.
+func (p *simProc) listLog(n *simNode) ([]uint64, error) {
+	v, _, err := p.storeOp(n, false, func() (any, int, error) {
+		var out []uint64
+		for _, o := range p.s.st.objs {
+			if e, ok := o.v.(*rsmpb.Entry); ok {
+				out = append(out, e.Index)
+			}
+		}
+		slices.Sort(out)
+		return out, 0, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]uint64), nil
 }
