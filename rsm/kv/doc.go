@@ -45,8 +45,9 @@
 // rpctypes.ErrGRPCCompacted, after the current one with ErrGRPCFutureRev.
 // Memory and snapshots grow with the history kept: whoever runs the group
 // must propose compactions (etcd's server compacts on a timer; the
-// machine leaves that policy to the server). Compaction walks every key
-// on the goroutine that applies commands.
+// machine leaves that policy to the server: tenure kv's leader compacts
+// every 5 minutes at the revision of 5 minutes before). Compaction walks
+// every key on the goroutine that applies commands.
 //
 // # Leases
 //

@@ -154,7 +154,8 @@ func Run(ctx context.Context, c NodeConfig) error {
 	}
 	defer st.Close()
 	defer host.Close()
-	node, err := host.Join(ctx, c.Group, map[string]rsm.StateMachine{kv.MachineName: kv.New()}, c.Options)
+	machine := kv.New()
+	node, err := host.Join(ctx, c.Group, map[string]rsm.StateMachine{kv.MachineName: machine}, c.Options)
 	if err != nil {
 		stopHTTP()
 		return err
@@ -171,6 +172,12 @@ func Run(ctx context.Context, c NodeConfig) error {
 	if c.OnServing != nil {
 		c.OnServing(apiURL)
 	}
+	compactCtx, stopCompacting := context.WithCancel(ctx)
+	compacting := make(chan struct{})
+	go func() {
+		defer close(compacting)
+		compactHistory(compactCtx, nodeHistory(node, machine), compactEvery)
+	}()
 	ops.Started()
 
 	var runErr error
@@ -184,6 +191,8 @@ func Run(ctx context.Context, c NodeConfig) error {
 		runErr = fmt.Errorf("group %q: %w", c.Group, node.Err())
 	}
 	stopHTTP()
+	stopCompacting()
+	<-compacting
 	// Leave: a leader steps down so another node takes over at once.
 	lctx, cancel := context.WithTimeout(context.Background(), c.Options.RequestTimeout+time.Second)
 	defer cancel()
