@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -295,9 +294,8 @@ type loggedError struct{ err error }
 func (e loggedError) Error() string { return e.err.Error() }
 func (e loggedError) Unwrap() error { return e.err }
 
-// kvAPITLS loads the HTTP API's TLS. With a client CA, a client
-// certificate is verified if given and kvserver requires one everywhere
-// but the probes, which kubelets and load balancers call without one.
+// kvAPITLS loads the HTTP API's TLS (kvserver.APITLS), if the flags ask
+// for it.
 func kvAPITLS(cert, key, clientCA string) (*tls.Config, error) {
 	switch {
 	case cert == "" && key == "" && clientCA == "":
@@ -305,14 +303,7 @@ func kvAPITLS(cert, key, clientCA string) (*tls.Config, error) {
 	case cert == "" || key == "":
 		return nil, errors.New("--http-tls-cert and --http-tls-key go together (--http-client-ca needs them)")
 	}
-	cfg, err := tlsutil.LoadServer(cert, key, clientCA)
-	if err != nil {
-		return nil, err
-	}
-	if clientCA != "" {
-		cfg.ClientAuth = tls.VerifyClientCertIfGiven
-	}
-	return cfg, nil
+	return kvserver.APITLS(cert, key, clientCA)
 }
 
 // readKVToken reads a bearer token from file: one word, surrounding
@@ -334,14 +325,14 @@ func readKVToken(file, flagName string, minLen int) (string, error) {
 	return tok, nil
 }
 
-// kvTLS loads the peer RPCs' TLS: from a directory, or from three files.
-// No flags: peer keys (rsm's default).
+// kvTLS loads the peer RPCs' TLS (kvserver.PeerTLS): from a directory,
+// or from three files. No flags: peer keys (rsm's default).
 func kvTLS(dir, cert, key, ca string) (server, client *tls.Config, err error) {
 	if dir != "" {
 		if cert != "" || key != "" || ca != "" {
 			return nil, nil, errors.New("--tls-dir and --tls-cert/--tls-key/--tls-ca are exclusive")
 		}
-		cert, key, ca = filepath.Join(dir, "node.pem"), filepath.Join(dir, "node-key.pem"), filepath.Join(dir, "ca.pem")
+		cert, key, ca = kvserver.PeerTLSFiles(dir)
 	}
 	if cert == "" && key == "" && ca == "" {
 		return nil, nil, nil
@@ -349,13 +340,7 @@ func kvTLS(dir, cert, key, ca string) (server, client *tls.Config, err error) {
 	if cert == "" || key == "" || ca == "" {
 		return nil, nil, errors.New("--tls-cert, --tls-key and --tls-ca go together")
 	}
-	if server, err = tlsutil.LoadServer(cert, key, ca); err != nil {
-		return nil, nil, err
-	}
-	if client, err = tlsutil.LoadClient(ca, cert, key); err != nil {
-		return nil, nil, err
-	}
-	return server, client, nil
+	return kvserver.PeerTLS(cert, key, ca)
 }
 
 // advertiseAddr is the address other nodes dial: --advertise, or

@@ -7,9 +7,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv/kvserver"
 )
@@ -171,5 +173,34 @@ func TestReadiness(t *testing.T) {
 		if ready != c.ready || !strings.Contains(reason, c.reason) {
 			t.Errorf("%s: ready %v, %q; want %v, %q", c.name, ready, reason, c.ready, c.reason)
 		}
+	}
+}
+
+// APITLS verifies a client certificate if given, and leaves requiring one
+// to the Server, so that the probes answer without; PeerTLS presents the
+// node's certificate both ways and trusts the CA's.
+func TestLoadTLS(t *testing.T) {
+	ca, err := tlsutil.NewCA("kvserver test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := ca.WriteFiles(dir, "node", "127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	cert, key, caFile := kvserver.PeerTLSFiles(dir)
+	api, err := kvserver.APITLS(cert, key, caFile)
+	if err != nil || api.ClientAuth != tls.VerifyClientCertIfGiven || api.ClientCAs == nil || len(api.Certificates) != 1 {
+		t.Fatalf("APITLS with a client CA: %+v, %v", api, err)
+	}
+	if api, err = kvserver.APITLS(cert, key, ""); err != nil || api.ClientAuth != tls.NoClientCert {
+		t.Fatalf("APITLS without a client CA: %+v, %v", api, err)
+	}
+	server, client, err := kvserver.PeerTLS(cert, key, caFile)
+	if err != nil || server.ClientCAs == nil || client.RootCAs == nil {
+		t.Fatalf("PeerTLS: %+v %+v, %v", server, client, err)
+	}
+	if _, _, err := kvserver.PeerTLS(cert, key, filepath.Join(dir, "missing.pem")); err == nil {
+		t.Fatal("PeerTLS loaded a CA file that does not exist")
 	}
 }
