@@ -32,6 +32,7 @@ func benchMachine(b *testing.B, n int) *Machine {
 	benchMachines.Lock()
 	defer benchMachines.Unlock()
 	if m := benchMachines.m[n]; m != nil {
+		compactBench(b, m)
 		return m
 	}
 	m := New()
@@ -50,6 +51,22 @@ func benchMachine(b *testing.B, n int) *Machine {
 }
 
 func benchKey(i int) string { return fmt.Sprintf("key/%010d", i) }
+
+// compactBench drops m's history (the versions that earlier benchmarks'
+// overwrites and deletes left), so that each benchmark starts from the
+// same state: the live keys.
+func compactBench(b *testing.B, m *Machine) {
+	b.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.settle()
+	if m.rev > m.compact {
+		if err := m.compactTo(int64(m.rev)); err != nil {
+			b.Fatal(err)
+		}
+		m.pub = nil
+	}
+}
 
 // BenchmarkInsert puts new keys at random places in the index, in
 // batches that are deleted again (untimed) so that the size stays n.
@@ -180,6 +197,9 @@ func BenchmarkSnapshotWhileApplying(b *testing.B) {
 			var peak, size int64
 			b.ResetTimer()
 			for range b.N {
+				// The machine keeps the values the puts below replace
+				// until a compaction, as the view kept them before.
+				compactBench(b, m)
 				v := m.Capture()
 				peak = peakHeapWith(func(w io.Writer) {
 					var err error

@@ -3,6 +3,7 @@ package kv
 import (
 	"bytes"
 	"cmp"
+	"math"
 	"sort"
 
 	"github.com/google/btree"
@@ -378,6 +379,22 @@ func compactChain(e *entry, rev uint64) (out version, keep, changed bool) {
 func (s *state) leaseOf(id int64) (ttl int64, ok bool) {
 	it, ok := s.leases.Get(leaseItem{id: id})
 	return it.ttl, ok
+}
+
+// leaseList lists the leases, by ID, with their TTLs: one search a
+// lease, whatever keys they hold.
+func (s *state) leaseList() []leaseItem {
+	var ls []leaseItem
+	next, more := int64(math.MinInt64), true
+	for more {
+		more = false
+		s.leases.AscendGreaterOrEqual(leaseItem{id: next}, func(it leaseItem) bool {
+			ls = append(ls, it) // a lease's first item is its own (key "")
+			next, more = it.id+1, it.id != math.MaxInt64
+			return false
+		})
+	}
+	return ls
 }
 
 // leaseKeys lists the keys attached to lease id, in key order.

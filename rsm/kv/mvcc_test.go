@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 
@@ -520,4 +522,38 @@ func FuzzRangeQuery(f *testing.F) {
 			t.Fatal("a query changed the state")
 		}
 	})
+}
+
+// TestLeaseList: leases of any ID are listed in order, with their keys,
+// and survive a snapshot.
+func TestLeaseList(t *testing.T) {
+	m := New()
+	ids := []int64{math.MinInt64, -3, 7, math.MaxInt64}
+	for i, id := range ids {
+		if _, err := DecodeResult(m.Apply(must(LeaseGrantCommand(&pb.LeaseGrantRequest{ID: id, TTL: int64(i)})))); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"b", "a"} {
+			if _, err := DecodeResult(m.Apply(must(PutCommand(&pb.PutRequest{Key: fmt.Appendf(nil, "%s%d", k, i), Lease: id})))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	n := New()
+	if err := n.Restore(bytes.NewReader(snap(t, m))); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []*ReadView{m.ReadView(), n.ReadView()} {
+		ls := v.Leases()
+		if len(ls) != len(ids) {
+			t.Fatalf("leases %v; want %v", ls, ids)
+		}
+		for i, l := range ls {
+			_, keys, ok := v.Lease(l.ID)
+			want := []string{fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)}
+			if l.ID != ids[i] || l.TTL != int64(i) || !ok || !slices.Equal(keys, want) {
+				t.Fatalf("lease %d: %+v with keys %q; want %d, TTL %d, keys %q", i, l, keys, ids[i], i, want)
+			}
+		}
+	}
 }

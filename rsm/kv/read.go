@@ -102,12 +102,9 @@ type Lease struct {
 // Leases lists the leases, by ID.
 func (v *ReadView) Leases() []Lease {
 	var ls []Lease
-	v.s.leases.Ascend(func(it leaseItem) bool {
-		if it.key == "" {
-			ls = append(ls, Lease{ID: it.id, TTL: it.ttl})
-		}
-		return true
-	})
+	for _, it := range v.s.leaseList() {
+		ls = append(ls, Lease{ID: it.id, TTL: it.ttl})
+	}
 	return ls
 }
 

@@ -102,13 +102,7 @@ func (v *ReadView) WriteTo(w io.Writer) (int64, error) {
 		return err == nil
 	})
 	if err == nil {
-		var leases []leaseItem
-		v.s.leases.Ascend(func(it leaseItem) bool {
-			if it.key == "" {
-				leases = append(leases, it)
-			}
-			return true
-		})
+		leases := v.s.leaseList()
 		scratch = binary.AppendUvarint(scratch[:0], uint64(len(leases)))
 		for _, l := range leases {
 			scratch = binary.AppendVarint(scratch, l.id)
