@@ -853,6 +853,24 @@ func (g *mvccGen) checkReads(t *testing.T, m *kv.Machine) {
 			t.Fatalf("events from %d: event %d is %v; want %v", from, i, evs[i], want[i])
 		}
 	}
+	if to := from + int64(g.r.IntN(3)); to <= md.rev {
+		evs, err := v.EventsUntil([]byte("a"), []byte{0}, from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range want {
+			if e.Kv.ModRevision <= to {
+				if n >= len(evs) || !sameMessage(evs[n], e) {
+					t.Fatalf("events from %d to %d: %v; want those of %v up to %d", from, to, evs, want, to)
+				}
+				n++
+			}
+		}
+		if n != len(evs) {
+			t.Fatalf("events from %d to %d: %d; want %d", from, to, len(evs), n)
+		}
+	}
 	if md.compact > 1 {
 		if _, err := v.Events([]byte("a"), []byte{0}, md.compact-1); !errors.Is(err, rpctypes.ErrGRPCCompacted) {
 			t.Fatalf("events from before the compact revision: %v; want ErrCompacted", err)

@@ -71,25 +71,33 @@ func (v *ReadView) Range(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	return v.s.rangeAt(r, v.s.rev)
 }
 
-// Events lists the changes to the keys of [key, end) (end empty for key
-// alone, "\x00" for every key from key) with revisions from from to the
-// view's, in revision order and within a revision in the order they were
-// made: what a watch from revision from catches up with. Each event of a
-// put has the key's previous version as PrevKv if it was live and history
-// holds it; a delete's Kv holds the key and the revision. It fails with
-// ErrGRPCCompacted if from is before the compact revision, as etcd's
-// watch does. It walks the range's keys and their history since from.
+// Events is EventsUntil to the view's revision.
 func (v *ReadView) Events(key, end []byte, from int64) ([]*mvccpb.Event, error) {
+	return v.EventsUntil(key, end, from, 0)
+}
+
+// EventsUntil lists the changes to the keys of [key, end) (end empty for
+// key alone, "\x00" for every key from key) with revisions from from to to,
+// both included (to 0, or past the view's revision, for the view's), in
+// revision order and within a revision in the order they were made: what
+// a watch from revision from catches up with before it streams what the
+// Observer tells from to on. Each event of a put has the key's previous
+// version as PrevKv if it was live and history holds it; a delete's Kv
+// holds the key and the revision. It fails with ErrGRPCCompacted if from
+// is before the compact revision, as etcd's watch does. It walks the
+// range's keys and their history since from.
+func (v *ReadView) EventsUntil(key, end []byte, from, to int64) ([]*mvccpb.Event, error) {
 	if from < int64(v.s.compact) {
 		return nil, errCompacted
 	}
-	if from < 1 {
-		from = 1
+	from = max(from, 1)
+	if to <= 0 || to > int64(v.s.rev) {
+		to = int64(v.s.rev)
 	}
-	if from > int64(v.s.rev) {
+	if from > to {
 		return nil, nil
 	}
-	return v.s.events(rangeOf(key, end), uint64(from), v.s.rev), nil
+	return v.s.events(rangeOf(key, end), uint64(from), uint64(to)), nil
 }
 
 // Lease is a lease as granted: its ID and TTL in seconds. How long is
