@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/tenure-io/tenure/rsm/internal/boundtest"
+	"github.com/tenure-io/tenure/rsm/internal/objtest"
 	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 	"github.com/tenure-io/tenure/rsm/internal/snapshot"
@@ -17,9 +17,9 @@ import (
 	"github.com/tenure-io/tenure/store/memstore"
 )
 
-func boundedGroupStore(t *testing.T) (*groupStore, *boundtest.Recorder, *store.Store) {
+func boundedGroupStore(t *testing.T) (*groupStore, *objtest.Recorder, *store.Store) {
 	mem := memstore.New()
-	d := boundtest.NewRecorder(mem)
+	d := objtest.NewRecorder(mem)
 	gs := newGroupStore(store.New(d), "g", RetryOptions{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}, 0, snapshot.Options{})
 	return gs, d, store.New(mem)
 }
@@ -35,7 +35,7 @@ func TestOversizedObjectsRefused(t *testing.T) {
 		key := gs.key(leaderStateKey)
 		d.PutHuge(key, []byte(`{"term":1,"leaderID":"a","followers":[`), int64(leaderStateMax)+1)
 		_, _, err := gs.readLeaderState(t.Context())
-		boundtest.AssertTooLarge(t, err, key, leaderStateMax)
+		objtest.AssertTooLarge(t, err, key, leaderStateMax)
 		d.AssertBounded(t, key, leaderStateMax)
 		if n := len(d.Of(key)); n != 1 {
 			t.Fatalf("%d reads of %s; want 1: an oversized object is not retried", n, key)
@@ -46,11 +46,11 @@ func TestOversizedObjectsRefused(t *testing.T) {
 		key := logKey(gs.group, 7)
 		d.PutHuge(key, []byte(record.Magic+"E"), int64(entryMax)+1)
 		_, err := gs.readEntry(t.Context(), 7)
-		boundtest.AssertTooLarge(t, err, key, int64(entryMax))
+		objtest.AssertTooLarge(t, err, key, int64(entryMax))
 		d.AssertBounded(t, key, int64(entryMax))
 		// The same through the log reader that catch-up and takeover use.
 		_, err = gs.readLog(t.Context(), 7, 0, 10)
-		boundtest.AssertTooLarge(t, err, key, int64(entryMax))
+		objtest.AssertTooLarge(t, err, key, int64(entryMax))
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenure-io/tenure/rsm/internal/objtest"
 	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 )
@@ -57,26 +58,6 @@ func mustEncodeSnapshot(t testing.TB, s *rsmpb.Snapshot) []byte {
 	return b
 }
 
-// corruptions returns damaged copies of a valid encoding: truncated, a flipped
-// byte in the header and in the payload, extended, emptied.
-func corruptions(b []byte) [][]byte {
-	flip := func(i int) []byte {
-		c := bytes.Clone(b)
-		c[i%len(c)] ^= 0x5a
-		return c
-	}
-	return [][]byte{
-		nil,
-		b[:len(b)/2],
-		b[:len(b)-1],
-		flip(0),
-		flip(len(record.Magic)),
-		flip(record.Header - 1),
-		flip(len(b) - 1),
-		append(bytes.Clone(b), 0),
-	}
-}
-
 func FuzzDecodeEntry(f *testing.F) {
 	valid := []*rsmpb.Entry{
 		sampleEntry(),
@@ -92,7 +73,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		b := mustEncodeEntry(f, e)
 		f.Add(b, e.Index)
 		f.Add(b, e.Index+1)
-		for _, c := range corruptions(b) {
+		for _, c := range objtest.Corruptions(b) {
 			f.Add(c, e.Index)
 		}
 	}
@@ -164,7 +145,7 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	for _, s := range valid {
 		b := mustEncodeSnapshot(f, s)
 		f.Add(b)
-		for _, c := range corruptions(b) {
+		for _, c := range objtest.Corruptions(b) {
 			f.Add(c)
 		}
 	}

@@ -7,16 +7,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tenure-io/tenure/rsm/internal/boundtest"
+	"github.com/tenure-io/tenure/rsm/internal/objtest"
 	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/memstore"
 )
 
-func boundedStore(t *testing.T) (*Store, *boundtest.Recorder, *store.Store) {
+func boundedStore(t *testing.T) (*Store, *objtest.Recorder, *store.Store) {
 	mem := memstore.New()
-	d := boundtest.NewRecorder(mem)
+	d := objtest.NewRecorder(mem)
 	return newTestStore(store.New(d), Options{}), d, store.New(mem)
 }
 
@@ -48,7 +48,7 @@ func TestOversizedObjectsRefused(t *testing.T) {
 		key := gs.key(Key)
 		d.PutHuge(key, []byte(record.Magic+"C"), int64(earlierSnapshotMax)+1)
 		_, _, err := gs.Read(t.Context())
-		boundtest.AssertTooLarge(t, err, key, earlierSnapshotMax)
+		objtest.AssertTooLarge(t, err, key, earlierSnapshotMax)
 		d.AssertBounded(t, key, earlierSnapshotMax)
 		if n := len(d.Of(key)); n != 2 {
 			t.Fatalf("%d reads of the snapshot; want 2 (as a manifest, then as an earlier format)", n)
@@ -78,7 +78,7 @@ func TestOversizedObjectsRefused(t *testing.T) {
 			key := snap.Man.BaseKeys()[0]
 			d.PutHuge(key, []byte(record.Magic+"C"), int64(tc.bound)+1)
 			err := gs.Load(t.Context(), snap, 0, restore, apply)
-			boundtest.AssertTooLarge(t, err, key, tc.bound)
+			objtest.AssertTooLarge(t, err, key, tc.bound)
 			d.AssertBounded(t, key, tc.bound)
 		})
 	}
@@ -97,7 +97,7 @@ func TestOversizedObjectsRefused(t *testing.T) {
 			d.PutHuge(key, []byte(record.Magic+"G"), int64(tc.bound)+1)
 			// The replica has the base: only the segment is read.
 			err := gs.Load(t.Context(), snap, 10, restore, apply)
-			boundtest.AssertTooLarge(t, err, key, tc.bound)
+			objtest.AssertTooLarge(t, err, key, tc.bound)
 			d.AssertBounded(t, key, tc.bound)
 		})
 	}

@@ -9,13 +9,14 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenure-io/tenure/rsm/internal/objtest"
 	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 )
 
 func TestChunkedSnapshotCorruptions(t *testing.T) {
 	b := encodeCapturedT(t, testCaptured(strings.Repeat("v", 100)))
-	for i, c := range corruptions(b) {
+	for i, c := range objtest.Corruptions(b) {
 		if _, err := Decode(c); err == nil {
 			t.Errorf("corruption %d decoded", i)
 		}
@@ -39,7 +40,7 @@ func TestChunkedSnapshotCorruptions(t *testing.T) {
 func FuzzDecodeChunkedSnapshot(f *testing.F) {
 	b := encodeCapturedT(f, testCaptured("x", strings.Repeat("y", 300)))
 	f.Add(b)
-	for _, c := range corruptions(b) {
+	for _, c := range objtest.Corruptions(b) {
 		f.Add(c)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

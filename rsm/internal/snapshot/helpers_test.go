@@ -49,23 +49,6 @@ func (p *preparer) Prepare(cmd []byte) any {
 	p.prepares.Add(1)
 	return "prepared:" + string(cmd)
 }
-func corruptions(b []byte) [][]byte {
-	flip := func(i int) []byte {
-		c := bytes.Clone(b)
-		c[i%len(c)] ^= 0x5a
-		return c
-	}
-	return [][]byte{
-		nil,
-		b[:len(b)/2],
-		b[:len(b)-1],
-		flip(0),
-		flip(len(record.Magic)),
-		flip(record.Header - 1),
-		flip(len(b) - 1),
-		append(bytes.Clone(b), 0),
-	}
-}
 
 // testCaptured is a state of machines "a", "b", … holding data, captured
 // at index 4.

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenure-io/tenure/rsm/internal/objtest"
 	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 	"github.com/tenure-io/tenure/store"
@@ -179,7 +180,7 @@ func TestSegmentDecodedByWorkers(t *testing.T) {
 func FuzzDecodeManifest(f *testing.F) {
 	b := encodeManifest(testManifest())
 	f.Add(b)
-	for _, c := range corruptions(b) {
+	for _, c := range objtest.Corruptions(b) {
 		f.Add(c)
 	}
 	f.Add(encodeManifest(&Manifest{Nonce: []byte{1}, End: 1, Base: BaseRef{Index: 1, Nonce: "0", Parts: 1}}))
@@ -217,7 +218,7 @@ func FuzzDecodeSegment(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(b, uint64(5), uint64(7))
-	for _, c := range corruptions(b) {
+	for _, c := range objtest.Corruptions(b) {
 		f.Add(c, uint64(5), uint64(7))
 	}
 	f.Fuzz(func(t *testing.T, b []byte, first, last uint64) {
@@ -263,7 +264,7 @@ func FuzzDecodeSegment(f *testing.F) {
 func FuzzChunkedStream(f *testing.F) {
 	b := encodeCapturedT(f, testCaptured("x", strings.Repeat("y", 300)))
 	f.Add(b)
-	for _, c := range corruptions(b) {
+	for _, c := range objtest.Corruptions(b) {
 		f.Add(c)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

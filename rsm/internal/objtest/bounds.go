@@ -1,7 +1,9 @@
-// Package boundtest records the limits reads are made with, for the tests
-// that every object is read within the bound of what tenure writes there
-// (docs/rsm.md, "Bounded reads"): in package rsm and in its snapshot store.
-package boundtest
+// Package objtest helps the tests of the objects an rsm group stores, in
+// package rsm and in its snapshot store: a driver that records the limits
+// reads are made with, for the tests that every object is read within the
+// bound of what tenure writes there (docs/rsm.md, "Bounded reads"), and
+// damaged copies of an object for its decoders' tests.
+package objtest
 
 import (
 	"context"
