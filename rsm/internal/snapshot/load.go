@@ -14,12 +14,157 @@ import (
 	"github.com/tenure-io/tenure/store"
 )
 
+// Loading a replica from a manifest: the base streamed part by part and
+// checked chunk by chunk, then the segments' entries, decoded ahead by
+// workers and lent to Borrowers; a reader whose manifest moved on starts
+// over (ErrMoved), and an object missing under an unchanged manifest is
+// refused (rule 12).
+
+// Load brings a replica whose state is at applied up to the state
+// snap (a manifest) describes: its base, streamed part by part into
+// restore (which must call finish on the stream), unless applied has
+// reached the base already; then the entries of its segments after
+// applied, handed to apply in index order with what the Preparers
+// returned for their commands (nil if none). Objects are read once each, up
+// to par at a time. An object missing while the manifest is unchanged is
+// refused (a *CorruptError naming it, rule 12); missing because the
+// manifest has moved on since it was read, ErrMoved. An object
+// refused as corrupt by an earlier load of the same manifest is refused
+// again unread while a listing shows it unchanged (refusedObject).
+func (g *Store) Load(ctx context.Context, snap *Stored, applied uint64,
+	restore func(cs *Stream) error, apply func(e *rsmpb.Entry, prepared []any) error) error {
+	if err := g.stillRefused(ctx, snap, applied); err != nil {
+		return err
+	}
+	err := g.loadManifestOnce(ctx, snap, applied, restore, apply)
+	var c *record.CorruptError
+	if errors.As(err, &c) && !errors.Is(c.Err, record.ErrMissing) && c.Key != g.key(Key) {
+		g.refuseObject(ctx, snap.Version, c)
+	}
+	return err
+}
+
 // refusedObject is a base part or segment a load refused as corrupt: the
 // manifest version that referenced it, its own version as listed after
 // the refusal, and the error.
 type refusedObject struct {
 	snapVersion, key, version string
 	err                       *record.CorruptError
+}
+
+// refuseObject remembers c's object, refused by a load of the manifest
+// at snapVersion, at the version a listing gives it now (not at all if
+// the listing fails or finds nothing: the next load reads it again).
+func (g *Store) refuseObject(ctx context.Context, snapVersion string, c *record.CorruptError) {
+	if snapVersion == "" {
+		return
+	}
+	items, err := g.st.List(ctx, c.Key, "", 1)
+	if err != nil || len(items) == 0 || items[0].Key != c.Key {
+		return
+	}
+	g.mu.Lock()
+	g.refusedObj = &refusedObject{snapVersion: snapVersion, key: c.Key, version: items[0].Version, err: c}
+	g.mu.Unlock()
+}
+
+// stillRefused returns the error of the object an earlier load of snap
+// refused, if this load would read it and a listing shows it unchanged;
+// else nil, and what was remembered is dropped.
+func (g *Store) stillRefused(ctx context.Context, snap *Stored, applied uint64) error {
+	g.mu.Lock()
+	r := g.refusedObj
+	g.mu.Unlock()
+	if r == nil || r.snapVersion != snap.Version {
+		return nil
+	}
+	m := snap.Man
+	reads := applied < m.Base.Index && slices.Contains(m.BaseKeys(), r.key)
+	for _, s := range m.segments() {
+		reads = reads || s.last > applied && s.key == r.key
+	}
+	if reads {
+		items, err := g.st.List(ctx, r.key, "", 1)
+		if err == nil && len(items) > 0 && items[0].Key == r.key && items[0].Version == r.version {
+			return r.err
+		}
+	}
+	g.mu.Lock()
+	if g.refusedObj == r {
+		g.refusedObj = nil
+	}
+	g.mu.Unlock()
+	return nil
+}
+
+// loadManifestOnce is Load's load.
+func (g *Store) loadManifestOnce(ctx context.Context, snap *Stored, applied uint64,
+	restore func(cs *Stream) error, apply func(e *rsmpb.Entry, prepared []any) error) error {
+	m := snap.Man
+	var baseRead uint64 // the base's bytes, if this load restores it
+	if applied < m.Base.Index {
+		baseRead = m.Base.Bytes
+		keys := m.BaseKeys()
+		or := g.openObjects(ctx, keys, objectBound{"base part", int64(min(basePartObjectMax, max(m.Base.Bytes, 1)))}, true, 0)
+		pr := &partsReader{or: or}
+		var decodeErr error
+		err := func() error {
+			cs, err := openChunked(pr)
+			if err == nil && (cs.Head.EndIndex != m.Base.Index || (cs.Head.Group != "" && cs.Head.Group != g.group)) {
+				err = fmt.Errorf("base of group %q ending at %d, referenced as %q at %d", cs.Head.Group, cs.Head.EndIndex, g.group, m.Base.Index)
+			}
+			if err != nil {
+				decodeErr = err
+				return err
+			}
+			err = restore(cs)
+			decodeErr = cs.err
+			return err
+		}()
+		or.close()
+		switch {
+		case pr.err != nil:
+			return g.objectErr(ctx, snap, pr.key, pr.err)
+		case decodeErr != nil:
+			return &record.CorruptError{Key: pr.key, Err: decodeErr}
+		case err != nil:
+			return err
+		}
+		applied = m.Base.Index
+	}
+	var segs []segRef
+	for _, s := range m.segments() {
+		if s.last > applied {
+			segs = append(segs, s)
+		}
+	}
+	// After the base, not beside it: decoded ahead while a base is
+	// restored, segments raised a 100k-key cold start's peak RSS past
+	// twice the data, for no time saved on two cores (tenure bench kv).
+	feed := g.startSegments(ctx, snap, segs, baseRead)
+	defer feed.close()
+	for {
+		entries, prepared, err := feed.next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for k, e := range entries {
+			if e.Index <= applied {
+				continue
+			}
+			var p []any
+			if prepared != nil {
+				p = prepared[k]
+			}
+			if err := apply(e, p); err != nil {
+				return err
+			}
+			applied = e.Index
+		}
+	}
 }
 
 // segmentsAhead bounds the segments a cold start decodes ahead of the
@@ -174,145 +319,6 @@ func (f *segFeed) close() {
 	f.cancel()
 	f.wg.Wait() // before or.close: the decoder uses or
 	f.or.close()
-}
-
-// Load brings a replica whose state is at applied up to the state
-// snap (a manifest) describes: its base, streamed part by part into
-// restore (which must call finish on the stream), unless applied has
-// reached the base already; then the entries of its segments after
-// applied, handed to apply in index order with what the Preparers
-// returned for their commands (nil if none). Objects are read once each, up
-// to par at a time. An object missing while the manifest is unchanged is
-// refused (a *CorruptError naming it, rule 12); missing because the
-// manifest has moved on since it was read, ErrMoved. An object
-// refused as corrupt by an earlier load of the same manifest is refused
-// again unread while a listing shows it unchanged (refusedObject).
-func (g *Store) Load(ctx context.Context, snap *Stored, applied uint64,
-	restore func(cs *Stream) error, apply func(e *rsmpb.Entry, prepared []any) error) error {
-	if err := g.stillRefused(ctx, snap, applied); err != nil {
-		return err
-	}
-	err := g.loadManifestOnce(ctx, snap, applied, restore, apply)
-	var c *record.CorruptError
-	if errors.As(err, &c) && !errors.Is(c.Err, record.ErrMissing) && c.Key != g.key(Key) {
-		g.refuseObject(ctx, snap.Version, c)
-	}
-	return err
-}
-
-// refuseObject remembers c's object, refused by a load of the manifest
-// at snapVersion, at the version a listing gives it now (not at all if
-// the listing fails or finds nothing: the next load reads it again).
-func (g *Store) refuseObject(ctx context.Context, snapVersion string, c *record.CorruptError) {
-	if snapVersion == "" {
-		return
-	}
-	items, err := g.st.List(ctx, c.Key, "", 1)
-	if err != nil || len(items) == 0 || items[0].Key != c.Key {
-		return
-	}
-	g.mu.Lock()
-	g.refusedObj = &refusedObject{snapVersion: snapVersion, key: c.Key, version: items[0].Version, err: c}
-	g.mu.Unlock()
-}
-
-// stillRefused returns the error of the object an earlier load of snap
-// refused, if this load would read it and a listing shows it unchanged;
-// else nil, and what was remembered is dropped.
-func (g *Store) stillRefused(ctx context.Context, snap *Stored, applied uint64) error {
-	g.mu.Lock()
-	r := g.refusedObj
-	g.mu.Unlock()
-	if r == nil || r.snapVersion != snap.Version {
-		return nil
-	}
-	m := snap.Man
-	reads := applied < m.Base.Index && slices.Contains(m.BaseKeys(), r.key)
-	for _, s := range m.segments() {
-		reads = reads || s.last > applied && s.key == r.key
-	}
-	if reads {
-		items, err := g.st.List(ctx, r.key, "", 1)
-		if err == nil && len(items) > 0 && items[0].Key == r.key && items[0].Version == r.version {
-			return r.err
-		}
-	}
-	g.mu.Lock()
-	if g.refusedObj == r {
-		g.refusedObj = nil
-	}
-	g.mu.Unlock()
-	return nil
-}
-
-// loadManifestOnce is Load's load.
-func (g *Store) loadManifestOnce(ctx context.Context, snap *Stored, applied uint64,
-	restore func(cs *Stream) error, apply func(e *rsmpb.Entry, prepared []any) error) error {
-	m := snap.Man
-	var baseRead uint64 // the base's bytes, if this load restores it
-	if applied < m.Base.Index {
-		baseRead = m.Base.Bytes
-		keys := m.BaseKeys()
-		or := g.openObjects(ctx, keys, objectBound{"base part", int64(min(basePartObjectMax, max(m.Base.Bytes, 1)))}, true, 0)
-		pr := &partsReader{or: or}
-		var decodeErr error
-		err := func() error {
-			cs, err := openChunked(pr)
-			if err == nil && (cs.Head.EndIndex != m.Base.Index || (cs.Head.Group != "" && cs.Head.Group != g.group)) {
-				err = fmt.Errorf("base of group %q ending at %d, referenced as %q at %d", cs.Head.Group, cs.Head.EndIndex, g.group, m.Base.Index)
-			}
-			if err != nil {
-				decodeErr = err
-				return err
-			}
-			err = restore(cs)
-			decodeErr = cs.err
-			return err
-		}()
-		or.close()
-		switch {
-		case pr.err != nil:
-			return g.objectErr(ctx, snap, pr.key, pr.err)
-		case decodeErr != nil:
-			return &record.CorruptError{Key: pr.key, Err: decodeErr}
-		case err != nil:
-			return err
-		}
-		applied = m.Base.Index
-	}
-	var segs []segRef
-	for _, s := range m.segments() {
-		if s.last > applied {
-			segs = append(segs, s)
-		}
-	}
-	// After the base, not beside it: decoded ahead while a base is
-	// restored, segments raised a 100k-key cold start's peak RSS past
-	// twice the data, for no time saved on two cores (tenure bench kv).
-	feed := g.startSegments(ctx, snap, segs, baseRead)
-	defer feed.close()
-	for {
-		entries, prepared, err := feed.next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		for k, e := range entries {
-			if e.Index <= applied {
-				continue
-			}
-			var p []any
-			if prepared != nil {
-				p = prepared[k]
-			}
-			if err := apply(e, p); err != nil {
-				return err
-			}
-			applied = e.Index
-		}
-	}
 }
 
 // startSegments starts the load of segs, the segments of snap to apply;

@@ -353,3 +353,14 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	}
 	return m, nil
 }
+
+func (m *Manifest) Stats() Stats {
+	if m == nil {
+		return Stats{}
+	}
+	n := 0
+	for _, r := range m.Runs {
+		n += len(r.Lasts)
+	}
+	return Stats{Base: m.Base.Bytes, Segs: m.SegBytes, Count: n}
+}

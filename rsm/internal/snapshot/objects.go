@@ -8,6 +8,9 @@ import (
 	"github.com/tenure-io/tenure/rsm/internal/record"
 )
 
+// Reading the immutable objects a manifest references, in order, ahead of
+// their reader within a byte budget, into reused memory.
+
 // readAheadMax bounds the bytes of the objects an objectReader holds:
 // those read and not yet handed out, the one handed out last (its reader
 // is still decoding it) and, counted at the largest size seen, those being

@@ -10,6 +10,10 @@ import (
 	"github.com/tenure-io/tenure/store"
 )
 
+// Reading the snapshot object: its end index and version for rule 8 (a
+// listing, unless its version is new), or the whole object, bounded and
+// checked, remembered by version so that it is read once.
+
 // End is a read of the snapshot for its end index and version: a
 // listing of its key, and only if its version is not the one this store
 // last read or wrote, a read of the whole object (returned, so that the

@@ -12,6 +12,9 @@ import (
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 )
 
+// Segments: the log's entries of a range exactly as the log stores them,
+// each behind its length, checked as a log entry read at its index is.
+
 // encodeSegment writes entries (consecutive indexes) as a segment.
 func encodeSegment(entries []*rsmpb.Entry) ([]byte, error) {
 	b := make([]byte, 0, 64+segmentSize(entries))

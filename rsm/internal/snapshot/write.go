@@ -14,6 +14,141 @@ import (
 	"github.com/tenure-io/tenure/store"
 )
 
+// Writing a snapshot (rule 7): a base in parts or segments, each under a
+// name no other write uses, then the manifest by compare-and-swap, never
+// backwards; then collecting what no manifest can reference any more.
+
+// Write writes j (rule 7: every index it covers is confirmed) over the
+// stored snapshot it names, by compare-and-swap: a base in parts and a
+// manifest of it alone, or the entries From..End as segments and the
+// stored manifest extended by them. After the swap the caller deletes what
+// the new manifest no longer references (Collect). A base whose swap lost
+// the race is swapped again once over the snapshot found; a segment is not
+// (it follows the snapshot it was cut from). On error the outcome names
+// the snapshot found, if one was read.
+//
+// Rule 7, the snapshot only moves forward (docs/rsm.md): it never writes
+// over a snapshot that ends at or after j, nor over one written by a
+// higher term, and every object the manifest references is written, under
+// a name no other write uses, before the manifest's swap.
+func (g *Store) Write(ctx context.Context, j *Job, w Writer) (Outcome, error) {
+	prevEnd, prevVersion := j.PrevEnd, j.PrevVersion
+	hv, held, hterm := g.Held()
+	if hv != prevVersion {
+		held, hterm = nil, 0
+		if prevVersion != "" {
+			// Not the snapshot this store knows: read it again.
+			end, v, _, err := g.End(ctx)
+			if err != nil {
+				return Outcome{}, err
+			}
+			if v != prevVersion {
+				_, m, _ := g.Held()
+				return Outcome{End: end, Version: v, Man: m}, fmt.Errorf("the stored snapshot changed (now ends at %d)", end)
+			}
+			_, held, hterm = g.Held()
+		}
+	}
+	var base *BaseRef
+	for attempt := 0; ; attempt++ {
+		found := Outcome{End: prevEnd, Version: prevVersion, Man: held}
+		switch {
+		case prevEnd >= j.End:
+			return found, fmt.Errorf("the stored snapshot already ends at %d", prevEnd)
+		case hterm > w.Term:
+			return found, fmt.Errorf("the stored snapshot was written by term %d, above ours (%d)", hterm, w.Term)
+		}
+		var m *Manifest
+		if j.Base != nil {
+			if base == nil {
+				h := j.Base.Head
+				if prevEnd > 0 {
+					h.StartIndex = prevEnd + 1
+				}
+				h.Writer, h.WriterTerm, h.Nonce, h.Group = w.ID, w.Term, g.nonces(), g.group
+				var prev uint64
+				if held != nil {
+					prev = held.Base.Bytes
+				}
+				b, err := g.writeBase(ctx, j.Base, w, prev)
+				if err != nil {
+					return Outcome{}, err
+				}
+				base = &b
+			}
+			m = &Manifest{End: base.Index, Base: *base}
+		} else {
+			if held == nil || held.End != j.From-1 {
+				return found, fmt.Errorf("the stored snapshot (ending at %d) is not the manifest the segment from %d follows", prevEnd, j.From)
+			}
+			entries, err := g.segmentEntries(ctx, j)
+			if err != nil {
+				return Outcome{}, err
+			}
+			if m, err = g.writeSegments(ctx, held, entries, w); err != nil {
+				return Outcome{}, err
+			}
+		}
+		m.Group, m.Nonce, m.Writer, m.WriterTerm = g.group, g.nonces(), w.ID, w.Term
+		v, err := g.writeManifest(ctx, m, prevVersion)
+		if err == nil {
+			return Outcome{End: m.End, Version: v, Man: m, Prev: held}, nil
+		}
+		if !errors.Is(err, store.ErrPreconditionFailed) || store.IsAmbiguous(err) {
+			return Outcome{}, err
+		}
+		// Another writer moved the snapshot: read it again.
+		end, cv, _, rerr := g.End(ctx)
+		if rerr != nil {
+			return Outcome{}, rerr
+		}
+		_, held, hterm = g.Held()
+		prevEnd, prevVersion = end, cv
+		if j.Base == nil || attempt > 0 {
+			return Outcome{End: end, Version: cv, Man: held}, err
+		}
+	}
+}
+
+// segmentEntries returns the entries j.From..j.End: those the leader's
+// cache held, and before them those read from the log under rule 8
+// (Options.ReadLog).
+func (g *Store) segmentEntries(ctx context.Context, j *Job) ([]*rsmpb.Entry, error) {
+	to := j.End
+	if len(j.Entries) > 0 {
+		to = j.Entries[0].Index - 1
+	}
+	if to < j.From {
+		return j.Entries, nil
+	}
+	entries, err := g.readLog(ctx, j.From, to)
+	if err != nil {
+		return nil, err
+	}
+	return append(entries, j.Entries...), nil
+}
+
+// Outcome is what Write did.
+type Outcome struct {
+	End     uint64    // the end index of the snapshot now stored (0 if unknown)
+	Version string    // and its version
+	Man     *Manifest // its manifest, if known
+	Prev    *Manifest // the manifest it replaced, if it was one
+}
+
+// Stats returns the size of the stored manifest.
+func (o Outcome) Stats() Stats { return o.Man.Stats() }
+
+// Stats returns the size of the manifest this store last read or
+// wrote at version (zero if it is not one).
+func (g *Store) Stats(version string) Stats {
+	v, m, _ := g.Held()
+	if v != version {
+		return Stats{}
+	}
+	return m.Stats()
+}
+
 // writeBase writes c as a base in parts of at most partMax bytes, each
 // created under a name no other write uses, streaming: no more than one
 // part is held besides the state. prev is the previous base's size, if
@@ -265,146 +400,4 @@ func (g *Store) listSnapObjects(ctx context.Context) ([]string, error) {
 		}
 		start = keys[len(keys)-1]
 	}
-}
-
-// Outcome is what Write did.
-type Outcome struct {
-	End     uint64    // the end index of the snapshot now stored (0 if unknown)
-	Version string    // and its version
-	Man     *Manifest // its manifest, if known
-	Prev    *Manifest // the manifest it replaced, if it was one
-}
-
-// Stats returns the size of the stored manifest.
-func (o Outcome) Stats() Stats { return o.Man.Stats() }
-
-func (m *Manifest) Stats() Stats {
-	if m == nil {
-		return Stats{}
-	}
-	n := 0
-	for _, r := range m.Runs {
-		n += len(r.Lasts)
-	}
-	return Stats{Base: m.Base.Bytes, Segs: m.SegBytes, Count: n}
-}
-
-// Stats returns the size of the manifest this store last read or
-// wrote at version (zero if it is not one).
-func (g *Store) Stats(version string) Stats {
-	v, m, _ := g.Held()
-	if v != version {
-		return Stats{}
-	}
-	return m.Stats()
-}
-
-// Write writes j (rule 7: every index it covers is confirmed) over the
-// stored snapshot it names, by compare-and-swap: a base in parts and a
-// manifest of it alone, or the entries From..End as segments and the
-// stored manifest extended by them. After the swap the caller deletes what
-// the new manifest no longer references (Collect). A base whose swap lost
-// the race is swapped again once over the snapshot found; a segment is not
-// (it follows the snapshot it was cut from). On error the outcome names
-// the snapshot found, if one was read.
-//
-// Rule 7, the snapshot only moves forward (docs/rsm.md): it never writes
-// over a snapshot that ends at or after j, nor over one written by a
-// higher term, and every object the manifest references is written, under
-// a name no other write uses, before the manifest's swap.
-func (g *Store) Write(ctx context.Context, j *Job, w Writer) (Outcome, error) {
-	prevEnd, prevVersion := j.PrevEnd, j.PrevVersion
-	hv, held, hterm := g.Held()
-	if hv != prevVersion {
-		held, hterm = nil, 0
-		if prevVersion != "" {
-			// Not the snapshot this store knows: read it again.
-			end, v, _, err := g.End(ctx)
-			if err != nil {
-				return Outcome{}, err
-			}
-			if v != prevVersion {
-				_, m, _ := g.Held()
-				return Outcome{End: end, Version: v, Man: m}, fmt.Errorf("the stored snapshot changed (now ends at %d)", end)
-			}
-			_, held, hterm = g.Held()
-		}
-	}
-	var base *BaseRef
-	for attempt := 0; ; attempt++ {
-		found := Outcome{End: prevEnd, Version: prevVersion, Man: held}
-		switch {
-		case prevEnd >= j.End:
-			return found, fmt.Errorf("the stored snapshot already ends at %d", prevEnd)
-		case hterm > w.Term:
-			return found, fmt.Errorf("the stored snapshot was written by term %d, above ours (%d)", hterm, w.Term)
-		}
-		var m *Manifest
-		if j.Base != nil {
-			if base == nil {
-				h := j.Base.Head
-				if prevEnd > 0 {
-					h.StartIndex = prevEnd + 1
-				}
-				h.Writer, h.WriterTerm, h.Nonce, h.Group = w.ID, w.Term, g.nonces(), g.group
-				var prev uint64
-				if held != nil {
-					prev = held.Base.Bytes
-				}
-				b, err := g.writeBase(ctx, j.Base, w, prev)
-				if err != nil {
-					return Outcome{}, err
-				}
-				base = &b
-			}
-			m = &Manifest{End: base.Index, Base: *base}
-		} else {
-			if held == nil || held.End != j.From-1 {
-				return found, fmt.Errorf("the stored snapshot (ending at %d) is not the manifest the segment from %d follows", prevEnd, j.From)
-			}
-			entries, err := g.segmentEntries(ctx, j)
-			if err != nil {
-				return Outcome{}, err
-			}
-			if m, err = g.writeSegments(ctx, held, entries, w); err != nil {
-				return Outcome{}, err
-			}
-		}
-		m.Group, m.Nonce, m.Writer, m.WriterTerm = g.group, g.nonces(), w.ID, w.Term
-		v, err := g.writeManifest(ctx, m, prevVersion)
-		if err == nil {
-			return Outcome{End: m.End, Version: v, Man: m, Prev: held}, nil
-		}
-		if !errors.Is(err, store.ErrPreconditionFailed) || store.IsAmbiguous(err) {
-			return Outcome{}, err
-		}
-		// Another writer moved the snapshot: read it again.
-		end, cv, _, rerr := g.End(ctx)
-		if rerr != nil {
-			return Outcome{}, rerr
-		}
-		_, held, hterm = g.Held()
-		prevEnd, prevVersion = end, cv
-		if j.Base == nil || attempt > 0 {
-			return Outcome{End: end, Version: cv, Man: held}, err
-		}
-	}
-}
-
-// segmentEntries returns the entries j.From..j.End: those the leader's
-// cache held, and before them those read from the log under rule 8
-// (Options.ReadLog).
-func (g *Store) segmentEntries(ctx context.Context, j *Job) ([]*rsmpb.Entry, error) {
-	to := j.End
-	if len(j.Entries) > 0 {
-		to = j.Entries[0].Index - 1
-	}
-	if to < j.From {
-		return j.Entries, nil
-	}
-	entries, err := g.readLog(ctx, j.From, to)
-	if err != nil {
-		return nil, err
-	}
-	return append(entries, j.Entries...), nil
 }
