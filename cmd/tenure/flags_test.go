@@ -20,7 +20,7 @@ import (
 // command with flags but the benchmarks (docs/BENCHMARKS.md).
 var flagCommands = []string{
 	"elect", "run", "shards", "status", "lock repair", "store probe", "store get", "store list",
-	"kv serve", "kv get", "kv put", "kv del", "kv cas", "kv list", "kv status", "demo", "version",
+	"kv serve", "etcd serve", "kv get", "kv put", "kv del", "kv cas", "kv list", "kv status", "demo", "version",
 }
 
 // helpFlags returns the flags command's --help lists.

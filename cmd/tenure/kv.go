@@ -13,21 +13,17 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/tenure-io/tenure/internal/bench"
-	"github.com/tenure-io/tenure/internal/grpcslog"
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
 	"github.com/tenure-io/tenure/rsm/kv/kvclient"
 	"github.com/tenure-io/tenure/rsm/kv/kvserver"
-	"github.com/tenure-io/tenure/store"
 )
 
 const kvUsage = `Usage:
@@ -90,35 +86,14 @@ const kvServeHelp = "kv serve --store URL --peer-listen HOST:PORT [--group NAME]
 
 func runKVServe(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "kv serve", kvServeHelp)
-	storeURL := fs.String("store", "", "store URL, e.g. file:///var/lib/tenure or s3://bucket/prefix (required)")
-	group := fs.String("group", "kv", "the group's name: its objects live under this prefix in the store")
+	nf := addNodeFlags(fs, "kv")
 	listen := fs.String("http", "127.0.0.1:7480", "address of the HTTP API, the probes, /status and /metrics (plain HTTP only on loopback, unless --insecure-http)")
-	peer := fs.String("peer-listen", "", "host:port the node's gRPC server listens on for the group's other nodes (required)")
-	advertise := fs.String("advertise", "", "host:port the other nodes dial (default --peer-listen, with the port chosen if its port is 0)")
-	id := fs.String("id", "", "node ID, unique in the group and stable across restarts (default HOSTNAME-ADVERTISE)")
-	flush := fs.Duration("flush-interval", 20*time.Millisecond, "FlushInterval: a partial batch is committed this long after its first request (the library's default is S2C's 2s; the CLI's is 20ms, for latency)")
-	batchMin := fs.Int("batch-min", rsm.DefaultBatchMinCount, "BatchMinCount: a batch is committed at once when it holds this many requests")
-	pipeline := fs.Int("pipeline", 0, fmt.Sprintf("PipelineDepth: batches in flight to the store at once (default %d on file://, %d on other stores)", kvFilePipelineDepth, rsm.DefaultPipelineDepth))
-	snapThreshold := fs.Int("snapshot-threshold", rsm.DefaultSnapshotThreshold, "SnapshotThreshold: snapshot and truncate the log after this many entries")
-	reqTimeout := fs.Duration("request-timeout", rsm.DefaultRequestTimeout, "RequestTimeout: bound on one command or read")
-	heartbeat := fs.Duration("heartbeat", rsm.DefaultHeartbeatInterval, "HeartbeatInterval: the leader synchronizes followers at least this often")
-	missed := fs.Int("max-missed-heartbeats", rsm.DefaultMaxMissedHeartbeats, "MaxMissedHeartbeats: a follower checks the store after this many silent intervals")
-	leadDelay := fs.Duration("leadership-delay", rsm.DefaultLeadershipDelay, "LeadershipDelay: pause per rank before a follower attempts leadership")
 	maxValue := fs.Int("max-value-size", kv.DefaultMaxValueSize, fmt.Sprintf("largest value accepted over HTTP, in bytes, at most %d; the group's MaxMessageSize (the RPC limit) is set to carry it", kv.MaxValueSizeLimit))
-	tlsDir := fs.String("tls-dir", "", "directory holding ca.pem, node.pem and node-key.pem for the peer RPCs (mutual TLS)")
-	tlsCert := fs.String("tls-cert", "", "certificate for the peer RPCs, as server and as client (PEM; with --tls-key and --tls-ca)")
-	tlsKey := fs.String("tls-key", "", "key of --tls-cert (PEM)")
-	tlsCA := fs.String("tls-ca", "", "CA that signs every node's certificate (PEM)")
-	peerPlain := fs.Bool("peer-plaintext", false, "serve and call the peer RPCs in clear and unauthenticated: only with loopback --peer-listen and --advertise, and never with --token-file or --http-client-ca (default: peers authenticate with keys published in the store)")
 	httpCert := fs.String("http-tls-cert", "", "serve the HTTP API over HTTPS with this certificate (PEM; with --http-tls-key)")
 	httpKey := fs.String("http-tls-key", "", "key of --http-tls-cert (PEM)")
 	httpClientCA := fs.String("http-client-ca", "", "require API clients to present a certificate signed by these CAs (PEM; needs --http-tls-cert; the probes do not)")
 	tokenFile := fs.String("token-file", "", "require 'Authorization: Bearer TOKEN' on every request but the probes; the file holds TOKEN, at least 16 bytes")
 	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP on an --http address that is not loopback: the API's traffic, and any token, cross the network in clear")
-	metricsAddr := fs.String("metrics-http", "", "also serve Prometheus /metrics on this address, plain HTTP and without token or client certificate")
-	gcPercent := fs.Int("gc-percent", 0, "the Go collector's GOGC for this process: between collections the heap grows this many percent above the live state (Go's default is 100); -1 turns the collector off; 0 (the default): 10% above the live heap (25% from 512 MiB of it) and at least 4 MiB, set as the state grows (the state's values hold no pointers, so a small state is collected often at little cost). Without this flag, a GOGC environment variable wins")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	logFormat := fs.String("log-format", "text", "log format: text or json (json: every line on stdout and stderr is JSON, gRPC's included)")
 	deprecatedAlias(fs, "listen", "http")
 	deprecatedAlias(fs, "peer", "peer-listen")
 	deprecatedAlias(fs, "metrics", "metrics-http")
@@ -126,65 +101,19 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 0 || *storeURL == "" || *peer == "" {
-		fmt.Fprintln(e.stderr, "tenure kv serve: --store and --peer-listen are required")
-		fs.Usage()
-		return errUsage
+	if err := nf.required(e, "kv serve", pos); err != nil {
+		return err
 	}
-	log, err := (&electFlags{logFormat: logFormat, logLevel: logLevel}).logger(e)
+	log, fail, err := nf.logger(e, "kv serve")
 	if err != nil {
 		return err
-	}
-	grpcslog.SetLogger(log)
-	warnDeprecated(fs, log)
-	// In JSON, a fatal error is a log line too, not main's plain one.
-	fail := func(err error) error {
-		if *logFormat == "json" && err != nil {
-			log.Error("tenure kv serve: exiting", "err", err)
-			return loggedError{err}
-		}
-		return err
-	}
-	if err := refuseMemStore("--store", *storeURL); err != nil {
-		return fail(err)
-	}
-	if u, err := url.Parse(*storeURL); err != nil || !slices.Contains(store.Schemes(), u.Scheme) {
-		// Open refuses the URL before any I/O, with the message.
-		if _, err := store.Open(ctx, *storeURL); err != nil {
-			return fail(err)
-		}
 	}
 	if *maxValue <= 0 {
 		return fail(fmt.Errorf("--max-value-size must be positive (got %d)", *maxValue))
 	}
-	if *gcPercent < -1 {
-		return fail(fmt.Errorf("--gc-percent must be -1 (no collection) or more (got %d)", *gcPercent))
-	}
-	tuneGC := false
-	if v, ok := kvGC(flagGiven(fs, "gc-percent"), *gcPercent, os.LookupEnv); ok && v != 0 {
-		debug.SetGCPercent(v)
-	} else {
-		tuneGC = ok
-	}
 	if *maxValue > kv.MaxValueSizeLimit {
 		return fail(fmt.Errorf("--max-value-size %d is more than the RPC layer carries: a value travels in one message of at most %d bytes (rsm.MaxMessageSizeLimit), which leaves at most %d bytes (kv.MaxValueSizeLimit) for the value",
 			*maxValue, rsm.MaxMessageSizeLimit, kv.MaxValueSizeLimit))
-	}
-	if *pipeline == 0 {
-		*pipeline = kvPipelineDepth(*storeURL)
-	}
-	opts := rsm.Options{
-		MaxMessageSize: kv.MessageSize(*maxValue),
-		FlushInterval:  *flush, BatchMinCount: *batchMin, PipelineDepth: *pipeline,
-		SnapshotThreshold: *snapThreshold, RequestTimeout: *reqTimeout,
-		HeartbeatInterval: *heartbeat, MaxMissedHeartbeats: *missed, LeadershipDelay: *leadDelay,
-	}
-	if err := opts.Validate(); err != nil {
-		return fail(err)
-	}
-	serverTLS, clientTLS, err := kvTLS(*tlsDir, *tlsCert, *tlsKey, *tlsCA)
-	if err != nil {
-		return fail(err)
 	}
 	apiTLS, err := kvAPITLS(*httpCert, *httpKey, *httpClientCA)
 	if err != nil {
@@ -196,58 +125,27 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 			return fail(err)
 		}
 	}
-
-	// Listen before touching the store, so a busy port costs nothing.
-	peerLn, err := net.Listen("tcp", *peer)
+	ns, err := nf.setup(ctx, log, fail, kv.MessageSize(*maxValue))
 	if err != nil {
-		return fail(fmt.Errorf("--peer-listen %s: %w", *peer, err))
+		return err
 	}
-	defer peerLn.Close() // the host closes it too; a second close is harmless
-	addr, err := advertiseAddr(*advertise, *peer, peerLn.Addr())
-	if err != nil {
-		return fail(err)
-	}
-	if *id == "" {
-		host, _ := os.Hostname()
-		*id = strings.ReplaceAll(host+"-"+addr, "/", "_")
-	}
+	defer ns.host.Listener.Close() // the host closes it too; a second close is harmless
+	group := *nf.group
 	if apiTLS == nil && !kvserver.Loopback(*listen) {
 		log.Warn("the HTTP API is plain HTTP on a non-loopback address (--insecure-http): its traffic and any token cross the network in clear")
 	}
-	served := false
 	// The server's policy (which port needs what, what the token guards)
 	// is kvserver's: its errors name the flags.
-	err = kvserver.Run(ctx, kvserver.NodeConfig{
+	return ns.run(ctx, e, nf, "kv", "HTTP API", kvserver.NodeConfig{
 		Server: kvserver.Config{
 			HTTPAddr: *listen, TLS: apiTLS, InsecureHTTP: *insecureHTTP, RequireClientCert: *httpClientCA != "", Token: token,
-			Peer: rsm.HostConfig{ID: *id, Addr: addr, Listener: peerLn, ServerTLS: serverTLS, ClientTLS: clientTLS, PlaintextLoopback: *peerPlain},
-			Names: map[string]string{"HTTPAddr": "--http", "TLS": "--http-tls-cert and --http-tls-key", "InsecureHTTP": "--insecure-http",
-				"RequireClientCert": "--http-client-ca", "Token": "--token-file", "PlaintextLoopback": "--peer-plaintext",
-				"ServerTLS": "--tls-dir, --tls-cert/--tls-key/--tls-ca", "MetricsAddr": "--metrics-http"},
+			Peer: ns.host,
+			Names: nf.names(map[string]string{"HTTPAddr": "--http", "TLS": "--http-tls-cert and --http-tls-key", "InsecureHTTP": "--insecure-http",
+				"RequireClientCert": "--http-client-ca", "Token": "--token-file"}),
 		},
-		StoreURL: *storeURL, Group: *group, Options: opts, MaxValueSize: *maxValue, MetricsAddr: *metricsAddr, Logger: log,
-		TuneGC: tuneGC,
-		OnServing: func(apiURL string) {
-			served = true
-			if *logFormat == "json" {
-				log.Info("serving", "node", *id, "group", *group, "api", apiURL, "peers", addr)
-			} else {
-				fmt.Fprintf(e.stdout, "tenure kv: node %s of group %q: HTTP API on %s, peers dial %s\n", *id, *group, apiURL, addr)
-			}
-		},
+		StoreURL: *nf.storeURL, Group: group, Options: ns.opts, MaxValueSize: *maxValue, MetricsAddr: *nf.metricsAddr, Logger: log,
+		TuneGC: ns.tuneGC,
 	})
-	if err != nil {
-		return fail(err)
-	}
-	if !served {
-		return nil // stopped before it joined
-	}
-	if *logFormat == "json" {
-		log.Info("left the group", "node", *id, "group", *group)
-	} else {
-		fmt.Fprintf(e.stdout, "tenure kv: node %s left group %q\n", *id, *group)
-	}
-	return nil
 }
 
 // kvFilePipelineDepth is kv serve's PipelineDepth on file://. One disk

@@ -231,14 +231,20 @@ func TestKVRetries(t *testing.T) {
 // called (as SIGTERM would stop it), and returns its HTTP address.
 func startKVServe(t *testing.T, args ...string) (addr string, stop func() (code int, output string)) {
 	t.Helper()
+	return startServe(t, regexp.MustCompile(`HTTP API on (https?://\S+),`), append([]string{"kv", "serve",
+		"--http", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--flush-interval", "5ms", "--log-level", "warn"}, args...)...)
+}
+
+// startServe runs the serving command args until the returned stop is
+// called (as SIGTERM would stop it), and returns the address re finds in
+// its output.
+func startServe(t *testing.T, re *regexp.Regexp, args ...string) (addr string, stop func() (code int, output string)) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	var out, errb lockedBuffer
 	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, &env{stdout: &out, stderr: &errb}, append([]string{"kv", "serve",
-			"--http", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--flush-interval", "5ms", "--log-level", "warn"}, args...))
-	}()
-	re := regexp.MustCompile(`HTTP API on (https?://\S+),`)
+	go func() { done <- run(ctx, &env{stdout: &out, stderr: &errb}, args) }()
+	name := strings.Join(args[:2], " ")
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
@@ -248,13 +254,13 @@ func startKVServe(t *testing.T, args ...string) (addr string, stop func() (code 
 		select {
 		case code := <-done:
 			cancel()
-			t.Fatalf("kv serve exited with %d before serving:\nstdout: %s\nstderr: %s", code, out.String(), errb.String())
+			t.Fatalf("%s exited with %d before serving:\nstdout: %s\nstderr: %s", name, code, out.String(), errb.String())
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			cancel()
 			<-done
-			t.Fatalf("kv serve printed no address:\nstdout: %s\nstderr: %s", out.String(), errb.String())
+			t.Fatalf("%s printed no address:\nstdout: %s\nstderr: %s", name, out.String(), errb.String())
 		}
 	}
 	stopped := false
@@ -266,7 +272,7 @@ func startKVServe(t *testing.T, args ...string) (addr string, stop func() (code 
 			select {
 			case code = <-done:
 			case <-time.After(30 * time.Second):
-				t.Errorf("kv serve did not stop within 30s:\n%s%s", out.String(), errb.String())
+				t.Errorf("%s did not stop within 30s:\n%s%s", name, out.String(), errb.String())
 			}
 		}
 		return code, out.String() + errb.String()

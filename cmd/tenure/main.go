@@ -41,6 +41,7 @@ func commands() []command {
 	return []command{
 		{"bench", "measure failover, handover and store cost: tenure bench election|shards|rsm|kv", runBench},
 		{"demo", "three members elect a leader on a local directory: failover and handover, measured", runDemo},
+		{"etcd", "serve etcd's v3 API from a group on shared storage: tenure etcd serve", runEtcd},
 		{"elect", "take part in an election: peer endpoint, /livez /readyz /status /metrics; SIGTERM releases", runElect},
 		{"lock", "repair a lock whose term cannot be read: tenure lock repair --term-floor N LOCK_URL", runLock},
 		{"kv", "a replicated key-value store on shared storage: tenure kv serve|get|put|del|cas|list|status", runKV},

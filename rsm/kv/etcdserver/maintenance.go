@@ -17,13 +17,15 @@ type maintenanceService struct {
 }
 
 // Status reports the node: the version Kubernetes' checks accept, the
-// size of the group's snapshot in the store as the database size, the
+// size of the group's snapshot in the store as the database size (1
+// before the first snapshot), the
 // leader's member ID, the applied log index and the term.
 func (m *maintenanceService) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
 	s := m.s
 	st := s.node.Status()
 	s.term.Store(st.Term)
-	size := int64(st.SnapshotBaseBytes + st.SnapshotSegmentBytes)
+	// At least 1: etcdctl's endpoint status divides by it.
+	size := max(int64(st.SnapshotBaseBytes+st.SnapshotSegmentBytes), 1)
 	resp := &pb.StatusResponse{
 		Header:  &pb.ResponseHeader{ClusterId: s.cluster, MemberId: s.member, Revision: s.m.ReadView().Revision(), RaftTerm: st.Term},
 		Version: Version, StorageVersion: Version,

@@ -374,3 +374,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v) // the status is sent; a failed write has no one to tell
 }
+
+// Handler is the client port's handler: the services on a gRPC server of
+// their own (with opts), /version and /health beside them (Mux). stop
+// ends the watch streams and every call in flight, and closes s.
+func (s *Server) Handler(opts ...grpc.ServerOption) (h http.Handler, stop func()) {
+	g := grpc.NewServer(opts...)
+	s.Register(g)
+	return Mux(g, s.HTTP()), func() {
+		_ = s.Close()
+		g.Stop()
+	}
+}

@@ -47,6 +47,17 @@ type NodeConfig struct {
 	TuneGC bool
 	// OnServing, if set, is called once the API serves, with its URL.
 	OnServing func(apiURL string)
+	// Command names the command in /status. Default "kv serve".
+	Command string
+	// API, if set, makes the API the node serves instead of the kv HTTP
+	// API (tenure etcd serve serves etcd's): given the joined node, the
+	// kv machine it hosts and the API's URL, it returns the handler and
+	// a function that stops what it started. Run calls that as it stops
+	// serving, before it lets other requests finish: a gRPC API's
+	// streams would hold the port open, so its calls in flight end. The
+	// API port then also speaks HTTP/2, over TLS and in clear (h2c), as
+	// gRPC needs.
+	API func(node *rsm.Node, m *kv.Machine, apiURL string) (h http.Handler, stop func(), err error)
 }
 
 // Run runs the node until ctx ends or it fails. The probes answer from
@@ -86,7 +97,11 @@ func Run(ctx context.Context, c NodeConfig) error {
 	gatherers := prometheus.Gatherers{reg, rsmReg}
 	hcfg := c.Server.Peer
 	hcfg.Logger, hcfg.Registerer = log, rsmReg
-	ops := opsserver.NewState("kv serve", hcfg.ID)
+	command := c.Command
+	if command == "" {
+		command = "kv serve"
+	}
+	ops := opsserver.NewState(command, hcfg.ID)
 	ko := &nodeOps{ops: ops}
 	scfg := c.Server
 	scfg.Peer, scfg.Ops, scfg.NotReady = hcfg, opsserver.Mux(ko.status, gatherers), ko.notReady
@@ -112,9 +127,20 @@ func Run(ctx context.Context, c NodeConfig) error {
 
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	srv := &http.Server{Handler: ks, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+	apiTLS := c.Server.TLS
+	if c.API != nil {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetHTTP2(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+		if apiTLS != nil {
+			apiTLS = apiTLS.Clone()
+			apiTLS.NextProtos = []string{"h2", "http/1.1"}
+		}
+	}
 	apiLn, scheme := httpLn, "http"
-	if c.Server.TLS != nil {
-		apiLn, scheme = tls.NewListener(httpLn, c.Server.TLS), "https"
+	if apiTLS != nil {
+		apiLn, scheme = tls.NewListener(httpLn, apiTLS), "https"
 	}
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(apiLn) }()
@@ -131,8 +157,12 @@ func Run(ctx context.Context, c NodeConfig) error {
 	// unreachable); the banner waits for the group, so that a start that
 	// fails (a missing bucket, a bad group name) never announces an API.
 	log.Info("connecting to the store; the probes are served", "http", apiURL)
+	var stopAPI func()
 	stopHTTP := func() {
 		ops.SetStopping()
+		if stopAPI != nil {
+			stopAPI()
+		}
 		// Let requests in flight finish (each is bounded by RequestTimeout).
 		sctx, cancel := context.WithTimeout(context.Background(), c.Options.RequestTimeout+time.Second)
 		defer cancel()
@@ -161,7 +191,12 @@ func Run(ctx context.Context, c NodeConfig) error {
 		return err
 	}
 	joined.Store(node)
-	h, err := kv.NewHandler(kv.NewClient(node), kv.HandlerOptions{MaxValueSize: c.MaxValueSize, Status: node.Status})
+	var h http.Handler
+	if c.API != nil {
+		h, stopAPI, err = c.API(node, machine, apiURL)
+	} else {
+		h, err = kv.NewHandler(kv.NewClient(node), kv.HandlerOptions{MaxValueSize: c.MaxValueSize, Status: node.Status})
+	}
 	if err != nil {
 		stopHTTP()
 		return err
