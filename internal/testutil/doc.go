@@ -6,7 +6,8 @@
 // scripts/install-servers fills (${TENURE_CACHE:-$HOME/.cache/tenure}/bin),
 // then on PATH. A test whose server is missing is skipped with a message
 // saying how to install it, unless TENURE_REQUIRE_SERVERS=1 (CI), in which
-// case it fails. Nothing in this package panics.
+// case it fails. Etcdctl finds etcdctl 3.7 the same way
+// (TENURE_ETCDCTL_BIN). Nothing in this package panics.
 //
 // Usage, with one server per test binary shared by every test:
 //
