@@ -31,7 +31,8 @@ func TestLeaderStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Put(ctx, "leased", "x", clientv3.WithLease(lease.ID)); err != nil {
+	leased, err := c.Put(ctx, "leased", "x", clientv3.WithLease(lease.ID))
+	if err != nil {
 		t.Fatal(err)
 	}
 	put := func(i int) {
@@ -67,8 +68,8 @@ func TestLeaderStops(t *testing.T) {
 	if nl := g.leader(); nl == l {
 		t.Fatalf("node %d still leads", l)
 	}
-	// Every revision from start to the last write, once, in order (the
-	// lease's put is not under run/).
+	// Every revision from start to the last write, once, in order: only
+	// puts were made, and the lease's is not under run/.
 	want := start.Header.Revision
 	for want <= last.Kvs[0].ModRevision {
 		r := next(t, w, 30*time.Second)
@@ -76,10 +77,13 @@ func TestLeaderStops(t *testing.T) {
 			t.Fatal(r.Err())
 		}
 		for _, ev := range r.Events {
-			if ev.Kv.ModRevision < want {
-				t.Fatalf("event at %d after %d: duplicate or out of order", ev.Kv.ModRevision, want-1)
+			if want == leased.Header.Revision {
+				want++
 			}
-			want = ev.Kv.ModRevision + 1
+			if ev.Kv.ModRevision != want {
+				t.Fatalf("event at revision %d, want %d: a gap, a duplicate or out of order", ev.Kv.ModRevision, want)
+			}
+			want++
 		}
 	}
 	// The lease: the new leader gave it a full TTL when it took over.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -164,7 +165,8 @@ func TestWatchProgressNotify(t *testing.T) {
 }
 
 // TestWatchFragment: a watch that asks for fragments gets a large
-// response in pieces, which the client joins again.
+// response in pieces, marked as fragments but the last, which the client
+// joins again.
 func TestWatchFragment(t *testing.T) {
 	g := startGroup(t, nil)
 	l := g.leader()
@@ -175,13 +177,40 @@ func TestWatchFragment(t *testing.T) {
 	for _, k := range []string{"f/1", "f/2", "f/3", "f/4"} {
 		ops = append(ops, clientv3.OpPut(k, strings.Repeat("x", 60)))
 	}
-	w := c.Watch(ctx, "f/", clientv3.WithPrefix(), clientv3.WithFragment())
+	w := c.Watch(ctx, "f/", clientv3.WithPrefix(), clientv3.WithFragment(), clientv3.WithCreatedNotify())
+	next(t, w, 10*time.Second)
+	raw, err := pb.NewWatchClient(rawConn(t, g.addr(l))).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
+		Key: []byte("f/"), RangeEnd: []byte("f0"), Fragment: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := raw.Recv(); err != nil || !r.Created {
+		t.Fatalf("created: %v %+v", err, r)
+	}
 	if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
 		t.Fatal(err)
 	}
 	r := next(t, w, 10*time.Second)
 	if len(r.Events) != 4 {
 		t.Fatalf("%d events in the joined response, want 4", len(r.Events))
+	}
+	var pieces []int
+	for n := 0; n < 4; {
+		r, err := raw.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(r.Events)
+		pieces = append(pieces, len(r.Events))
+		if r.Fragment != (n < 4) {
+			t.Fatalf("piece %d (%d events, %d of 4) has fragment %v", len(pieces), len(r.Events), n, r.Fragment)
+		}
+	}
+	if len(pieces) < 2 {
+		t.Fatalf("pieces %v: want the response split", pieces)
 	}
 }
 
