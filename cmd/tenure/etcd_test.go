@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/tenure-io/tenure/internal/tlsutil"
 )
 
 // startEtcdServe runs tenure etcd serve with args and returns its client
@@ -84,5 +87,65 @@ func TestEtcdServeRefuses(t *testing.T) {
 		if code != 1 || !strings.Contains(errs, tc.want) {
 			t.Errorf("etcd serve %v: exit %d, stderr %q; want exit 1 and %q", tc.args, code, errs, tc.want)
 		}
+	}
+}
+
+// TestEtcdServeTLS: over https:// with --client-cert-auth, the etcd
+// client with a certificate of the trusted CA works, one without is
+// refused, and the probes answer without one.
+func TestEtcdServeTLS(t *testing.T) {
+	ca, err := tlsutil.NewCA("etcd api test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	srv, err := ca.WriteFiles(dir, "api", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := ca.WriteFiles(dir, "client", "client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, _ := startServe(t, regexp.MustCompile(`etcd API on (https?://\S+),`), "etcd", "serve", "--store", "file://"+t.TempDir(),
+		"--listen-client-urls", "https://127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--log-level", "warn",
+		"--cert-file", srv.Cert, "--key-file", srv.Key, "--trusted-ca-file", srv.CA, "--client-cert-auth")
+	if !strings.HasPrefix(url, "https://") {
+		t.Fatalf("client URL %s; want https://", url)
+	}
+	withCert, err := tlsutil.LoadClient(srv.CA, cli.Cert, cli.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, TLS: withCert, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Put(t.Context(), "k", "v"); err != nil {
+		t.Fatalf("put with a client certificate: %v", err)
+	}
+	noCert, err := tlsutil.LoadClient(srv.CA, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, TLS: noCert, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := c2.Get(ctx, "k"); err == nil {
+		t.Fatal("get without a client certificate succeeded")
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: noCert}}
+	resp, err := hc.Get(url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz without a client certificate: %d", resp.StatusCode)
 	}
 }
