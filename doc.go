@@ -23,5 +23,6 @@
 //     multi-node test harness and the linearizability checker.
 //   - cmd/tenure: the command-line tool; internal/bench and internal/demo,
 //     what tenure bench and tenure demo run; internal/opsserver, the
-//     probes and /status of its long-running commands.
+//     probes and /status of its long-running commands; internal/supervise,
+//     the command tenure run keeps while it leads.
 package tenure

@@ -10,11 +10,10 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
-	"time"
 
 	"github.com/tenure-io/tenure/election"
 	"github.com/tenure-io/tenure/internal/opsserver"
+	"github.com/tenure-io/tenure/internal/supervise"
 )
 
 // exitError carries a child's exit status out of run.
@@ -91,7 +90,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		child    *os.Process // the running command, for forwarded signals
 	)
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, append(slices.Clone(forwardedSignals), stopSignals...)...)
+	signal.Notify(sigs, append(supervise.ForwardedSignals(), supervise.StopSignals()...)...)
 	defer signal.Stop(sigs)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
@@ -101,7 +100,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 			case <-ctx.Done():
 				return
 			case sig := <-sigs:
-				if slices.Contains(stopSignals, sig) {
+				if slices.Contains(supervise.StopSignals(), sig) {
 					log.Info("stopping: leadership ends once the command has stopped", "signal", sig)
 					stop()
 					continue
@@ -129,55 +128,31 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
 		cmd.Env = append(os.Environ(), "TENURE_TERM="+strconv.FormatUint(term, 10), "TENURE_SERVER_ID="+cfg.ServerID)
-		exited, restore, err := startCommand(cmd, e.stdin == nil && foregroundTerminal())
-		if err != nil {
+		lead := &supervise.Lead{Cmd: cmd, Terminal: e.stdin == nil && supervise.ForegroundTerminal(), Grace: *grace, Term: term, Log: log,
+			Started: func(p *os.Process) {
+				mu.Lock()
+				child = p
+				mu.Unlock()
+			}}
+		code, exited, err := lead.Run(lctx)
+		switch {
+		case err != nil:
 			log.Error("starting the command failed; stepping down", "err", err)
 			mu.Lock()
 			exitCode = 127
 			mu.Unlock()
 			stop()
-			return
-		}
-		defer restore()
-		mu.Lock()
-		child = cmd.Process
-		mu.Unlock()
-		defer func() {
-			mu.Lock()
-			child = nil
-			mu.Unlock()
-		}()
-		log.Info("leading: started the command", "term", term, "pid", cmd.Process.Pid)
-		select {
-		case err := <-exited:
-			code := exitStatus(err)
+		case exited:
 			log.Info("the command exited; stepping down", "status", code)
 			mu.Lock()
 			exitCode = code
 			mu.Unlock()
 			stop()
-			return
-		case <-lctx.Done():
-		}
-		// Leadership is ending: stop the command before the lease can lapse.
-		log.Info("leadership ending: sending SIGTERM", "pid", cmd.Process.Pid, "grace", *grace)
-		signalGroup(cmd.Process.Pid, syscall.SIGTERM)
-		t := time.NewTimer(*grace)
-		defer t.Stop()
-		var werr error
-		select {
-		case werr = <-exited:
-		case <-t.C:
-			log.Warn("the command outlived its grace period: sending SIGKILL", "pid", cmd.Process.Pid)
-			signalGroup(cmd.Process.Pid, syscall.SIGKILL)
-			werr = <-exited
-		}
-		log.Info("the command has stopped", "term", term, "status", exitStatus(werr))
-		if ctx.Err() != nil {
+		case ctx.Err() != nil:
 			// tenure run is stopping, not just losing leadership: it
 			// exits with the command's status.
 			mu.Lock()
-			exitCode = exitStatus(werr)
+			exitCode = code
 			mu.Unlock()
 		}
 	}
@@ -195,18 +170,4 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return exitError{exitCode}
 	}
 	return nil
-}
-
-func exitStatus(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ee.ExitCode()
-	}
-	return 1
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package supervise
 
 import (
 	"os"
@@ -12,12 +12,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// forwardedSignals reach the command as they reach tenure run, as consul
-// lock forwards them; stopSignals end leadership cleanly.
-var (
-	forwardedSignals = []os.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
-	stopSignals      = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT}
-)
+// ForwardedSignals reach the command as they reach tenure run, as consul
+// lock forwards them; StopSignals end leadership cleanly.
+func ForwardedSignals() []os.Signal {
+	return []os.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
+}
+
+func StopSignals() []os.Signal { return []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT} }
 
 // startCommand starts cmd in a process group of its own, so that the
 // command's children are signalled with it. If ctty is true, tenure run's
@@ -59,9 +60,9 @@ func startCommand(cmd *exec.Cmd, ctty bool) (exited <-chan error, restore func()
 	return done, restore, nil
 }
 
-// foregroundTerminal reports whether standard input is a terminal whose
+// ForegroundTerminal reports whether standard input is a terminal whose
 // foreground process group is tenure run's.
-func foregroundTerminal() bool {
+func ForegroundTerminal() bool {
 	pgrp, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
 	return err == nil && pgrp == unix.Getpgrp()
 }

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package main
+package supervise
 
 import (
 	"os"
@@ -10,10 +10,11 @@ import (
 
 // Without process groups or signals to forward, tenure run stops the
 // command itself, and a command can outlive a tenure run that is killed.
-var (
-	forwardedSignals []os.Signal
-	stopSignals      = []os.Signal{os.Interrupt}
-)
+// ForwardedSignals reach the command as they reach tenure run: none here;
+// StopSignals end leadership cleanly.
+func ForwardedSignals() []os.Signal { return nil }
+
+func StopSignals() []os.Signal { return []os.Signal{os.Interrupt} }
 
 func startCommand(cmd *exec.Cmd, _ bool) (<-chan error, func(), error) {
 	if err := cmd.Start(); err != nil {
@@ -24,7 +25,7 @@ func startCommand(cmd *exec.Cmd, _ bool) (<-chan error, func(), error) {
 	return done, func() {}, nil
 }
 
-func foregroundTerminal() bool { return false }
+func ForegroundTerminal() bool { return false }
 
 func signalGroup(pid int, _ syscall.Signal) {
 	if p, err := os.FindProcess(pid); err == nil {
