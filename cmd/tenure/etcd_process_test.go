@@ -247,6 +247,17 @@ func TestEtcdctl(t *testing.T) {
 	if out := c.run("endpoint", "health"); strings.Count(out, "is healthy") != 3 {
 		t.Fatalf("endpoint health: %q", out)
 	}
+	var hashes []struct {
+		Endpoint string
+		HashKV   struct {
+			Hash         uint32 `json:"hash"`
+			HashRevision int64  `json:"hash_revision"`
+		}
+	}
+	c.json(&hashes, "endpoint", "hashkv")
+	if len(hashes) != 3 || hashes[0].HashKV.HashRevision == 0 {
+		t.Fatalf("endpoint hashkv: %+v", hashes)
+	}
 	var ml struct {
 		Members []struct {
 			ID         uint64   `json:"ID"`

@@ -23,7 +23,9 @@
 // applied stream. Lease: Grant (the server chooses the ID when the
 // client gives 0, and raises a TTL below MinLeaseTTL), Revoke,
 // TimeToLive, Leases; expiry and KeepAlive on the leader (below).
-// Maintenance: Status, Alarm (none), Defragment (nothing to do).
+// Maintenance: Status, Alarm (none), Defragment (nothing to do), HashKV
+// (of the live keys at a revision: comparable between tenure nodes, not
+// with etcd's).
 // Cluster: MemberList. HTTP: /version and /health.
 //
 // Response headers carry ClusterID(group), MemberID(group, node ID), the
@@ -59,8 +61,8 @@
 //     yet). TimeToLive on a follower reports the granted TTL.
 //   - MemberList knows this node's client URLs only; the other members
 //     are listed with their peer addresses.
-//   - Auth, member changes, Snapshot, MoveLeader, Downgrade, Hash and
-//     HashKV answer Unimplemented. A Txn is always a command, even one
+//   - Auth, member changes, Snapshot, MoveLeader, Downgrade and Hash
+//     answer Unimplemented. A Txn is always a command, even one
 //     that only reads.
 //   - A watch stream that falls more than a million events behind is
 //     ended with Unavailable; the etcd client resumes its watches from

@@ -155,6 +155,28 @@ func TestMaintenance(t *testing.T) {
 	if st, err := c.Status(ctx, g.addr(l)); err != nil || st.RaftIndex == 0 || st.RaftIndex != g.c.Node(l).Status().ApplyIndex {
 		t.Fatalf("the leader's status after a write: %v %+v", err, st)
 	}
+	// HashKV at one revision is the same on every node that applied it,
+	// and changes with the state.
+	h1, err := c.HashKV(ctx, g.addr(l), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		h, err := c.HashKV(ctx, g.addr(f), h1.HashRevision)
+		if errors.Is(err, rpctypes.ErrFutureRev) {
+			continue // the follower has not applied it yet
+		}
+		if err != nil || h.Hash != h1.Hash || h.HashRevision != h1.HashRevision {
+			t.Fatalf("the follower's hash at %d: %v %+v; the leader's %+v", h1.HashRevision, err, h, h1)
+		}
+		break
+	}
+	if _, err := c.Put(ctx, "k", "other"); err != nil {
+		t.Fatal(err)
+	}
+	if h2, err := c.HashKV(ctx, g.addr(l), 0); err != nil || h2.Hash == h1.Hash {
+		t.Fatalf("hash after a write: %v %+v, before %+v", err, h2, h1)
+	}
 	al, err := c.AlarmList(ctx)
 	if err != nil || len(al.Alarms) != 0 {
 		t.Fatalf("alarms: %v %+v", err, al)

@@ -2,6 +2,8 @@ package etcdserver
 
 import (
 	"context"
+	"encoding/binary"
+	"hash/crc32"
 	"net"
 	"strings"
 
@@ -9,8 +11,8 @@ import (
 )
 
 // maintenanceService is etcd's Maintenance service: Status, Alarm (no
-// alarms) and Defragment (nothing to do) are served; the others answer
-// Unimplemented.
+// alarms), Defragment (nothing to do) and HashKV are served; the others
+// answer Unimplemented.
 type maintenanceService struct {
 	pb.UnimplementedMaintenanceServer
 	s *Server
@@ -50,6 +52,38 @@ func (m *maintenanceService) Alarm(context.Context, *pb.AlarmRequest) (*pb.Alarm
 // Defragment has nothing to do: the state lives in memory.
 func (m *maintenanceService) Defragment(context.Context, *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
 	return &pb.DefragmentResponse{Header: m.s.header(m.s.m.ReadView().Revision())}, nil
+}
+
+// HashKV hashes the live keys at a revision (0: the current one) with
+// their values, revisions, versions and leases: equal on every node that
+// has applied that revision. It is not etcd's hash (which covers the
+// history kept too), so compare it between tenure nodes only.
+func (m *maintenanceService) HashKV(_ context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	view := m.s.m.ReadView()
+	rev := r.Revision
+	if rev == 0 {
+		rev = view.Revision()
+	}
+	resp, err := view.Range(&pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: rev})
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	var b [8]byte
+	field := func(p []byte) {
+		binary.BigEndian.PutUint64(b[:], uint64(len(p)))
+		h.Write(b[:])
+		h.Write(p)
+	}
+	for _, kv := range resp.Kvs {
+		field(kv.Key)
+		field(kv.Value)
+		for _, n := range []int64{kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease} {
+			binary.BigEndian.PutUint64(b[:], uint64(n))
+			h.Write(b[:])
+		}
+	}
+	return &pb.HashKVResponse{Header: m.s.header(view.Revision()), Hash: h.Sum32(), CompactRevision: view.CompactRevision(), HashRevision: rev}, nil
 }
 
 // clusterService is etcd's Cluster service: MemberList. Membership
