@@ -67,6 +67,7 @@ func TestTxnChecks(t *testing.T) {
 		{"put and delete it", &pb.TxnRequest{Success: []*pb.RequestOp{putOp("abc", "x"), delOp("abc", "")}}, rpctypes.ErrGRPCDuplicateKey},
 		{"put and delete a range holding it", &pb.TxnRequest{Success: []*pb.RequestOp{putOp("abc", "x"), delOp("a", "b")}}, rpctypes.ErrGRPCDuplicateKey},
 		{"put and delete from it on (etcd lets it pass)", &pb.TxnRequest{Success: []*pb.RequestOp{putOp("abc", "x"), delOp("a", "\x00")}}, nil},
+		{"delete from it on and put (etcd lets it pass)", &pb.TxnRequest{Success: []*pb.RequestOp{delOp("a", "\x00"), putOp("abc", "x"), putOp("abd", "y")}}, nil},
 		{"put and delete another", &pb.TxnRequest{Success: []*pb.RequestOp{putOp("abc", "x"), delOp("abd", "")}}, nil},
 		{"delete twice", &pb.TxnRequest{Success: []*pb.RequestOp{delOp("abc", ""), delOp("abc", "")}}, nil},
 		{"nested put and outer delete", &pb.TxnRequest{Success: []*pb.RequestOp{txnOp([]*pb.RequestOp{putOp("abc", "x")}, nil), delOp("abc", "")}}, rpctypes.ErrGRPCDuplicateKey},
@@ -96,6 +97,10 @@ func TestTxnChecks(t *testing.T) {
 			}
 			if err != nil && !bytes.Equal(snap(t, m), before) {
 				t.Fatal("a refused Txn changed the state")
+			}
+			n := New()
+			if err := n.Restore(bytes.NewReader(snap(t, m))); err != nil || !bytes.Equal(snap(t, n), snap(t, m)) {
+				t.Fatalf("the state after the Txn does not round-trip through a snapshot: %v", err)
 			}
 		})
 	}

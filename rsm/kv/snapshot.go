@@ -348,8 +348,10 @@ func readKey(sr *snapReader, k string, rev uint64) (entry, bool, error) {
 			tail = &head.version
 			continue
 		}
-		if v.mod >= tail.mod {
-			return entry{}, false, fmt.Errorf("revision %d after %d: versions out of order", v.mod, tail.mod)
+		// A Txn may change a key twice (a put, then a delete from a key
+		// before it on): one revision, two sub revisions.
+		if v.mod > tail.mod || (v.mod == tail.mod && v.sub >= tail.sub) {
+			return entry{}, false, fmt.Errorf("revision %d.%d after %d.%d: versions out of order", v.mod, v.sub, tail.mod, tail.sub)
 		}
 		if !v.tomb && !tail.tomb && tail.create != v.create {
 			return entry{}, false, fmt.Errorf("versions at %d and %d of one generation created at %d and %d", v.mod, tail.mod, v.create, tail.create)
