@@ -45,7 +45,9 @@ func (w *writer) put(key string, value []byte, lease int64) {
 	s := w.s
 	nv := version{value: value, create: w.rev, mod: w.rev, sub: w.subs, ver: 1, lease: lease}
 	var oldLease int64
-	if old, ok := s.tree.Get(entry{key: key}); ok {
+	// One search for a new key, a second for one that exists (its
+	// create revision, version and history go on).
+	if old, ok := s.tree.ReplaceOrInsert(entry{key: key, version: nv}); ok {
 		// The key's string the entry had: a restore allocates the keys in
 		// their order, and a tree whose neighbouring keys lie together in
 		// memory is searched with fewer cache misses.
@@ -57,10 +59,10 @@ func (w *writer) put(key string, value []byte, lease int64) {
 		}
 		prev := old.version
 		nv.prev = &prev
+		s.tree.ReplaceOrInsert(entry{key: key, version: nv})
 	} else {
 		s.live++
 	}
-	s.tree.ReplaceOrInsert(entry{key: key, version: nv})
 	if oldLease != lease {
 		if oldLease != 0 {
 			s.leases.Delete(leaseItem{id: oldLease, key: key})
