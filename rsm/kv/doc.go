@@ -24,7 +24,8 @@
 // and a lease grant make none. Each key records the revision that created
 // it (CreateRevision), the one that last changed it (ModRevision), its
 // Version (the puts since it was created: 1 after a create, reset by a
-// delete) and the lease it is attached to.
+// delete; always 1 in the legacy era, below) and the lease it is
+// attached to.
 //
 // Keys are non-empty strings of at most MaxKeySize (4096) bytes (etcd has
 // no such limit; a longer key is refused with ErrInvalidKey); Client and
@@ -37,8 +38,29 @@
 //
 // # History and compaction
 //
-// Every version of every key is kept, deletes as tombstones, until a
-// compaction command (CompactCommand) drops those before its revision:
+// A group starts in the legacy era, and a state restored from a format 1
+// snapshot (the previous kv machine's, which holds no history, versions
+// nor leases) is in it too: until the first etcd write, Client's commands
+// (put, delete, swap) act as that machine's did, so that every replica
+// reaches the same state at the same log index whether it loaded a
+// format 1 snapshot or applied the log from further back. A put keeps no
+// older version and the key's Version stays 1; a delete removes the key
+// outright; the compact revision follows the current revision, so a
+// Range or watch at a past revision is ErrGRPCCompacted and a compaction
+// ErrGRPCCompacted (ErrGRPCFutureRev after the current revision), changing
+// nothing. Revisions, create and mod revisions and results are as for an
+// etcd put or delete. The first command of etcd's API applied that
+// writes or may write (Put, DeleteRange, Txn, LeaseGrant, LeaseRevoke,
+// a lease's expiry; read-only, refused or malformed ones too: not a
+// compaction) ends the era before it is applied, on every replica
+// alike; from then on history and versions are kept for every key
+// (existing keys go on from Version 1) and Client's commands are etcd
+// puts and deletes. A group used only through Client and the HTTP API so
+// keeps no history, and its memory is its live keys' as before; it gets
+// history from its first etcd write on. Snapshots carry the era.
+//
+// Out of the legacy era, every version of every key is kept, deletes as
+// tombstones, until a compaction command (CompactCommand) drops those before its revision:
 // each key keeps its versions after it and its latest at or before it,
 // unless that is a delete. Ranges read at any revision from the compact
 // revision to the current one; before it they fail with
@@ -121,11 +143,13 @@
 // command its clients send.
 //
 // Snapshots are "TKVS", a format version (2), the revision, the compact
-// revision, each key with its versions (newest first) in key order, the
+// revision, the legacy era flag, each key with its versions (newest
+// first) in key order, the
 // leases, then a CRC-32C of all that (the format is spelled out in
 // snapshot.go). Restore also reads version 1, which builds before the
 // history wrote: each key then has Version 1 and no lease, and the state
-// is compacted at the snapshot's revision (its history is gone). Restore
+// is compacted at the snapshot's revision (its history is gone), in the
+// legacy era. Restore
 // refuses other versions (ErrSnapshotVersion) and anything that fails the
 // checksum or the ordering and revision checks (ErrCorruptSnapshot),
 // leaving the state as it was. Both directions stream: Snapshot writes
@@ -155,7 +179,8 @@
 // and replies at once; the puts go to the tree in runs sorted by key, by a
 // goroutine of their own while the next run fills (a run is at most
 // 32 MiB of values, or a sixteenth of the keys), and a delete, a swap or
-// any other call puts them all there first. In key order a put finds its
+// any other call puts them all there first (in the legacy era a run's
+// puts replace the versions they find, as put does then). In key order a put finds its
 // way through the tree in the cache: a cold start after sustained writes
 // to a million keys took a quarter less time (measured when it was introduced:
 // docs/BENCHMARKS.md in git history).

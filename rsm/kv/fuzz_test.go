@@ -14,8 +14,10 @@ import (
 
 // seedMachine is a machine with a few keys, for fuzz targets that need
 // state.
-func seedMachine() *Machine {
-	m := New()
+func seedMachine() *Machine { return seedInto(New()) }
+
+// seedInto applies seedMachine's commands to m.
+func seedInto(m *Machine) *Machine {
 	for _, c := range []command{
 		{op: tagPut, key: "a", value: []byte("1")},
 		{op: tagPut, key: "a/b", value: []byte{0, 0xff}},

@@ -104,8 +104,13 @@ var (
 	_ rsm.Preparer     = (*Machine)(nil)
 )
 
-// New returns an empty machine at revision 0.
-func New() *Machine { return &Machine{state: newState()} }
+// New returns an empty machine at revision 0, in the legacy era (see
+// the package documentation, History and compaction).
+func New() *Machine {
+	m := &Machine{state: newState()}
+	m.legacy = true
+	return m
+}
 
 // Revision is the machine's current revision: the number of revisions
 // its writes have made.
@@ -180,20 +185,23 @@ func (m *Machine) sendRun() {
 	m.treeLen = m.tree.Len() + len(run) // about; for the next run's size
 	done := make(chan struct{})
 	m.inserting = done
-	go func(tree *btree.BTreeG[entry], leases *btree.BTreeG[leaseItem]) {
-		live := insertRun(tree, leases, run)
+	go func(tree *btree.BTreeG[entry], leases *btree.BTreeG[leaseItem], legacy bool) {
+		live := insertRun(tree, leases, run, legacy)
 		clear(run)
 		m.spare = run[:0] // read by sendRun after done is closed
 		m.runLive = live  // read by waitRun after done is closed
 		close(done)
-	}(m.tree, m.leases)
+	}(m.tree, m.leases, m.legacy)
 }
 
 // insertRun puts a run of deferred puts in tree: sorted by key, then
 // revision, each key's puts become versions of it in turn, as put makes
-// them (no delete comes between deferred puts). It detaches the keys from
-// the leases they had and returns how many keys it made live.
-func insertRun(tree *btree.BTreeG[entry], leases *btree.BTreeG[leaseItem], d []deferredPut) (live int) {
+// them (no delete comes between deferred puts), or in the legacy era
+// (legacy) replace the version the key had, at Version 1. It detaches
+// the keys from the leases they had and returns how many keys it made
+// live. A run's puts are all of one era: the era ends only in Apply,
+// which puts the deferred puts in the tree first.
+func insertRun(tree *btree.BTreeG[entry], leases *btree.BTreeG[leaseItem], d []deferredPut, legacy bool) (live int) {
 	slices.SortFunc(d, func(a, b deferredPut) int {
 		if c := strings.Compare(a.key, b.key); c != 0 {
 			return c
@@ -219,7 +227,12 @@ func insertRun(tree *btree.BTreeG[entry], leases *btree.BTreeG[leaseItem], d []d
 		}
 		for _, p := range d[i:j] {
 			nv := version{value: p.value, create: p.rev, mod: p.rev, ver: 1}
-			if has {
+			switch {
+			case has && legacy:
+				if !cur.tomb {
+					nv.create = cur.create
+				}
+			case has:
 				if !cur.tomb {
 					nv.create, nv.ver = cur.create, cur.ver+1
 				}
@@ -249,6 +262,9 @@ func (m *Machine) Apply(cmd []byte) []byte {
 		m.mu.Lock()
 		m.settle()
 		m.pub = nil
+		if cmd[0] != tagCompact {
+			m.legacy = false // the first etcd write ends the legacy era
+		}
 		res, evs := m.applyEtcd(cmd)
 		rev, o := m.rev, m.observer
 		m.mu.Unlock()
@@ -328,7 +344,7 @@ func (m *Machine) ApplyPrepared(cmd []byte, p any) []byte {
 		return errorReply(pc.err)
 	}
 	m.mu.Lock()
-	if pc.c.op != tagPut || m.observer != nil {
+	if pc.c.op != tagPut || m.observer != nil || (pc.etcd && m.legacy) {
 		m.mu.Unlock()
 		if pc.etcd {
 			return m.Apply(cmd)
@@ -338,6 +354,9 @@ func (m *Machine) ApplyPrepared(cmd []byte, p any) []byte {
 	defer m.mu.Unlock()
 	m.pub = nil
 	m.rev++
+	if m.legacy {
+		m.compact = m.rev
+	}
 	m.deferred = append(m.deferred, deferredPut{key: pc.c.key, value: pc.c.value, rev: m.rev})
 	m.deferredBytes += len(pc.c.value)
 	if n := len(m.deferred); n >= deferPutsMax || m.deferredBytes >= deferBytesMax || (n >= deferPutsMin && n >= m.treeLen/16) {
@@ -357,6 +376,7 @@ func (m *Machine) apply(c command, owned bool) []byte {
 	m.settle()
 	m.pub = nil
 	w := newWriter(&m.state, m.observer != nil)
+	w.legacy = m.legacy
 	var res []byte
 	switch c.op {
 	case tagPut:

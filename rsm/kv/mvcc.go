@@ -71,13 +71,22 @@ func lessLease(a, b leaseItem) bool {
 func newLeases() *btree.BTreeG[leaseItem] { return btree.NewG(treeDegree, lessLease) }
 
 // state is what a snapshot holds: the keys with their history, the
-// leases, the current and the compact revision, and the number of live
-// keys. The machine owns one; a read view holds clones.
+// leases, the current and the compact revision, the legacy era flag, and
+// the number of live keys. The machine owns one; a read view holds clones.
 type state struct {
 	rev, compact uint64
-	tree         *btree.BTreeG[entry]
-	leases       *btree.BTreeG[leaseItem]
-	live         int
+	// legacy marks the legacy era: no etcd write has been applied yet, so
+	// the group may still be loaded from a format 1 snapshot, which holds
+	// no history, versions nor leases. Client's commands then keep none
+	// (put keeps Version 1 and no older version, delete removes the key,
+	// the compact revision follows the current one), so that every
+	// replica has the same state at the same index whether it restored
+	// a format 1 snapshot or applied the log from further back. The first
+	// etcd write (any command of etcd's API but a compaction) ends it.
+	legacy bool
+	tree   *btree.BTreeG[entry]
+	leases *btree.BTreeG[leaseItem]
+	live   int
 }
 
 func newState() state { return state{tree: newTree(), leases: newLeases()} }

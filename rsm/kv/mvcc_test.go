@@ -180,7 +180,7 @@ func TestEtcdErrors(t *testing.T) {
 // of Client's commands, loads into this machine in place and answers as
 // the old machine did: the same results for the same commands, the same
 // state; etcd's reads see each migrated key at Version 1 without lease,
-// and history from the snapshot's revision on.
+// and no history until the first etcd write (the legacy era).
 func TestMigrateFirstRelease(t *testing.T) {
 	old, err := os.ReadFile("testdata/snapshot-v1.bin")
 	if err != nil {
@@ -267,16 +267,38 @@ func TestMigrateFirstRelease(t *testing.T) {
 			t.Fatalf("get %q: %x; want %x", k, res, want)
 		}
 	}
+	// No etcd write yet: the legacy era, no history, every key at
+	// Version 1 (as a replica that applied the whole log from the start
+	// has it too).
 	v := m.ReadView()
-	if v.CompactRevision() != int64(base) {
-		t.Fatalf("compact revision %d; want the snapshot's %d", v.CompactRevision(), base)
+	if v.CompactRevision() != v.Revision() {
+		t.Fatalf("compact revision %d; want the current %d (legacy era)", v.CompactRevision(), v.Revision())
 	}
-	resp, err := v.Range(&pb.RangeRequest{Key: []byte("a"), Revision: int64(base)})
+	m.tree.Ascend(func(e entry) bool {
+		if e.tomb || e.prev != nil || e.ver != 1 || e.lease != 0 {
+			t.Fatalf("key %q in the legacy era: %+v", e.key, e.version)
+		}
+		return true
+	})
+	resp, err := v.Range(&pb.RangeRequest{Key: []byte("a")})
 	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Version != 1 || resp.Kvs[0].Lease != 0 || string(resp.Kvs[0].Value) != "first" {
-		t.Fatalf("range of a migrated key at the snapshot's revision: %v, %v", resp, err)
+		t.Fatalf("range of a migrated key: %v, %v", resp, err)
 	}
-	if _, err := v.Range(&pb.RangeRequest{Key: []byte("a"), Revision: int64(base) - 1}); !errors.Is(err, rpctypes.ErrGRPCCompacted) {
-		t.Fatalf("range before the snapshot's revision: %v; want ErrGRPCCompacted", err)
+	if _, err := v.Range(&pb.RangeRequest{Key: []byte("a"), Revision: v.Revision() - 1}); !errors.Is(err, rpctypes.ErrGRPCCompacted) {
+		t.Fatalf("range before the current revision: %v; want ErrGRPCCompacted", err)
+	}
+	// The first etcd write ends the era: history from then on, versions
+	// going on from 1.
+	before := m.Revision()
+	if _, err := DecodeResult(m.Apply(must(PutCommand(&pb.PutRequest{Key: []byte("a"), Value: []byte("second")})))); err != nil {
+		t.Fatal(err)
+	}
+	v = m.ReadView()
+	if resp, err := v.Range(&pb.RangeRequest{Key: []byte("a")}); err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Version != 2 {
+		t.Fatalf("range after an etcd put: %v, %v; want Version 2", resp, err)
+	}
+	if resp, err := v.Range(&pb.RangeRequest{Key: []byte("a"), Revision: int64(before)}); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "first" {
+		t.Fatalf("range at the revision before the etcd put: %v, %v", resp, err)
 	}
 	// The migrated state writes a version 2 snapshot that restores to it.
 	again := New()
@@ -413,9 +435,12 @@ func TestReadViewWhileApplying(t *testing.T) {
 }
 
 // seedEtcdMachine is a machine with history, a compaction, leases and
-// keys attached to them.
+// keys attached to them: out of the legacy era (an expiry of no lease
+// ends it) before seedMachine's commands, so that they keep history.
 func seedEtcdMachine(t testing.TB) *Machine {
-	m := seedMachine()
+	m := New()
+	m.Apply(LeaseExpireCommand(1))
+	seedInto(m)
 	for _, c := range []func() ([]byte, error){
 		func() ([]byte, error) { return LeaseGrantCommand(&pb.LeaseGrantRequest{ID: 7, TTL: 30}) },
 		func() ([]byte, error) { return LeaseGrantCommand(&pb.LeaseGrantRequest{ID: -3, TTL: 1}) },

@@ -16,12 +16,15 @@ import (
 // Snapshot format, version 2, integers as varints (unsigned, or zigzag
 // for the signed ones: version, lease, lease ID and TTL):
 //
-//	"TKVS" 2 revision compact count count×key leases leases×(id ttl) crc32c
+//	"TKVS" 2 revision compact legacy count count×key leases leases×(id ttl) crc32c
 //	key:     name versions versions×version, the newest first
 //	version: 0 value create mod sub ver lease    a put
 //	         1 mod sub                           a delete
 //
-// with strings and values prefixed by their length, keys in increasing
+// with legacy one byte, 1 in the legacy era (no etcd write applied yet:
+// the compact revision is then the revision, and every key has one
+// version, a put at Version 1 without lease, and there are no leases),
+// else 0; strings and values prefixed by their length, keys in increasing
 // order, each key's versions in decreasing revision order, leases in
 // increasing ID order, and a big-endian CRC-32C (Castagnoli) of
 // everything before it. Which keys a lease holds follows from the keys'
@@ -32,8 +35,9 @@ import (
 //	"TKVS" 1 revision count count×(key value create mod) crc32c
 //
 // (testdata/snapshot-v1.bin). Restore reads it as a state whose history
-// is compacted at its revision: every key has one version, Version 1,
-// no lease; reads before the revision fail with ErrGRPCCompacted.
+// is compacted at its revision, in the legacy era: every key has one
+// version, Version 1, no lease; reads before the revision fail with
+// ErrGRPCCompacted.
 const (
 	snapshotMagic    = "TKVS"
 	snapshotVersion  = 2
@@ -63,6 +67,11 @@ func (v *ReadView) WriteTo(w io.Writer) (int64, error) {
 	scratch = binary.AppendUvarint(scratch, snapshotVersion)
 	scratch = binary.AppendUvarint(scratch, v.s.rev)
 	scratch = binary.AppendUvarint(scratch, v.s.compact)
+	if v.s.legacy {
+		scratch = append(scratch, 1)
+	} else {
+		scratch = append(scratch, 0)
+	}
 	scratch = binary.AppendUvarint(scratch, uint64(v.s.tree.Len()))
 	_, err := bw.Write(scratch)
 	v.s.tree.Ascend(func(e entry) bool {
@@ -171,11 +180,20 @@ func readSnapshot(r io.Reader) (state, error) {
 	s := newState()
 	s.rev = sr.uvarint()
 	if format == snapshotVersion1 {
-		s.compact = s.rev
+		s.compact, s.legacy = s.rev, true
 	} else {
 		s.compact = sr.uvarint()
 		if sr.err == nil && s.compact > s.rev {
 			return state{}, corrupt("compact revision %d after revision %d", s.compact, s.rev)
+		}
+		switch flag := sr.byte(); {
+		case sr.err != nil:
+		case flag > 1:
+			return state{}, corrupt("legacy flag 0x%02x", flag)
+		case flag == 1 && s.compact != s.rev:
+			return state{}, corrupt("legacy era with compact revision %d before revision %d", s.compact, s.rev)
+		default:
+			s.legacy = flag == 1
 		}
 	}
 	n := sr.uvarint()
@@ -205,6 +223,9 @@ func readSnapshot(r io.Reader) (state, error) {
 		if err != nil {
 			return state{}, corrupt("key %q: %v", k, err)
 		}
+		if s.legacy && (e.tomb || e.prev != nil || e.ver != 1 || e.lease != 0) {
+			return state{}, corrupt("key %q: history, a version or a lease in the legacy era", k)
+		}
 		if i > 0 && k <= last {
 			return state{}, corrupt("key %q after %q: keys out of order", k, last)
 		}
@@ -230,6 +251,9 @@ func readSnapshot(r io.Reader) (state, error) {
 			id, ttl := sr.varint(), sr.varint()
 			if sr.err != nil {
 				break
+			}
+			if s.legacy {
+				return state{}, corrupt("lease %d in the legacy era", id)
 			}
 			if id == 0 || (i > 0 && id <= lastID) {
 				return state{}, corrupt("lease %d after %d", id, lastID)

@@ -17,6 +17,11 @@ type writer struct {
 	// evs collects the writes' events when the machine has an observer.
 	evs     []*mvccpb.Event
 	observe bool
+	// legacy: the legacy era's writes (Client's commands only), which
+	// keep no history: a put replaces the key's version at Version 1, a
+	// delete removes the key, and the compact revision follows the
+	// current one.
+	legacy bool
 }
 
 func newWriter(s *state, observe bool) *writer {
@@ -36,6 +41,9 @@ func (w *writer) cur() uint64 {
 func (w *writer) done() {
 	if w.subs > 0 {
 		w.s.rev = w.rev
+	}
+	if w.legacy {
+		w.s.compact = w.s.rev
 	}
 }
 
@@ -59,7 +67,11 @@ func (w *writer) put(key string, value []byte, lease int64) {
 		}
 		prev := old.version
 		nv.prev = &prev
-		s.tree.ReplaceOrInsert(entry{key: key, version: nv})
+		stored := nv
+		if w.legacy { // the event's PrevKv is still the version replaced
+			nv.ver, stored.ver, stored.prev = 1, 1, nil
+		}
+		s.tree.ReplaceOrInsert(entry{key: key, version: stored})
 	} else {
 		s.live++
 	}
@@ -82,7 +94,11 @@ func (w *writer) del(e entry) {
 	s := w.s
 	prev := e.version
 	nv := version{mod: w.rev, sub: w.subs, tomb: true, prev: &prev}
-	s.tree.ReplaceOrInsert(entry{key: e.key, version: nv})
+	if w.legacy {
+		s.tree.Delete(entry{key: e.key})
+	} else {
+		s.tree.ReplaceOrInsert(entry{key: e.key, version: nv})
+	}
 	s.live--
 	if prev.lease != 0 {
 		s.leases.Delete(leaseItem{id: prev.lease, key: e.key})

@@ -12,9 +12,11 @@ import (
 
 // compactEvery is how often the leader compacts the kv machine's
 // history, to the revision the machine had one period before, as etcd's
-// periodic compaction does (Kubernetes asks for every 5 minutes). The
-// machine keeps every version until a compaction; the HTTP API reads
-// only the current ones, so this bounds the memory history takes.
+// periodic compaction does (Kubernetes asks for every 5 minutes). From
+// the group's first etcd write on, the machine keeps every version until
+// a compaction; the HTTP API reads only the current ones, so this bounds
+// the memory history takes. Before it (the legacy era) the compact
+// revision follows the current one, and none is proposed.
 const compactEvery = 5 * time.Minute
 
 // history is what compactHistory needs of a node and its kv machine.

@@ -15,6 +15,7 @@ import (
 func TestCompactHistory(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := kv.New()
+		m.Apply(kv.LeaseExpireCommand(1)) // an etcd write: history from now on
 		leads := true
 		var proposed int
 		h := history{
@@ -55,6 +56,43 @@ func TestCompactHistory(t *testing.T) {
 		synctest.Wait()
 		if proposed != 1 {
 			t.Fatalf("a follower proposed %d compactions", proposed-1)
+		}
+		cancel()
+		<-done
+	})
+}
+
+// TestCompactHistoryLegacy: a group written only through Client's
+// commands keeps no history (its compact revision follows its revision),
+// and the leader proposes no compaction.
+func TestCompactHistoryLegacy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := kv.New()
+		var proposed int
+		h := history{
+			leads: func() bool { return true },
+			rev: func() (int64, int64) {
+				v := m.ReadView()
+				return v.Revision(), v.CompactRevision()
+			},
+			command: func(ctx context.Context, cmd []byte) ([]byte, error) {
+				proposed++
+				return m.Apply(cmd), nil
+			},
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			compactHistory(ctx, h, time.Minute)
+		}()
+		for range 3 {
+			m.Apply([]byte{0x01, 1, 'k', 1, 'v'}) // Client's put of "k"
+			time.Sleep(time.Minute)
+			synctest.Wait()
+		}
+		if proposed != 0 {
+			t.Fatalf("%d compactions proposed for a group without history", proposed)
 		}
 		cancel()
 		<-done
