@@ -1,6 +1,8 @@
 // Package demo is tenure demo: three members of one election on a local
 // directory through a failover and a handover, measured, then a
-// replicated key-value group through a leader's death and a cold restart.
+// replicated key-value group through a leader's death and a cold restart,
+// then a group serving etcd's API to the etcd Go client through its
+// leader's stop.
 // Its members run inside this process, on stores wrapped to count their
 // requests and to cut a member off as a crash would.
 package demo
@@ -44,13 +46,17 @@ type Config struct {
 	// KVWrites is how many keys the key-value part writes before its
 	// leader is killed (half as many after); at least 2.
 	KVWrites int
-	Out      io.Writer    // the story
-	Log      *slog.Logger // the members' logs; nil: none
+	// Etcd runs the etcd part last: the etcd Go client through the
+	// stop of the leader of a group serving etcd's API.
+	Etcd bool
+	Out  io.Writer    // the story
+	Log  *slog.Logger // the members' logs; nil: none
 }
 
 // Run runs the demo: three members of one election through a failover
 // and a handover, measured, then (with KV) a key-value group through a
-// leader's death and a cold restart.
+// leader's death and a cold restart, then (with Etcd) the etcd client
+// through the stop of an etcd-API group's leader.
 func Run(ctx context.Context, c Config) error {
 	if c.Store == "" {
 		dir, err := os.MkdirTemp("", "tenure-demo-")
@@ -65,10 +71,18 @@ func Run(ctx context.Context, c Config) error {
 		log = slog.New(slog.DiscardHandler)
 	}
 	d := &demo{out: c.Out, start: time.Now(), log: log}
-	if err := d.run(ctx, c.Store); err != nil || !c.KV {
+	if err := d.run(ctx, c.Store); err != nil {
 		return err
 	}
-	return d.runKV(ctx, c.Store, c.KVWrites)
+	if c.KV {
+		if err := d.runKV(ctx, c.Store, c.KVWrites); err != nil {
+			return err
+		}
+	}
+	if c.Etcd {
+		return d.runEtcd(ctx, c.Store)
+	}
+	return nil
 }
 
 type demo struct {
@@ -76,8 +90,16 @@ type demo struct {
 	start time.Time
 	log   *slog.Logger
 
+	parts int // parts run after the election part
+
 	mu   sync.Mutex
 	most int // the most members seen leading at one moment
+}
+
+// nextPart numbers a part after the election part, which is part 1.
+func (d *demo) nextPart() int {
+	d.parts++
+	return d.parts + 1
 }
 
 func (d *demo) maxLeaders() int {

@@ -37,6 +37,7 @@ type demoKVNode struct {
 	id     string
 	host   *rsm.Host
 	node   *rsm.Node
+	m      *kv.Machine
 	client *kv.Client
 	closed bool
 	faults *faultstore.Store // this node's way to the store
@@ -94,6 +95,7 @@ func (c *crashNet) kill() {
 // sharing one store, with mutual TLS between them.
 type demoKV struct {
 	*demo
+	group                string // default demoKVGroup
 	st                   *store.Store
 	serverTLS, clientTLS *tls.Config
 	nodes                []*demoKVNode
@@ -115,14 +117,22 @@ func (d *demoKV) start(ctx context.Context, id string) (*demoKVNode, error) {
 		ln.Close()
 		return nil, err
 	}
-	node, err := host.Join(ctx, demoKVGroup, map[string]rsm.StateMachine{kv.MachineName: kv.New()}, demoKVOptions)
+	m := kv.New()
+	node, err := host.Join(ctx, d.groupName(), map[string]rsm.StateMachine{kv.MachineName: m}, demoKVOptions)
 	if err != nil {
 		host.Close()
 		return nil, err
 	}
-	n := &demoKVNode{id: id, host: host, node: node, client: kv.NewClient(node), faults: faults, net: cn}
+	n := &demoKVNode{id: id, host: host, node: node, m: m, client: kv.NewClient(node), faults: faults, net: cn}
 	d.nodes = append(d.nodes, n)
 	return n, nil
+}
+
+func (d *demoKV) groupName() string {
+	if d.group == "" {
+		return demoKVGroup
+	}
+	return d.group
 }
 
 func (d *demoKV) closeAll() {
@@ -158,7 +168,7 @@ func (d *demoKV) waitLeader(ctx context.Context, not *demoKVNode, limit time.Dur
 		case <-time.After(time.Millisecond):
 		}
 	}
-	return nil, rsm.Status{}, fmt.Errorf("demo: no node of group %q leads after %v", demoKVGroup, limit)
+	return nil, rsm.Status{}, fmt.Errorf("demo: no node of group %q leads after %v", d.groupName(), limit)
 }
 
 // runKV is the demo's second part: a replicated key-value store whose
@@ -167,7 +177,7 @@ func (d *demoKV) waitLeader(ctx context.Context, not *demoKVNode, limit time.Dur
 func (d *demo) runKV(ctx context.Context, url string, writes int) error {
 	o := demoKVOptions
 	d.start = time.Now()
-	fmt.Fprintf(d.out, "\ntenure demo, part 2: three nodes replicate a key-value store (group %q) through a log in %s\n", demoKVGroup, url)
+	fmt.Fprintf(d.out, "\ntenure demo, part %d: three nodes replicate a key-value store (group %q) through a log in %s\n", d.nextPart(), demoKVGroup, url)
 	fmt.Fprintf(d.out, "timings: the leader commits a batch of writes per store request, %v after the batch's first write;\n", o.FlushInterval)
 	fmt.Fprintf(d.out, "         followers check the store after %d missed heartbeats of %v, then wait %v per rank\n\n",
 		o.MaxMissedHeartbeats, o.HeartbeatInterval, o.LeadershipDelay)
