@@ -178,7 +178,8 @@ func (s *state) checkRev(rev int64, cur uint64) (uint64, error) {
 
 // rangeAt answers r as of cur (the current revision, or the one a Txn's
 // writes so far make), as etcd does: limit, more and count, revision,
-// count_only, keys_only (etcd 3.7 leaves lease out then), sort order and
+// count_only, keys_only (etcd 3.6's: the lease stays; 3.7 leaves it out
+// unless sorting by value), sort order and
 // target, min and max create and mod revision filters. The header's
 // revision is cur.
 func (s *state) rangeAt(r *pb.RangeRequest, cur uint64) (*pb.RangeResponse, error) {
@@ -204,7 +205,6 @@ func (s *state) rangeAt(r *pb.RangeRequest, cur uint64) (*pb.RangeResponse, erro
 	if limit > 0 && limit < 1<<62 {
 		limit++
 	}
-	fastKeys := r.KeysOnly && r.SortTarget != pb.RangeRequest_VALUE
 	var kvs []*mvccpb.KeyValue
 	s.ascend(kr, func(e *entry) bool {
 		v := e.at(rev)
@@ -213,11 +213,7 @@ func (s *state) rangeAt(r *pb.RangeRequest, cur uint64) (*pb.RangeResponse, erro
 		}
 		resp.Count++
 		if limit <= 0 || int64(len(kvs)) < limit {
-			kv := kvOf(e.key, v)
-			if fastKeys {
-				kv.Value, kv.Lease = nil, 0
-			}
-			kvs = append(kvs, kv)
+			kvs = append(kvs, kvOf(e.key, v))
 		}
 		return true
 	})
@@ -339,7 +335,8 @@ func (s *state) events(kr keyRange, from, to uint64) []*mvccpb.Event {
 
 // eventOf is the watch event of version v of key: a put with the key's
 // value then, or a delete naming the key and revision; PrevKv is the
-// version before if it was live and history holds it.
+// key's version at the revision before v's if it was live and history
+// holds it, except for a put that creates the key.
 func eventOf(key string, v *version) *mvccpb.Event {
 	ev := &mvccpb.Event{Type: mvccpb.PUT}
 	if v.tomb {
@@ -348,7 +345,18 @@ func eventOf(key string, v *version) *mvccpb.Event {
 	} else {
 		ev.Kv = kvOf(key, v)
 	}
-	if p := v.prev; p != nil && !p.tomb {
+	// etcd reads the previous value at the revision before the event's,
+	// and never for a put that creates the key: a key a Txn put and
+	// deleted in one revision deletes with the value it had before that
+	// revision, if any; one it deleted and put again is created anew.
+	if !v.tomb && v.ver == 1 {
+		return ev
+	}
+	p := v.prev
+	for p != nil && p.mod == v.mod {
+		p = p.prev
+	}
+	if p != nil && !p.tomb {
 		ev.PrevKv = kvOf(key, p)
 	}
 	return ev

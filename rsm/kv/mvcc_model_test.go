@@ -71,6 +71,18 @@ func (r *refModel) last(key string) *mvccpb.KeyValue {
 	return cloneKV(h[len(h)-1].kv)
 }
 
+// before is key's value at the revision before rev, as etcd reads a
+// watch event's PrevKv (nil if it was not live).
+func (r *refModel) before(key string, rev int64) *mvccpb.KeyValue {
+	h := r.hist[key]
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].mod < rev {
+			return cloneKV(h[i].kv)
+		}
+	}
+	return nil
+}
+
 func (r *refModel) sortedKeys() []string {
 	ks := make([]string, 0, len(r.hist))
 	for k := range r.hist {
@@ -113,13 +125,18 @@ func (r *refModel) put(key string, value []byte, lease int64) {
 	if prev != nil {
 		kv.CreateRevision, kv.Version = prev.CreateRevision, prev.Version+1
 	}
+	// etcd's event has no PrevKv for a put that creates the key.
+	var evPrev *mvccpb.KeyValue
+	if kv.Version > 1 {
+		evPrev = r.before(key, r.wrev())
+	}
 	r.hist[key] = append(r.hist[key], refVersion{kv: kv, mod: r.wrev(), sub: r.subs})
-	r.events = append(r.events, &mvccpb.Event{Type: mvccpb.PUT, Kv: cloneKV(kv), PrevKv: prev})
+	r.events = append(r.events, &mvccpb.Event{Type: mvccpb.PUT, Kv: cloneKV(kv), PrevKv: evPrev})
 	r.subs++
 }
 
 func (r *refModel) del(key string) {
-	prev := r.last(key)
+	prev := r.before(key, r.wrev())
 	r.hist[key] = append(r.hist[key], refVersion{mod: r.wrev(), sub: r.subs})
 	r.events = append(r.events, &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: r.wrev()}, PrevKv: prev})
 	r.subs++
@@ -213,10 +230,7 @@ func (r *refModel) rangeReq(q *pb.RangeRequest, cur int64) (*pb.RangeResponse, e
 	}
 	for _, kv := range out {
 		if q.KeysOnly {
-			kv.Value = nil
-			if q.SortTarget != pb.RangeRequest_VALUE {
-				kv.Lease = 0
-			}
+			kv.Value = nil // the lease stays, as in etcd 3.6
 		}
 	}
 	resp.Kvs = out
@@ -240,6 +254,15 @@ func (r *refModel) putReq(p *pb.PutRequest) *pb.PutResponse {
 	r.put(key, value, lease)
 	resp.Header = &pb.ResponseHeader{Revision: r.wrev()}
 	return resp
+}
+
+// checkTxnPut is checkPut in etcd's order for a Txn's put: the key a
+// put keeping its value or lease needs before the lease.
+func (r *refModel) checkTxnPut(p *pb.PutRequest) error {
+	if (p.IgnoreValue || p.IgnoreLease) && r.last(string(p.Key)) == nil {
+		return rpctypes.ErrGRPCKeyNotFound
+	}
+	return r.checkPut(p)
 }
 
 func (r *refModel) checkPut(p *pb.PutRequest) error {
@@ -366,7 +389,7 @@ func (r *refModel) txnPlan(t *pb.TxnRequest) (map[*pb.TxnRequest]bool, error) {
 					return rpctypes.ErrGRPCCompacted
 				}
 			case op.GetRequestPut() != nil:
-				if err := r.checkPut(op.GetRequestPut()); err != nil {
+				if err := r.checkTxnPut(op.GetRequestPut()); err != nil {
 					return err
 				}
 			case op.GetRequestTxn() != nil:
@@ -437,8 +460,15 @@ func (r *refModel) eventsFrom(from int64) []*mvccpb.Event {
 			if v.kv == nil {
 				e.Type, e.Kv = mvccpb.DELETE, &mvccpb.KeyValue{Key: []byte(k), ModRevision: v.mod}
 			}
-			if i > 0 && v.mod > r.compact {
-				e.PrevKv = cloneKV(h[i-1].kv)
+			// PrevKv is the value at the revision before v's, as etcd
+			// reads it, and none for a put that creates the key.
+			if v.mod > r.compact && (v.kv == nil || v.kv.Version > 1) {
+				for j := i - 1; j >= 0; j-- {
+					if h[j].mod < v.mod {
+						e.PrevKv = cloneKV(h[j].kv)
+						break
+					}
+				}
 			}
 			evs = append(evs, ev{v.mod, v.sub, e})
 		}

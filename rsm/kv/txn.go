@@ -279,7 +279,7 @@ func (s *state) checkTxnState(t *pb.TxnRequest, path []bool) (int, error) {
 				}
 			}
 		case *pb.RequestOp_RequestPut:
-			if err := s.checkPutState(tv.RequestPut); err != nil {
+			if err := s.checkTxnPut(tv.RequestPut); err != nil {
 				return 0, err
 			}
 		case *pb.RequestOp_RequestTxn:
@@ -310,6 +310,18 @@ func (s *state) checkPutState(p *pb.PutRequest) error {
 		}
 	}
 	return nil
+}
+
+// checkTxnPut checks a put of a Txn against the state, in etcd's order
+// for a Txn: a put keeping the value or lease needs the key before its
+// lease must exist (a Put alone checks the lease first).
+func (s *state) checkTxnPut(p *pb.PutRequest) error {
+	if p != nil && (p.IgnoreValue || p.IgnoreLease) {
+		if _, v := s.get(string(p.Key)); v == nil {
+			return errKeyNotFound
+		}
+	}
+	return s.checkPutState(p)
 }
 
 // execTxn runs the branch path chooses and returns its response and how
