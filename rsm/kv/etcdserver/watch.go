@@ -436,7 +436,8 @@ func (st *watchStream) catchUp(w *watcher, R int64, hdr func(int64) *pb.Response
 		delete(h.watchers, w)
 		if st.watchers[w.id] == w {
 			delete(st.watchers, w.id)
-			st.enqueue(&pb.WatchResponse{Header: hdr(view.Revision()), WatchId: w.id, CompactRevision: view.CompactRevision(), Canceled: true}, false)
+			// etcd's header has revision 0 here.
+			st.enqueue(&pb.WatchResponse{Header: hdr(0), WatchId: w.id, CompactRevision: view.CompactRevision(), Canceled: true}, false)
 		}
 		st.mu.Unlock()
 		h.mu.Unlock()
