@@ -338,3 +338,373 @@ func TestSTM(t *testing.T) {
 		t.Fatalf("%v; %d transfers marked, want %d", err, m.Count, clients*transfers)
 	}
 }
+
+// candidate is one client's part in an election.
+type candidate interface {
+	// campaign waits until the candidate leads, and returns its fencing
+	// token: the create revision of its key.
+	campaign(ctx context.Context) (int64, error)
+	// fence writes as the leader, on condition that its key is still the
+	// one it leads with.
+	fence(ctx context.Context) error
+	// resign deletes the candidate's key.
+	resign(ctx context.Context) error
+	// key and lease are the candidate's key and its lease.
+	key() string
+	lease() clientv3.LeaseID
+	// close ends the candidate in order: its lease is revoked.
+	close()
+}
+
+// electionCandidate campaigns with concurrency.Election.
+type electionCandidate struct {
+	who string
+	c   *clientv3.Client
+	s   *concurrency.Session
+	e   *concurrency.Election
+}
+
+func newElectionCandidate(t *testing.T, c *clientv3.Client, who string, ttl int) candidate {
+	s := session(t, c, ttl)
+	return &electionCandidate{who: who, c: c, s: s, e: concurrency.NewElection(s, "election")}
+}
+
+func (ec *electionCandidate) campaign(ctx context.Context) (int64, error) {
+	for {
+		err := ec.e.Campaign(ctx, ec.who)
+		if err == nil {
+			return ec.e.Rev(), nil
+		}
+		if !again(err) {
+			return 0, err
+		}
+	}
+}
+
+func (ec *electionCandidate) fence(ctx context.Context) error {
+	for {
+		err := ec.e.Proclaim(ctx, ec.who+" leads")
+		if err == nil || !again(err) {
+			return err
+		}
+	}
+}
+
+func (ec *electionCandidate) resign(ctx context.Context) error {
+	k, rev := ec.e.Key(), ec.e.Rev()
+	err := ec.e.Resign(ctx)
+	// Resign forgets the key even when its delete's outcome is unknown:
+	// delete it again, as Resign does.
+	for err != nil && again(err) {
+		_, err = ec.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", rev)).Then(clientv3.OpDelete(k)).Commit()
+	}
+	return err
+}
+
+func (ec *electionCandidate) key() string             { return ec.e.Key() }
+func (ec *electionCandidate) lease() clientv3.LeaseID { return ec.s.Lease() }
+func (ec *electionCandidate) close()                  { _ = ec.s.Close() }
+
+// seedCandidate campaigns as the etcd-leader library does, on clientv3:
+// it puts its key under the prefix with its lease, reads the prefix in
+// create revision order, leads if its key is first, and otherwise waits
+// for the key just before its own to be deleted, then reads again.
+type seedCandidate struct {
+	who    string
+	c      *clientv3.Client
+	id     clientv3.LeaseID
+	cancel context.CancelFunc
+	done   chan struct{}
+	myKey  string
+	myRev  int64
+}
+
+const seedPrefix = "seed/"
+
+func newSeedCandidate(t *testing.T, c *clientv3.Client, who string, ttl int) candidate {
+	t.Helper()
+	gr, err := c.Grant(t.Context(), int64(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ka, err := c.KeepAlive(ctx, gr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &seedCandidate{who: who, c: c, id: gr.ID, cancel: cancel, done: make(chan struct{}), myKey: seedPrefix + who}
+	go func() {
+		defer close(sc.done)
+		for range ka {
+		}
+	}()
+	return sc
+}
+
+func (sc *seedCandidate) campaign(ctx context.Context) (int64, error) {
+	if sc.myRev == 0 {
+		for {
+			_, err := sc.c.Put(ctx, sc.myKey, sc.who, clientv3.WithLease(sc.id))
+			if err == nil {
+				break
+			}
+			if !again(err) {
+				return 0, err
+			}
+		}
+	}
+	for {
+		r, err := sc.c.Get(ctx, seedPrefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil {
+			if again(err) {
+				continue
+			}
+			return 0, err
+		}
+		i := 0
+		for i < len(r.Kvs) && string(r.Kvs[i].Key) != sc.myKey {
+			i++
+		}
+		if i == len(r.Kvs) {
+			return 0, fmt.Errorf("%s: its key is gone while its lease is kept alive", sc.who)
+		}
+		sc.myRev = r.Kvs[i].CreateRevision
+		if i == 0 {
+			return sc.myRev, nil
+		}
+		if err := sc.waitDeleted(ctx, string(r.Kvs[i-1].Key), r.Header.Revision+1); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// waitDeleted waits for key's deletion at or after rev, or for the watch
+// to end (the caller reads again).
+func (sc *seedCandidate) waitDeleted(ctx context.Context, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for wr := range sc.c.Watch(wctx, key, clientv3.WithRev(rev)) {
+		if wr.Err() != nil {
+			return nil
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return nil
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+func (sc *seedCandidate) fence(ctx context.Context) error {
+	for {
+		r, err := sc.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(sc.myKey), "=", sc.myRev)).
+			Then(clientv3.OpPut("seed-fence", sc.who)).
+			Commit()
+		switch {
+		case err != nil && again(err):
+			continue
+		case err != nil:
+			return err
+		case !r.Succeeded:
+			return fmt.Errorf("%s: its key is not the one it leads with", sc.who)
+		}
+		return nil
+	}
+}
+
+func (sc *seedCandidate) resign(ctx context.Context) error {
+	for {
+		_, err := sc.c.Delete(ctx, sc.myKey)
+		if err == nil {
+			sc.myRev = 0
+			return nil
+		}
+		if !again(err) {
+			return err
+		}
+	}
+}
+
+func (sc *seedCandidate) key() string             { return sc.myKey }
+func (sc *seedCandidate) lease() clientv3.LeaseID { return sc.id }
+func (sc *seedCandidate) close() {
+	sc.cancel()
+	<-sc.done
+	_, _ = sc.c.Revoke(context.Background(), sc.id)
+}
+
+// TestElection: candidates take turns leading with concurrency.Election
+// (Campaign, Proclaim, Resign) while another observes; a candidate killed
+// while it leads (its client closed, its lease left to expire) is
+// replaced once the leader expires its lease, and again across a stop of
+// the leader's node; no two lead at once, and the observer sees leaders
+// in the order of their keys.
+func TestElection(t *testing.T) {
+	testElection(t, newElectionCandidate, true)
+}
+
+// TestSeedElection: TestElection with the etcd-leader library's
+// algorithm written on clientv3: each candidate watches the key just
+// before its own.
+func TestSeedElection(t *testing.T) {
+	testElection(t, newSeedCandidate, false)
+}
+
+func testElection(t *testing.T, newCandidate func(t *testing.T, c *clientv3.Client, who string, ttl int) candidate, observe bool) {
+	g := startGroup(t, nil)
+	ctx := ctxT(t, 60*time.Second)
+	runCtx, stop := context.WithCancel(ctx)
+	// A new group's first write is at revision 1, where etcd's is at 2,
+	// and a Campaign at revision 1 waits for keys created up to revision
+	// 0, which etcd reads as no limit: it would wait for its own key.
+	// Campaigns come after a first write.
+	if _, err := g.client().Put(ctx, "first", ""); err != nil {
+		t.Fatal(err)
+	}
+	h := &holders{t: t}
+	const survivors = 3
+	after := make([]atomic.Int64, survivors) // terms since the leader stopped
+	var stopped atomic.Bool
+	var wg sync.WaitGroup
+	t.Cleanup(func() { stop(); wg.Wait() })
+	for i := range survivors {
+		who := fmt.Sprint("candidate ", i)
+		cand := newCandidate(t, g.client(), who, 3)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cand.close()
+			for {
+				token, err := cand.campaign(runCtx)
+				if runCtx.Err() != nil {
+					return
+				}
+				if err != nil {
+					t.Errorf("%s: campaign: %v", who, err)
+					return
+				}
+				h.enter(who, token)
+				if err := cand.fence(ctx); err != nil {
+					t.Errorf("%s: %v", who, err)
+				}
+				h.exit(who)
+				if stopped.Load() {
+					after[i].Add(1)
+				}
+				if err := cand.resign(ctx); err != nil {
+					t.Errorf("%s: resign: %v", who, err)
+					return
+				}
+			}
+		}()
+	}
+	type seen struct {
+		rev int64
+		val string
+	}
+	var obsMu sync.Mutex
+	var observed []seen
+	if observe {
+		e := concurrency.NewElection(session(t, g.client(), 3), "election")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				// Observe ends when its watch does: observe again.
+				for r := range e.Observe(runCtx) {
+					obsMu.Lock()
+					observed = append(observed, seen{r.Kvs[0].CreateRevision, string(r.Kvs[0].Value)})
+					obsMu.Unlock()
+				}
+			}
+		}()
+	}
+
+	// kill has a candidate campaign until it leads, then closes its
+	// client, as if its process were killed: its lease is left to expire.
+	kill := func(who string) (clientv3.LeaseID, string) {
+		t.Helper()
+		c := g.client()
+		cand := newCandidate(t, c, who, 2)
+		leads := make(chan error, 1)
+		go func() {
+			token, err := cand.campaign(ctx)
+			if err == nil {
+				h.enter(who, token)
+			}
+			leads <- err
+		}()
+		select {
+		case err := <-leads:
+			if err != nil {
+				t.Fatalf("%s: campaign: %v", who, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s does not lead within 20s", who)
+		}
+		h.exit(who)
+		_ = c.Close()
+		return cand.lease(), cand.key()
+	}
+	// replaced waits for another candidate to lead after a killed one,
+	// which it can only do once the killed one's lease expired.
+	replaced := func(who string, n int, killed time.Time) {
+		t.Helper()
+		waitFor(t, 20*time.Second, who+" replaced", func() bool { return h.count() > n })
+		if d := time.Since(killed); d < time.Second {
+			t.Errorf("%s, with a lease of 2s, replaced %v after it was killed", who, d)
+		}
+		t.Logf("%s replaced after %v", who, time.Since(killed).Round(time.Millisecond))
+	}
+	expired := func(id clientv3.LeaseID, key string) {
+		t.Helper()
+		c := g.client(g.leader())
+		if r, err := c.Get(ctx, key); err != nil || len(r.Kvs) != 0 {
+			t.Errorf("the key %s of an expired lease: %v %+v", key, err, r)
+		}
+		if r, err := c.TimeToLive(ctx, id); err != nil || r.TTL != -1 {
+			t.Errorf("the expired lease of %s: %v %+v", key, err, r)
+		}
+	}
+
+	waitFor(t, 20*time.Second, "10 terms", func() bool { return h.count() >= 10 })
+	id, key := kill("killed 0")
+	n, killed := h.count(), time.Now()
+	replaced("killed 0", n, killed)
+	expired(id, key)
+
+	id, key = kill("killed 1")
+	n, killed = h.count(), time.Now()
+	l := g.stopLeader()
+	stopped.Store(true)
+	t.Logf("node %d, the leader, stopped after %d terms", l, n)
+	replaced("killed 1", n, killed)
+	waitFor(t, 30*time.Second, "every candidate's terms after the leader stopped", func() bool {
+		for i := range after {
+			if after[i].Load() < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	expired(id, key)
+	stop()
+	wg.Wait()
+	t.Logf("%d terms, %d after the leader stopped", h.count(), h.count()-n)
+
+	if !observe {
+		return
+	}
+	var saw bool
+	for i, o := range observed {
+		if i > 0 && o.rev < observed[i-1].rev {
+			t.Errorf("observed %q at %d after %q at %d", o.val, o.rev, observed[i-1].val, observed[i-1].rev)
+		}
+		saw = saw || o.val == "killed 0"
+	}
+	if !saw || len(observed) < 10 {
+		t.Errorf("observed %d leaders, killed 0 among them: %t", len(observed), saw)
+	}
+}
