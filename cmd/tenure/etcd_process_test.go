@@ -20,7 +20,7 @@ import (
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
-// etcdctlRunner runs etcdctl 3.7 against a group's client URLs.
+// etcdctlRunner runs etcdctl against a group's client URLs.
 type etcdctlRunner struct {
 	t         *testing.T
 	bin       string
@@ -32,6 +32,16 @@ type etcdctlRunner struct {
 // run returns its stderr.
 func (c etcdctlRunner) exec(stdin string, fails bool, args ...string) string {
 	c.t.Helper()
+	out, errs := c.execBoth(stdin, fails, args...)
+	if fails {
+		return errs
+	}
+	return out
+}
+
+// execBoth is exec returning both stdout and stderr.
+func (c etcdctlRunner) execBoth(stdin string, fails bool, args ...string) (stdout, stderr string) {
+	c.t.Helper()
 	ctx, cancel := context.WithTimeout(c.t.Context(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.bin, append([]string{"--endpoints", c.endpoints, "--command-timeout", "30s"}, args...)...)
@@ -42,12 +52,10 @@ func (c etcdctlRunner) exec(stdin string, fails bool, args ...string) string {
 	switch {
 	case fails && err == nil:
 		c.t.Fatalf("etcdctl %s succeeded; want it to fail:\n%s", strings.Join(args, " "), out.String())
-	case fails:
-		return errb.String()
-	case err != nil:
+	case !fails && err != nil:
 		c.t.Fatalf("etcdctl %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out.String(), errb.String())
 	}
-	return out.String()
+	return out.String(), errb.String()
 }
 
 func (c etcdctlRunner) run(args ...string) string {
@@ -112,11 +120,26 @@ type etcdctlGet struct {
 	Count int64       `json:"count"`
 }
 
-// TestEtcdctl runs etcdctl 3.7 against three tenure etcd serve processes
-// sharing a directory: the acceptance test of the etcd front end.
+// TestEtcdctl runs etcdctl 3.7, then Debian's etcdctl 3.4, against three
+// tenure etcd serve processes sharing a directory: the acceptance test of
+// the etcd front end.
 func TestEtcdctl(t *testing.T) {
-	ctl := testutil.Etcdctl(t)
 	bin := buildTenure(t)
+	for _, v := range []struct {
+		name string
+		find func(testing.TB) string
+	}{
+		{"3.7", testutil.Etcdctl},
+		{"3.4", testutil.Etcdctl34},
+	} {
+		t.Run(v.name, func(t *testing.T) { testEtcdctl(t, bin, v.find(t), v.name) })
+	}
+}
+
+// testEtcdctl is TestEtcdctl's scenario on the tenure at bin, with the
+// etcdctl at ctl of version (major.minor); where 3.4 prints differently
+// it checks 3.4's output.
+func testEtcdctl(t *testing.T, bin, ctl, version string) {
 	dir := t.TempDir()
 	var eps []string
 	var procs []*kvProcess
@@ -129,6 +152,7 @@ func TestEtcdctl(t *testing.T) {
 		eps, procs = append(eps, client), append(procs, p)
 	}
 	c := etcdctlRunner{t: t, bin: ctl, endpoints: strings.Join(eps, ",")}
+	v34 := version == "3.4"
 
 	for i, kv := range [][2]string{{"foo/a", "3"}, {"foo/b", "1"}, {"foo/c", "2"}, {"zed", "z"}} {
 		if out := c.run("put", kv[0], kv[1]); out != "OK\n" {
@@ -144,7 +168,11 @@ func TestEtcdctl(t *testing.T) {
 	if !g.More || g.Count != 3 || len(g.Kvs) != 2 {
 		t.Fatalf("get --limit 2: %+v", g)
 	}
-	if out := c.run("get", "foo/", "--prefix", "--count-only", "-w", "fields"); !strings.Contains(out, `"Count" : 3`) || strings.Contains(out, `"Key"`) {
+	if v34 { // 3.4 has no --count-only
+		if out := c.run("get", "foo/", "--prefix", "--keys-only", "-w", "fields"); !strings.Contains(out, `"Count" : 3`) || !strings.Contains(out, `"Key"`) {
+			t.Fatalf("get --keys-only -w fields: %q", out)
+		}
+	} else if out := c.run("get", "foo/", "--prefix", "--count-only", "-w", "fields"); !strings.Contains(out, `"Count" : 3`) || strings.Contains(out, `"Key"`) {
 		t.Fatalf("get --count-only: %q", out)
 	}
 	if out := c.run("get", "foo/", "--prefix", "--sort-by", "VALUE", "--order", "ASCEND", "--keys-only"); out != "foo/b\n\nfoo/c\n\nfoo/a\n\n" {
@@ -244,8 +272,9 @@ func TestEtcdctl(t *testing.T) {
 	if out := c.run("endpoint", "status", "-w", "table"); !strings.Contains(out, "3.6.0") {
 		t.Fatalf("endpoint status -w table: %q", out)
 	}
-	if out := c.run("endpoint", "health"); strings.Count(out, "is healthy") != 3 {
-		t.Fatalf("endpoint health: %q", out)
+	// 3.4 prints the health of each endpoint on stderr.
+	if out, errs := c.execBoth("", false, "endpoint", "health"); strings.Count(out+errs, "is healthy") != 3 {
+		t.Fatalf("endpoint health: %q, stderr %q", out, errs)
 	}
 	var hashes []struct {
 		Endpoint string
@@ -255,7 +284,12 @@ func TestEtcdctl(t *testing.T) {
 		}
 	}
 	c.json(&hashes, "endpoint", "hashkv")
-	if len(hashes) != 3 || hashes[0].HashKV.HashRevision == 0 {
+	// 3.4's HashKVResponse has no hash_revision: its nodes' hashes are
+	// compared instead.
+	if len(hashes) != 3 || (hashes[0].HashKV.HashRevision == 0) != v34 {
+		t.Fatalf("endpoint hashkv: %+v", hashes)
+	}
+	if v34 && (hashes[0].HashKV.Hash == 0 || hashes[1].HashKV.Hash != hashes[0].HashKV.Hash || hashes[2].HashKV.Hash != hashes[0].HashKV.Hash) {
 		t.Fatalf("endpoint hashkv: %+v", hashes)
 	}
 	var ml struct {

@@ -7,7 +7,9 @@
 // then on PATH. A test whose server is missing is skipped with a message
 // saying how to install it, unless TENURE_REQUIRE_SERVERS=1 (CI), in which
 // case it fails. Etcdctl finds etcdctl 3.7 the same way
-// (TENURE_ETCDCTL_BIN). Nothing in this package panics.
+// (TENURE_ETCDCTL_BIN); Etcdctl34 finds Debian's etcdctl 3.4 at
+// /usr/bin/etcdctl (TENURE_ETCDCTL34_BIN), not on PATH, where 3.7 comes
+// first. Nothing in this package panics.
 //
 // Usage, with one server per test binary shared by every test:
 //
