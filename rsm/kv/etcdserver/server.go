@@ -244,7 +244,15 @@ func run[T any](ctx context.Context, s *Server, cmd []byte, err error, header fu
 		var zero T
 		return zero, toGRPC(err)
 	}
-	return decode(s, res, header)
+	resp, err := decode(s, res, header)
+	if err == nil {
+		// The leader acknowledges once the command is in the store; this
+		// node may not have applied it yet (a follower). Answer once it
+		// has, so that this node's serializable reads and watches from
+		// now see the write afterwards, as etcd's do.
+		s.hub.waitRev(ctx, (*header(resp)).Revision)
+	}
+	return resp, err
 }
 
 // decode decodes a result of the machine, a T, and fills in its header.

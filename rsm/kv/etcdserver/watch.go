@@ -44,13 +44,16 @@ type hub struct {
 	s  *Server
 	mu sync.Mutex
 	// rev is the last revision whose events were handed out.
-	rev      int64
+	rev int64
+	// advanced is closed when rev advances or the hub closes, and then
+	// replaced.
+	advanced chan struct{}
 	watchers map[*watcher]struct{}
 	closed   bool
 }
 
 func newHub(s *Server) *hub {
-	h := &hub{s: s, watchers: map[*watcher]struct{}{}}
+	h := &hub{s: s, watchers: map[*watcher]struct{}{}, advanced: make(chan struct{})}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	// An apply that comes between the two calls waits in observe for
@@ -74,7 +77,42 @@ func (h *hub) observe(rev int64, evs []*mvccpb.Event) {
 		h.fill(rev - 1)
 	}
 	h.deliver(evs)
+	h.advance(rev)
+}
+
+// advance sets h.rev to rev and wakes waitRev. Under h.mu.
+func (h *hub) advance(rev int64) {
 	h.rev = rev
+	close(h.advanced)
+	h.advanced = make(chan struct{})
+}
+
+// waitRev waits until the hub has handed out revision rev, or ctx ends
+// or the hub closes: from then on, a watch from now starts after rev,
+// and the machine's reads see it.
+func (h *hub) waitRev(ctx context.Context, rev int64) {
+	for {
+		h.mu.Lock()
+		done, ch := h.closed || h.rev >= rev, h.advanced
+		h.mu.Unlock()
+		if done {
+			return
+		}
+		if h.s.m.ReadView().Revision() >= rev {
+			// Loaded from a snapshot, with no events applied.
+			h.catchUp()
+			continue
+		}
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
 }
 
 // catchUp hands out the revisions the machine has and the hub has not
@@ -108,7 +146,7 @@ func (h *hub) fill(to int64) {
 		}
 		h.deliver(evs[:n])
 	}
-	h.rev = to
+	h.advance(to)
 }
 
 // deliver offers evs to every watcher. Under h.mu.
@@ -125,6 +163,8 @@ func (h *hub) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
+	close(h.advanced)
+	h.advanced = make(chan struct{})
 	for w := range h.watchers {
 		w.st.fail(rpctypes.ErrGRPCStopped)
 	}
