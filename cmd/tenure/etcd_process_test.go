@@ -161,7 +161,7 @@ func testEtcdctl(t *testing.T, bin, ctl, version string) {
 	}
 	var g etcdctlGet
 	c.json(&g, "get", "foo/", "--prefix")
-	if g.Count != 3 || len(g.Kvs) != 3 || g.Header.Revision != 4 || g.Header.MemberID == 0 || string(g.Kvs[0].Key) != "foo/a" || g.Kvs[0].CreateRevision != 1 || g.Kvs[0].Version != 1 {
+	if g.Count != 3 || len(g.Kvs) != 3 || g.Header.Revision != 5 || g.Header.MemberID == 0 || string(g.Kvs[0].Key) != "foo/a" || g.Kvs[0].CreateRevision != 2 || g.Kvs[0].Version != 1 {
 		t.Fatalf("get --prefix: %+v", g)
 	}
 	c.json(&g, "get", "foo/", "--prefix", "--limit", "2")
@@ -187,12 +187,12 @@ func testEtcdctl(t *testing.T, bin, ctl, version string) {
 	if out := c.run("put", "foo/a", "new"); out != "OK\n" {
 		t.Fatal(out)
 	}
-	if out := c.run("get", "foo/a", "--rev", "1", "--print-value-only"); out != "3\n" {
-		t.Fatalf("get --rev 1: %q", out)
+	if out := c.run("get", "foo/a", "--rev", "2", "--print-value-only"); out != "3\n" {
+		t.Fatalf("get --rev 2: %q", out)
 	}
 
 	// Txn from stdin: the optimistic update Kubernetes makes.
-	txn := "mod(\"foo/a\") = \"5\"\n\nput foo/a txn\n\nget foo/a\n\n"
+	txn := "mod(\"foo/a\") = \"6\"\n\nput foo/a txn\n\nget foo/a\n\n"
 	if out := c.exec(txn, false, "txn", "-i"); !strings.Contains(out, "SUCCESS\n\nOK\n") {
 		t.Fatalf("txn -i: %q", out)
 	}

@@ -38,7 +38,7 @@ func TestEtcdServe(t *testing.T) {
 	defer c.Close()
 	ctx := t.Context()
 	p, err := c.Put(ctx, "greeting", "hello")
-	if err != nil || p.Header.Revision != 1 {
+	if err != nil || p.Header.Revision != 2 {
 		t.Fatalf("put: %v %+v", err, p)
 	}
 	if _, err := c.Get(ctx, "greeting", clientv3.WithRev(5)); !errors.Is(err, rpctypes.ErrFutureRev) {
@@ -65,7 +65,7 @@ func TestEtcdServe(t *testing.T) {
 	}
 	defer c2.Close()
 	r, err := c2.Get(ctx, "greeting")
-	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "hello" || r.Header.Revision != 1 {
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "hello" || r.Header.Revision != 2 {
 		t.Fatalf("get after a restart: %v %+v", err, r)
 	}
 }

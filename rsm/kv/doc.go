@@ -55,9 +55,16 @@
 // compaction) ends the era before it is applied, on every replica
 // alike; from then on history and versions are kept for every key
 // (existing keys go on from Version 1) and Client's commands are etcd
-// puts and deletes. A group used only through Client and the HTTP API so
-// keeps no history, and its memory is its live keys' as before; it gets
-// history from its first etcd write on. Snapshots carry the era.
+// puts and deletes. A new group is at revision 0 and the era's writes
+// count from 1; ending the era at revision 0 (no write yet) moves the
+// revision to 1, an empty etcd's, so the first etcd write makes revision
+// 2 as on etcd, on every replica alike (a group with writes keeps its
+// revisions). Queries cannot move it: etcd's API reads a group at
+// revision 0 as empty at revision 1 (a Range's header and its Revision
+// 1, the etcd server's headers). A group used only through Client and
+// the HTTP API so keeps no history, and its memory is its live keys' as
+// before; it gets history from its first etcd write on. Snapshots carry
+// the era.
 //
 // Out of the legacy era, every version of every key is kept, deletes as
 // tombstones, until a compaction command (CompactCommand) drops those before its revision:

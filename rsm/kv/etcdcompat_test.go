@@ -78,20 +78,20 @@ func TestEventPrevKVBeforeRevision(t *testing.T) {
 	fromKey := func(k string) *pb.RequestOp {
 		return &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(k), RangeEnd: []byte{0}}}}
 	}
-	apply(PutCommand(&pb.PutRequest{Key: []byte("a"), Value: []byte("a1")}))                    // 1
-	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{putOp("a", "a2"), fromKey("a")}})) // 2
-	apply(PutCommand(&pb.PutRequest{Key: []byte("b"), Value: []byte("b1")}))                    // 3
-	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{fromKey("b"), putOp("b", "b2")}})) // 4
-	hist, err := m.ReadView().Events([]byte{0}, []byte{0}, 2)
+	apply(PutCommand(&pb.PutRequest{Key: []byte("a"), Value: []byte("a1")}))                    // 2
+	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{putOp("a", "a2"), fromKey("a")}})) // 3
+	apply(PutCommand(&pb.PutRequest{Key: []byte("b"), Value: []byte("b1")}))                    // 4
+	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{fromKey("b"), putOp("b", "b2")}})) // 5
+	hist, err := m.ReadView().Events([]byte{0}, []byte{0}, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
-		`kv:<key:"a" create_revision:1 mod_revision:2 version:2 value:"a2" > prev_kv:<key:"a" create_revision:1 mod_revision:1 version:1 value:"a1" > `,
-		`type:DELETE kv:<key:"a" mod_revision:2 > prev_kv:<key:"a" create_revision:1 mod_revision:1 version:1 value:"a1" > `,
-		`kv:<key:"b" create_revision:3 mod_revision:3 version:1 value:"b1" > `,
-		`type:DELETE kv:<key:"b" mod_revision:4 > prev_kv:<key:"b" create_revision:3 mod_revision:3 version:1 value:"b1" > `,
-		`kv:<key:"b" create_revision:4 mod_revision:4 version:1 value:"b2" > `,
+		`kv:<key:"a" create_revision:2 mod_revision:3 version:2 value:"a2" > prev_kv:<key:"a" create_revision:2 mod_revision:2 version:1 value:"a1" > `,
+		`type:DELETE kv:<key:"a" mod_revision:3 > prev_kv:<key:"a" create_revision:2 mod_revision:2 version:1 value:"a1" > `,
+		`kv:<key:"b" create_revision:4 mod_revision:4 version:1 value:"b1" > `,
+		`type:DELETE kv:<key:"b" mod_revision:5 > prev_kv:<key:"b" create_revision:4 mod_revision:4 version:1 value:"b1" > `,
+		`kv:<key:"b" create_revision:5 mod_revision:5 version:1 value:"b2" > `,
 	}
 	for name, evs := range map[string][]*mvccpb.Event{"live": live[1:], "history": hist} {
 		if len(evs) != len(want) {

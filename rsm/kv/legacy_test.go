@@ -250,3 +250,73 @@ func TestLegacyEraEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyGroupStartsAsEtcd: a new group reads to etcd's API as an empty
+// etcd, empty at revision 1, and its first etcd write makes revision 2,
+// alike whether a replica applied it to a new machine, as a cold start's
+// prepared command, or after restoring a format 2 or a format 1
+// snapshot of the empty group; a group with a legacy era write keeps its
+// revisions.
+func TestEmptyGroupStartsAsEtcd(t *testing.T) {
+	restore := func(b []byte) *Machine {
+		n := New()
+		if err := n.Restore(bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	rangeAt := func(m *Machine, rev int64) (*pb.RangeResponse, error) {
+		res, err := m.Query(must(RangeQuery(&pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: rev})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := DecodeResult(res)
+		if err != nil {
+			return nil, err
+		}
+		return resp.(*pb.RangeResponse), nil
+	}
+	empty := New()
+	for _, rev := range []int64{0, 1} {
+		if resp, err := rangeAt(empty, rev); err != nil || resp.Header.Revision != 1 || resp.Count != 0 {
+			t.Fatalf("range at %d of a new group: %v, %v; want empty at revision 1", rev, resp, err)
+		}
+	}
+	if _, err := rangeAt(empty, 2); !errors.Is(err, rpctypes.ErrGRPCFutureRev) {
+		t.Fatalf("range at 2 of a new group: %v; want ErrGRPCFutureRev", err)
+	}
+	first := must(PutCommand(&pb.PutRequest{Key: []byte("e"), Value: []byte("1")}))
+	replicas := []*Machine{New(), New(), restore(snap(t, empty)), restore(snapshotV1(t, empty))}
+	var want []byte
+	for i, r := range replicas {
+		var res []byte
+		if i == 1 {
+			res = r.ApplyPrepared(first, r.Prepare(first))
+		} else {
+			res = r.Apply(first)
+		}
+		resp, err := DecodeResult(res)
+		if err != nil || resp.(*pb.PutResponse).Header.Revision != 2 {
+			t.Fatalf("replica %d: the first etcd write: %v, %v; want revision 2", i, resp, err)
+		}
+		if r.compact != 0 {
+			t.Fatalf("replica %d: compact revision %d; want 0", i, r.compact)
+		}
+		if i == 0 {
+			want = snap(t, r)
+		} else if !bytes.Equal(snap(t, r), want) {
+			t.Fatalf("replica %d differs after the first etcd write", i)
+		}
+	}
+	// A legacy era write keeps its revision.
+	m := New()
+	applyOld(m, [][]byte{command{op: tagPut, key: "p", value: []byte("v")}.encode()})
+	if resp, err := DecodeResult(m.Apply(first)); err != nil || resp.(*pb.PutResponse).Header.Revision != 2 {
+		t.Fatalf("an etcd write after one legacy write: %v, %v; want revision 2", resp, err)
+	}
+	m = New()
+	applyOld(m, [][]byte{command{op: tagPut, key: "p", value: []byte("v")}.encode(), command{op: tagPut, key: "q", value: []byte("v")}.encode()})
+	if resp, err := DecodeResult(m.Apply(first)); err != nil || resp.(*pb.PutResponse).Header.Revision != 3 {
+		t.Fatalf("an etcd write after two legacy writes: %v, %v; want revision 3", resp, err)
+	}
+}

@@ -262,8 +262,13 @@ func (m *Machine) Apply(cmd []byte) []byte {
 		m.mu.Lock()
 		m.settle()
 		m.pub = nil
-		if cmd[0] != tagCompact {
-			m.legacy = false // the first etcd write ends the legacy era
+		if cmd[0] != tagCompact && m.legacy {
+			// The first etcd write ends the legacy era; an empty revision
+			// becomes 1, an empty etcd's, so it makes revision 2 as there.
+			m.legacy = false
+			if m.rev == 0 {
+				m.rev = 1
+			}
 		}
 		res, evs := m.applyEtcd(cmd)
 		rev, o := m.rev, m.observer

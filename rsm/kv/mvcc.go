@@ -181,8 +181,10 @@ func (s *state) checkRev(rev int64, cur uint64) (uint64, error) {
 // count_only, keys_only (etcd 3.6's: the lease stays; 3.7 leaves it out
 // unless sorting by value), sort order and
 // target, min and max create and mod revision filters. The header's
-// revision is cur.
+// revision is cur, or 1 for 0: a group never written to reads as an
+// empty etcd, empty at revision 1.
 func (s *state) rangeAt(r *pb.RangeRequest, cur uint64) (*pb.RangeResponse, error) {
+	cur = max(cur, 1)
 	rev, err := s.checkRev(r.Revision, cur)
 	if err != nil {
 		return nil, err

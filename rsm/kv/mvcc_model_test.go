@@ -38,7 +38,7 @@ type refModel struct {
 }
 
 func newRefModel() *refModel {
-	return &refModel{hist: map[string][]refVersion{}, leases: map[int64]int64{}}
+	return &refModel{rev: 1, hist: map[string][]refVersion{}, leases: map[int64]int64{}} // an empty etcd's revision
 }
 
 func cloneKV(kv *mvccpb.KeyValue) *mvccpb.KeyValue {

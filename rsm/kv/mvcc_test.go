@@ -84,7 +84,7 @@ func TestTxnChecks(t *testing.T) {
 		{"no request in an op", &pb.TxnRequest{Failure: []*pb.RequestOp{{}}}, rpctypes.ErrGRPCKeyNotFound},
 		{"bad sort order", &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a"), SortOrder: 7}}}}}, rpctypes.ErrGRPCInvalidSortOption},
 		{"put with unknown lease", &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k"), Lease: 5}}}}}, rpctypes.ErrGRPCLeaseNotFound},
-		{"range in the future", &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a"), Revision: 2}}}}}, rpctypes.ErrGRPCFutureRev},
+		{"range in the future", &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a"), Revision: 3}}}}}, rpctypes.ErrGRPCFutureRev},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,7 +141,7 @@ func TestEtcdErrors(t *testing.T) {
 		{"revoke no lease", func() (any, error) { return apply(LeaseRevokeCommand(&pb.LeaseRevokeRequest{ID: 3})) }, rpctypes.ErrGRPCLeaseNotFound},
 		{"expire no lease", func() (any, error) { return apply(LeaseExpireCommand(3), nil) }, nil},
 		{"compact at 0", func() (any, error) { return apply(CompactCommand(&pb.CompactionRequest{})) }, rpctypes.ErrGRPCCompacted},
-		{"compact in the future", func() (any, error) { return apply(CompactCommand(&pb.CompactionRequest{Revision: 1})) }, rpctypes.ErrGRPCFutureRev},
+		{"compact in the future", func() (any, error) { return apply(CompactCommand(&pb.CompactionRequest{Revision: 2})) }, rpctypes.ErrGRPCFutureRev},
 		{"malformed put", func() (any, error) { return apply([]byte{tagEtcdPut, 0xff}, nil) }, ErrMalformed},
 		{"range without key", func() (any, error) {
 			res, err := m.Query(must(RangeQuery(&pb.RangeRequest{})))
@@ -155,8 +155,8 @@ func TestEtcdErrors(t *testing.T) {
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, %v; want %v", tc.name, res, err, tc.want)
 		}
-		if m.Revision() != 0 {
-			t.Fatalf("%s: revision %d; want 0", tc.name, m.Revision())
+		if m.Revision() != 1 { // the first ended the legacy era: an empty etcd's 1
+			t.Fatalf("%s: revision %d; want 1", tc.name, m.Revision())
 		}
 	}
 	// The grant after the refused ones, then one of the same ID.
@@ -167,11 +167,11 @@ func TestEtcdErrors(t *testing.T) {
 		t.Fatalf("granting lease 1 again: %v; want ErrGRPCLeaseExist", err)
 	}
 	// A Txn without writes and a delete of nothing leave the revision.
-	if res, err := apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{delOp("x", "")}})); err != nil || res.(*pb.TxnResponse).Header.Revision != 0 {
-		t.Fatalf("a Txn deleting nothing: %v, %v; want revision 0", res, err)
+	if res, err := apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{delOp("x", "")}})); err != nil || res.(*pb.TxnResponse).Header.Revision != 1 {
+		t.Fatalf("a Txn deleting nothing: %v, %v; want revision 1", res, err)
 	}
-	if m.Revision() != 0 {
-		t.Fatalf("revision %d; want 0", m.Revision())
+	if m.Revision() != 1 {
+		t.Fatalf("revision %d; want 1", m.Revision())
 	}
 }
 

@@ -53,12 +53,6 @@ import (
 //     depending on whether the backend got there (etcd delivered three
 //     deletes at the compact revision 7 that tenure, which compacts at
 //     once, did not). Every Compact asks for physical.
-//   - The "every key" range (key "\x00", range_end "\x00"): tenure's empty
-//     store is at revision 0 where etcd's is at 1, so tenure's side
-//     starts with a put of alignKey, which that range would show; the
-//     widest range is from everyKey instead. The revision offset itself
-//     is a difference in tenure's machine (its first write is revision
-//     1, etcd's 2).
 //   - Watches, serializable ranges and lease reads go to tenure's
 //     leader: a follower may not have applied the last acknowledged
 //     write yet, as on an etcd follower (docs/etcd.md). Writes and
@@ -148,14 +142,8 @@ func runSeed(t *testing.T, seed uint64, ops int) {
 		etcd: &side{name: "etcd", kv: pb.NewKVClient(ec.ActiveConnection()), leader: pb.NewKVClient(ec.ActiveConnection()), lease: pb.NewLeaseClient(ec.ActiveConnection()), leaderLease: pb.NewLeaseClient(ec.ActiveConnection()), watch: pb.NewWatchClient(ec.ActiveConnection())},
 		ten:  &side{name: "tenure", kv: pb.NewKVClient(tc.ActiveConnection()), leader: pb.NewKVClient(lc.ActiveConnection()), lease: pb.NewLeaseClient(tc.ActiveConnection()), leaderLease: pb.NewLeaseClient(lc.ActiveConnection()), watch: pb.NewWatchClient(lc.ActiveConnection())},
 	}
-	// etcd's empty store is at revision 1, tenure's at 0: one put on
-	// tenure's side, of a key no op of the workload reads, brings them
-	// level.
-	if resp, err := r.ten.kv.Put(ctx, &pb.PutRequest{Key: []byte(alignKey)}); err != nil || resp.Header.Revision != 1 {
-		t.Fatalf("aligning tenure's revision: %v %v", resp, err)
-	}
 	r.do("initial range", func(s *side) (any, error) {
-		return s.kv.Range(ctx, &pb.RangeRequest{Key: []byte(everyKey), RangeEnd: []byte{0}})
+		return s.kv.Range(ctx, &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}})
 	})
 	for r.i = 0; r.i < ops; r.i++ {
 		r.step()
@@ -166,7 +154,7 @@ func runSeed(t *testing.T, seed uint64, ops int) {
 	// Every revision still in history reads the same.
 	for rev := max(r.compact, 1); rev <= r.rev; rev++ {
 		r.do(fmt.Sprintf("final range at %d", rev), func(s *side) (any, error) {
-			return s.kv.Range(ctx, &pb.RangeRequest{Key: []byte(everyKey), RangeEnd: []byte{0}, Revision: rev})
+			return s.kv.Range(ctx, &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: rev})
 		})
 	}
 }
@@ -246,14 +234,6 @@ func normalize(resp any) {
 	}
 }
 
-// alignKey is the key tenure's side is put to start at etcd's revision;
-// everyKey starts the range of every key the workload reads, which
-// excludes it.
-const (
-	alignKey = "\x00align"
-	everyKey = "a"
-)
-
 // The key space: few enough keys that ops meet, prefixes to range over.
 var keyspace = func() []string {
 	var ks []string
@@ -286,7 +266,7 @@ func (r *runner) interval() (key, end []byte) {
 	case n < 16:
 		p := []string{"a/", "b/", "a", "", "c"}[r.rnd.IntN(5)]
 		if p == "" {
-			return []byte(everyKey), []byte{0}
+			return []byte{0}, []byte{0}
 		}
 		end := []byte(p)
 		end[len(end)-1]++
@@ -536,7 +516,7 @@ func (r *runner) expire() {
 	}
 	// The expiry's revision, if it deleted keys.
 	r.do("range after expiry", func(s *side) (any, error) {
-		return s.kv.Range(ctx, &pb.RangeRequest{Key: []byte(everyKey), RangeEnd: []byte{0}})
+		return s.kv.Range(ctx, &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}})
 	})
 }
 

@@ -556,13 +556,9 @@ func testElection(t *testing.T, newCandidate func(t *testing.T, c *clientv3.Clie
 	g := startGroup(t, nil)
 	ctx := ctxT(t, 60*time.Second)
 	runCtx, stop := context.WithCancel(ctx)
-	// A new group's first write is at revision 1, where etcd's is at 2,
-	// and a Campaign at revision 1 waits for keys created up to revision
-	// 0, which etcd reads as no limit: it would wait for its own key.
-	// Campaigns come after a first write.
-	if _, err := g.client().Put(ctx, "first", ""); err != nil {
-		t.Fatal(err)
-	}
+	// The first Campaign is the new group's first write: at revision 2,
+	// as on an empty etcd, so it waits for keys created up to revision 1
+	// (none) and leads at once.
 	h := &holders{t: t}
 	const survivors = 3
 	after := make([]atomic.Int64, survivors) // terms since the leader stopped
@@ -706,5 +702,25 @@ func testElection(t *testing.T, newCandidate func(t *testing.T, c *clientv3.Clie
 	}
 	if !saw || len(observed) < 10 {
 		t.Errorf("observed %d leaders, killed 0 among them: %t", len(observed), saw)
+	}
+}
+
+// TestCampaignFirstWrite: a Campaign that is a new group's first write
+// leads at once, as on an empty etcd: its put is at revision 2, so it
+// waits for the keys created up to revision 1, none.
+func TestCampaignFirstWrite(t *testing.T) {
+	g := startGroup(t, nil)
+	ctx := ctxT(t, 20*time.Second)
+	c := g.client()
+	resp, err := c.Get(ctx, "election", clientv3.WithPrefix())
+	if err != nil || resp.Header.Revision != 1 {
+		t.Fatalf("new group: %v, %v; want revision 1", resp, err)
+	}
+	e := concurrency.NewElection(session(t, c, 3), "election")
+	if err := e.Campaign(ctx, "first"); err != nil {
+		t.Fatalf("Campaign: %v", err)
+	}
+	if rev := e.Rev(); rev != 2 {
+		t.Errorf("the leader's key is at revision %d; want 2", rev)
 	}
 }

@@ -246,7 +246,7 @@ func (l *leaseService) LeaseTimeToLive(_ context.Context, r *pb.LeaseTimeToLiveR
 	s := l.s
 	view := s.m.ReadView()
 	lease, keys, ok := view.Lease(r.ID)
-	resp := &pb.LeaseTimeToLiveResponse{Header: s.header(view.Revision()), ID: r.ID, TTL: -1}
+	resp := &pb.LeaseTimeToLiveResponse{Header: s.header(apiRev(view)), ID: r.ID, TTL: -1}
 	if !ok {
 		return resp, nil
 	}
@@ -265,7 +265,7 @@ func (l *leaseService) LeaseTimeToLive(_ context.Context, r *pb.LeaseTimeToLiveR
 
 func (l *leaseService) LeaseLeases(context.Context, *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
 	view := l.s.m.ReadView()
-	resp := &pb.LeaseLeasesResponse{Header: l.s.header(view.Revision())}
+	resp := &pb.LeaseLeasesResponse{Header: l.s.header(apiRev(view))}
 	for _, lease := range view.Leases() {
 		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: lease.ID})
 	}
@@ -290,7 +290,7 @@ func (l *leaseService) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) erro
 		if err != nil {
 			return err
 		}
-		resp := &pb.LeaseKeepAliveResponse{Header: s.header(s.m.ReadView().Revision()), ID: req.ID, TTL: ttl}
+		resp := &pb.LeaseKeepAliveResponse{Header: s.header(apiRev(s.m.ReadView())), ID: req.ID, TTL: ttl}
 		if err := stream.Send(resp); err != nil {
 			return fmt.Errorf("etcdserver: keep-alive of lease %d: %w", req.ID, err)
 		}

@@ -29,7 +29,7 @@ func (m *maintenanceService) Status(context.Context, *pb.StatusRequest) (*pb.Sta
 	// At least 1: etcdctl's endpoint status divides by it.
 	size := max(int64(st.SnapshotBaseBytes+st.SnapshotSegmentBytes), 1)
 	resp := &pb.StatusResponse{
-		Header:  &pb.ResponseHeader{ClusterId: s.cluster, MemberId: s.member, Revision: s.m.ReadView().Revision(), RaftTerm: st.Term},
+		Header:  &pb.ResponseHeader{ClusterId: s.cluster, MemberId: s.member, Revision: apiRev(s.m.ReadView()), RaftTerm: st.Term},
 		Version: Version, StorageVersion: Version,
 		DbSize: size, DbSizeInUse: size,
 		RaftIndex: st.ApplyIndex, RaftAppliedIndex: st.ApplyIndex, RaftTerm: st.Term,
@@ -46,12 +46,12 @@ func (m *maintenanceService) Status(context.Context, *pb.StatusRequest) (*pb.Sta
 // Alarm answers that there are no alarms: the store has no space quota
 // the server could exceed.
 func (m *maintenanceService) Alarm(context.Context, *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	return &pb.AlarmResponse{Header: m.s.header(m.s.m.ReadView().Revision())}, nil
+	return &pb.AlarmResponse{Header: m.s.header(apiRev(m.s.m.ReadView()))}, nil
 }
 
 // Defragment has nothing to do: the state lives in memory.
 func (m *maintenanceService) Defragment(context.Context, *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
-	return &pb.DefragmentResponse{Header: m.s.header(m.s.m.ReadView().Revision())}, nil
+	return &pb.DefragmentResponse{Header: m.s.header(apiRev(m.s.m.ReadView()))}, nil
 }
 
 // HashKV hashes the live keys at a revision (0: the current one) with
@@ -83,7 +83,7 @@ func (m *maintenanceService) HashKV(_ context.Context, r *pb.HashKVRequest) (*pb
 			h.Write(b[:])
 		}
 	}
-	return &pb.HashKVResponse{Header: m.s.header(view.Revision()), Hash: h.Sum32(), CompactRevision: view.CompactRevision(), HashRevision: rev}, nil
+	return &pb.HashKVResponse{Header: m.s.header(apiRev(view)), Hash: h.Sum32(), CompactRevision: view.CompactRevision(), HashRevision: rev}, nil
 }
 
 // clusterService is etcd's Cluster service: MemberList. Membership
@@ -124,7 +124,7 @@ func (c *clusterService) MemberList(context.Context, *pb.MemberListRequest) (*pb
 		add(f.ID, f.Addr, nil)
 	}
 	return &pb.MemberListResponse{
-		Header:  &pb.ResponseHeader{ClusterId: s.cluster, MemberId: s.member, Revision: s.m.ReadView().Revision(), RaftTerm: st.Term},
+		Header:  &pb.ResponseHeader{ClusterId: s.cluster, MemberId: s.member, Revision: apiRev(s.m.ReadView()), RaftTerm: st.Term},
 		Members: members,
 	}, nil
 }

@@ -394,3 +394,8 @@ func (s *Server) Handler(opts ...grpc.ServerOption) (h http.Handler, stop func()
 		g.Stop()
 	}
 }
+
+// apiRev is the revision etcd's API answers for view: a group never
+// written to is at revision 0 in the machine, and empty at revision 1,
+// as an empty etcd is, to etcd's API (see kv's "History and compaction").
+func apiRev(view *kv.ReadView) int64 { return max(view.Revision(), 1) }

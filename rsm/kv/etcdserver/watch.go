@@ -422,7 +422,7 @@ func (st *watchStream) create(cr *pb.WatchCreateRequest) {
 	st.mu.Lock()
 	R := h.rev
 	refuse := func(reason string) {
-		st.enqueue(&pb.WatchResponse{Header: hdr(R), WatchId: -1, Created: true, Canceled: true, CancelReason: reason}, false)
+		st.enqueue(&pb.WatchResponse{Header: hdr(max(R, 1)), WatchId: -1, Created: true, Canceled: true, CancelReason: reason}, false)
 		st.mu.Unlock()
 		h.mu.Unlock()
 	}
@@ -454,7 +454,7 @@ func (st *watchStream) create(cr *pb.WatchCreateRequest) {
 		h.watchers[w] = struct{}{}
 	}
 	st.watchers[id] = w
-	st.enqueue(&pb.WatchResponse{Header: hdr(R), WatchId: id, Created: true}, false)
+	st.enqueue(&pb.WatchResponse{Header: hdr(max(R, 1)), WatchId: id, Created: true}, false)
 	st.mu.Unlock()
 	h.mu.Unlock()
 	if history {
@@ -537,10 +537,10 @@ func (st *watchStream) cancelWatch(id int64) {
 	delete(h.watchers, w)
 	delete(st.watchers, id)
 	delete(st.sent, id)
-	st.enqueue(&pb.WatchResponse{Header: hdr(h.rev), WatchId: id, Canceled: true}, false)
+	st.enqueue(&pb.WatchResponse{Header: hdr(max(h.rev, 1)), WatchId: id, Canceled: true}, false)
 	if st.deferred && st.allSynced() {
 		st.deferred = false
-		st.enqueue(&pb.WatchResponse{Header: hdr(h.rev), WatchId: -1}, false)
+		st.enqueue(&pb.WatchResponse{Header: hdr(max(h.rev, 1)), WatchId: -1}, false)
 	}
 }
 
@@ -558,7 +558,7 @@ func (st *watchStream) requestProgress() {
 		st.deferred = true
 		return
 	}
-	st.enqueue(&pb.WatchResponse{Header: hdr(h.rev), WatchId: -1}, false)
+	st.enqueue(&pb.WatchResponse{Header: hdr(max(h.rev, 1)), WatchId: -1}, false)
 }
 
 // progressTick sends a progress notification to every caught-up watch
@@ -572,7 +572,7 @@ func (st *watchStream) progressTick() {
 	defer st.mu.Unlock()
 	for id, w := range st.watchers {
 		if w.synced && !st.sent[id] {
-			st.enqueue(&pb.WatchResponse{Header: hdr(h.rev), WatchId: id}, false)
+			st.enqueue(&pb.WatchResponse{Header: hdr(max(h.rev, 1)), WatchId: id}, false)
 		}
 		st.sent[id] = false
 	}

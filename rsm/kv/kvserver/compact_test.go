@@ -15,7 +15,7 @@ import (
 func TestCompactHistory(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := kv.New()
-		m.Apply(kv.LeaseExpireCommand(1)) // an etcd write: history from now on
+		m.Apply(kv.LeaseExpireCommand(1)) // an etcd write: history from now on, from revision 1
 		leads := true
 		var proposed int
 		h := history{
@@ -47,8 +47,8 @@ func TestCompactHistory(t *testing.T) {
 		put()
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		if v := m.ReadView(); proposed != 1 || v.CompactRevision() != 3 {
-			t.Fatalf("%d compactions, compacted at %d; want 1 at 3", proposed, v.CompactRevision())
+		if v := m.ReadView(); proposed != 1 || v.CompactRevision() != 4 {
+			t.Fatalf("%d compactions, compacted at %d; want 1 at 4", proposed, v.CompactRevision())
 		}
 		leads = false
 		put()
