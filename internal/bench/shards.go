@@ -123,8 +123,8 @@ func startHeapSampler() *heapSampler {
 	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	read := func() {
 		metrics.Read(sample)
-		if v := sample[0].Value; v.Kind() == metrics.KindUint64 && v.Uint64() > h.peak.Load() {
-			h.peak.Store(v.Uint64())
+		if v := sample[0].Value; v.Kind() == metrics.KindUint64 {
+			h.note(v.Uint64())
 		}
 	}
 	h.wg.Add(1)
@@ -142,6 +142,17 @@ func startHeapSampler() *heapSampler {
 		}
 	}()
 	return h
+}
+
+// note counts a heap size read elsewhere, so that the peak is never
+// below a reading reported beside it.
+func (h *heapSampler) note(v uint64) {
+	for {
+		p := h.peak.Load()
+		if v <= p || h.peak.CompareAndSwap(p, v) {
+			return
+		}
+	}
 }
 
 func (h *heapSampler) Stop() uint64 {
@@ -279,6 +290,7 @@ func benchShardsOnce(ctx context.Context, url string, mode lease.Mode, nShards, 
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	r.HeapBytes, r.Goroutines = ms.HeapAlloc, runtime.NumGoroutine()
+	heap.note(ms.HeapAlloc)
 
 	// A member joins.
 	if fair {
