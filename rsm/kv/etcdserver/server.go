@@ -121,8 +121,28 @@ type Server struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
+	// goMu guards closing and the WaitGroup's additions, so that no
+	// goroutine is added once Close has begun to wait.
+	goMu    sync.Mutex
+	closing bool
+	wg      sync.WaitGroup
+	once    sync.Once
+}
+
+// goTracked runs f in a goroutine Close waits for, and reports false,
+// running nothing, once Close has begun.
+func (s *Server) goTracked(f func()) bool {
+	s.goMu.Lock()
+	defer s.goMu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
 }
 
 // New checks c and returns its server, which watches the machine's
@@ -158,11 +178,7 @@ func New(c Config) (*Server, error) {
 	s.term.Store(st.Term)
 	s.hub = newHub(s)
 	s.leases = newKeeper(s, c.LeaseCheckInterval)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.leases.run(ctx)
-	}()
+	s.goTracked(func() { s.leases.run(ctx) })
 	return s, nil
 }
 
@@ -170,6 +186,9 @@ func New(c Config) (*Server, error) {
 // for them. It is idempotent.
 func (s *Server) Close() error {
 	s.once.Do(func() {
+		s.goMu.Lock()
+		s.closing = true
+		s.goMu.Unlock()
 		s.m.SetObserver(nil)
 		s.cancel()
 		s.hub.close()

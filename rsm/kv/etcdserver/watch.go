@@ -274,9 +274,7 @@ func (ws *watchService) Watch(srv pb.Watch_WatchServer) error {
 	defer stop()
 	defer st.unregister()
 	// The receiving goroutine ends when the call does: Recv returns then.
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	receiving := s.goTracked(func() {
 		for {
 			req, err := srv.Recv()
 			if err != nil {
@@ -288,7 +286,10 @@ func (ws *watchService) Watch(srv pb.Watch_WatchServer) error {
 			}
 			st.handle(req)
 		}
-	}()
+	})
+	if !receiving {
+		return rpctypes.ErrGRPCStopped
+	}
 	var tick <-chan time.Time
 	if s.progress > 0 {
 		t := time.NewTicker(s.progress)
