@@ -130,7 +130,9 @@ func (m *Machine) Len() int {
 // SetObserver sets the observer Apply tells of each revision's events
 // (nil for none). While one is set, a cold start's puts are applied one
 // by one (ApplyPrepared does not defer them), so that each has its
-// events. Restore does not call it: an observer compares revisions.
+// events. It is also called with no events (nil) when the revision
+// moves without any: after Restore, with the restored revision, and when
+// an empty group's first etcd write takes revision 1, etcd's first.
 func (m *Machine) SetObserver(o Observer) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -262,19 +264,26 @@ func (m *Machine) Apply(cmd []byte) []byte {
 		m.mu.Lock()
 		m.settle()
 		m.pub = nil
+		moved := false
 		if cmd[0] != tagCompact && m.legacy {
 			// The first etcd write ends the legacy era; an empty revision
 			// becomes 1, an empty etcd's, so it makes revision 2 as there.
 			m.legacy = false
 			if m.rev == 0 {
-				m.rev = 1
+				m.rev, moved = 1, true
 			}
 		}
 		res, evs := m.applyEtcd(cmd)
 		rev, o := m.rev, m.observer
 		m.mu.Unlock()
-		if o != nil && len(evs) > 0 {
+		switch {
+		case o == nil:
+		case len(evs) > 0:
 			o(int64(rev), evs)
+		case moved:
+			// Revision 1 holds no event: the observer is told of it all
+			// the same, as of a restore.
+			o(int64(rev), nil)
 		}
 		return res
 	}

@@ -372,6 +372,9 @@ func TestPreparedEtcdPutsDeferred(t *testing.T) {
 // compacts, and each answers as of its revision (checked under -race).
 func TestReadViewWhileApplying(t *testing.T) {
 	m := New()
+	// Out of the legacy era first (an expiry of no lease), so that each
+	// put below makes the revision after the one it reads beforehand.
+	m.Apply(LeaseExpireCommand(1))
 	var events []*mvccpb.Event
 	m.SetObserver(func(rev int64, evs []*mvccpb.Event) { events = append(events, evs...) })
 	var wg sync.WaitGroup
@@ -585,5 +588,76 @@ func TestLeaseList(t *testing.T) {
 				t.Fatalf("lease %d: %+v with keys %q; want %d, TTL %d, keys %q", i, l, keys, ids[i], i, want)
 			}
 		}
+	}
+}
+
+// TestRestoreTellsObserver: a Restore tells the observer the restored
+// revision with no events, so that a watch hub learns of a catch-up the
+// moment it happens and reads what it missed from the history.
+func TestRestoreTellsObserver(t *testing.T) {
+	src := New()
+	for _, k := range []string{"a", "b", "c"} {
+		cmd, err := PutCommand(&pb.PutRequest{Key: []byte(k), Value: []byte("v")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeResult(src.Apply(cmd)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var snap bytes.Buffer
+	if err := src.Snapshot(&snap); err != nil {
+		t.Fatal(err)
+	}
+	m := New()
+	type call struct {
+		rev    int64
+		events int
+		nilEvs bool
+	}
+	var calls []call
+	m.SetObserver(func(rev int64, evs []*mvccpb.Event) { calls = append(calls, call{rev, len(evs), evs == nil}) })
+	if err := m.Restore(bytes.NewReader(snap.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	want := int64(src.Revision())
+	if len(calls) != 1 || calls[0].rev != want || !calls[0].nilEvs {
+		t.Fatalf("observer calls %+v; want one with revision %d and no events", calls, want)
+	}
+	if evs, err := m.ReadView().Events([]byte{0}, []byte{0}, 1); err != nil || len(evs) != 3 {
+		t.Fatalf("history after restore: %d events, %v; want the 3 puts", len(evs), err)
+	}
+}
+
+// TestFirstEtcdWriteWithoutEventsTellsObserver: an empty group's first
+// etcd write takes revision 1 even when it makes no event (a lease
+// grant), and the observer is told, so a watch hub waiting for that
+// revision is not left behind.
+func TestFirstEtcdWriteWithoutEventsTellsObserver(t *testing.T) {
+	m := New()
+	var revs []int64
+	m.SetObserver(func(rev int64, evs []*mvccpb.Event) {
+		if evs != nil {
+			t.Errorf("revision %d: %d events; want none", rev, len(evs))
+		}
+		revs = append(revs, rev)
+	})
+	cmd, err := LeaseGrantCommand(&pb.LeaseGrantRequest{ID: 7, TTL: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeResult(m.Apply(cmd)); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(revs, []int64{1}) || m.Revision() != 1 {
+		t.Fatalf("observer told %v, revision %d; want [1] and 1", revs, m.Revision())
+	}
+	// A second grant moves nothing and tells nothing.
+	cmd, _ = LeaseGrantCommand(&pb.LeaseGrantRequest{ID: 8, TTL: 10})
+	if _, err := DecodeResult(m.Apply(cmd)); err != nil {
+		t.Fatal(err)
+	}
+	if len(revs) != 1 {
+		t.Fatalf("observer told %v after a second grant; want [1]", revs)
 	}
 }

@@ -147,17 +147,23 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // checksum, the key order, that every revision is at most the
 // snapshot's and each key's in decreasing order, and that the leases
 // keys name exist; on any error the state is left as it was. Views
-// captured before keep the state they hold.
+// captured before keep the state they hold. An observer is then told
+// the new revision with no events: what it has not seen is in the
+// restored history.
 func (m *Machine) Restore(r io.Reader) error {
 	s, err := readSnapshot(r)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.waitRun()
 	clear(m.deferred)
 	m.state, m.deferred, m.deferredBytes, m.treeLen, m.pub = s, m.deferred[:0], 0, s.tree.Len(), nil
+	rev, o := int64(m.rev), m.observer
+	m.mu.Unlock()
+	if o != nil {
+		o(rev, nil)
+	}
 	return nil
 }
 

@@ -51,9 +51,6 @@ func (k *keeper) run(ctx context.Context) {
 		case <-t.C():
 		}
 		k.check(ctx)
-		// A snapshot loaded by catch-up changes the state without an
-		// applied event: the watches learn of it here.
-		k.s.hub.catchUp()
 		t.Reset(k.every)
 	}
 }

@@ -71,9 +71,15 @@ func (h *hub) observe(rev int64, evs []*mvccpb.Event) {
 	if h.closed || rev <= h.rev {
 		return
 	}
+	if evs == nil {
+		// A snapshot replaced the state (a catch-up): the revisions up
+		// to rev come from its history.
+		h.fill(rev)
+		return
+	}
 	if rev > h.rev+1 {
-		// A snapshot replaced the state (a catch-up): the revisions
-		// between come from its history.
+		// Revisions this hub was not told of: they too are in the
+		// history.
 		h.fill(rev - 1)
 	}
 	h.deliver(evs)
@@ -98,33 +104,11 @@ func (h *hub) waitRev(ctx context.Context, rev int64) {
 		if done {
 			return
 		}
-		if h.s.m.ReadView().Revision() >= rev {
-			// Loaded from a snapshot, with no events applied.
-			h.catchUp()
-			continue
-		}
-		t := time.NewTimer(10 * time.Millisecond)
 		select {
 		case <-ch:
-		case <-t.C:
 		case <-ctx.Done():
-			t.Stop()
 			return
 		}
-		t.Stop()
-	}
-}
-
-// catchUp hands out the revisions the machine has and the hub has not
-// seen: those a loaded snapshot brought without applied events.
-func (h *hub) catchUp() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return
-	}
-	if to := h.s.m.ReadView().Revision(); to > h.rev {
-		h.fill(to)
 	}
 }
 
