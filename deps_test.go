@@ -84,3 +84,15 @@ func TestCorePackagesLinkOnlyThePrometheusClient(t *testing.T) {
 		}
 	}
 }
+
+// A kv or etcd server links rsm and what it serves operators
+// (internal/opsserver), not the election and lease packages: their views
+// are their commands' (cmd/tenure).
+func TestKVServerDoesNotLinkElectionOrLease(t *testing.T) {
+	for _, p := range deps(t, "./rsm/kv/kvserver", "./internal/opsserver") {
+		if p == "github.com/tenure-io/tenure/election" || p == "github.com/tenure-io/tenure/lease" ||
+			strings.HasPrefix(p, "github.com/tenure-io/tenure/election/") || strings.HasPrefix(p, "github.com/tenure-io/tenure/lease/") {
+			t.Errorf("rsm/kv/kvserver links %s", p)
+		}
+	}
+}

@@ -83,7 +83,7 @@ func runElect(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ops.Running(opsserver.ElectionView(member))
+	ops.Running(electionView(member))
 	cfg.Logger.Info("taking part in the election", "lock", *ef.lock, "id", cfg.ServerID, "addr", cfg.ServerAddr, "peer", cfg.ServerAddr != "" && !cfg.PeerDisabled)
 	err = member.Run(ctx)
 	if err != nil && !errors.Is(err, context.Canceled) {

@@ -39,7 +39,7 @@ func TestReadinessNamesABrokenLock(t *testing.T) {
 		if el.RecordProblem() == nil {
 			t.Fatal("the member found no problem with a record that has no term")
 		}
-		s := opsserver.ElectionView(el)(opsserver.Status{Ready: true})
+		s := electionView(el)(opsserver.Status{Ready: true})
 		if s.Ready || !strings.Contains(s.Reason, "tenure lock repair") || !strings.Contains(s.Reason, el.RecordProblem().Error()) {
 			t.Fatalf("readiness %v %q; want not ready, naming the record's problem and the repair", s.Ready, s.Reason)
 		}
@@ -68,7 +68,7 @@ func TestReadinessNamesAForeignRecord(t *testing.T) {
 		go func() { done <- el.Run(ctx) }()
 		time.Sleep(2 * election.DefaultLeaderTimeout)
 		synctest.Wait()
-		s := opsserver.ElectionView(el)(opsserver.Status{Ready: true})
+		s := electionView(el)(opsserver.Status{Ready: true})
 		if s.Ready || !strings.Contains(s.Reason, "another kind of record") || !strings.Contains(s.Reason, "tenure.rsm.leader_state") || strings.Contains(s.Reason, "repair") {
 			t.Fatalf("readiness %v %q; want not ready, naming the record's kind and no repair", s.Ready, s.Reason)
 		}
@@ -91,7 +91,7 @@ func TestReadinessLeaderNotLeading(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := opsserver.ElectionStatusView(c.status, nil)(opsserver.Status{Ready: true})
+			s := electionStatusView(c.status, nil)(opsserver.Status{Ready: true})
 			if s.Ready != c.ready || !strings.Contains(s.Reason, c.reason) {
 				t.Fatalf("ready %v %q; want %v naming %q", s.Ready, s.Reason, c.ready, c.reason)
 			}

@@ -160,7 +160,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ops.Running(opsserver.ElectionView(member))
+	ops.Running(electionView(member))
 	if err := member.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

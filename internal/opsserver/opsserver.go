@@ -6,8 +6,9 @@
 // the store does not answer.
 //
 // It holds no policy of a command's own: each command gives its view of
-// its state (ElectionView for an election member) and its Prometheus
-// registry.
+// its state and its Prometheus registry. It imports neither election nor
+// lease, so that a kv server, which serves it, links neither: an election
+// member's view and a shard member's are their commands'.
 package opsserver
 
 import (
@@ -25,8 +26,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tenure-io/tenure/election"
-	"github.com/tenure-io/tenure/lease"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/driver"
@@ -49,10 +48,13 @@ type Status struct {
 	// StoreError is the last error of store calls that have been failing.
 	StoreError string `json:"storeError,omitempty"`
 
-	// The command's own view, on /status only.
-	Election *election.Status `json:"election,omitempty"`
-	Shards   *lease.Status    `json:"shards,omitempty"`
-	Node     *rsm.Status      `json:"node,omitempty"`
+	// The command's own view, on /status only: Election is an election
+	// member's *election.Status (elect, run), Shards a shard member's
+	// *lease.Status (shards). Their commands set them; decoded, they are
+	// the JSON's maps.
+	Election any         `json:"election,omitempty"`
+	Shards   any         `json:"shards,omitempty"`
+	Node     *rsm.Status `json:"node,omitempty"`
 }
 
 // Summary is the part /readyz shows, which kv serve answers without
@@ -324,52 +326,6 @@ func (h *StoreHealth) Err() error {
 		return h.last
 	}
 	return nil
-}
-
-// ElectionView is the readiness of an election member (tenure elect and
-// tenure run): ready while it leads, or follows a leader it knows.
-func ElectionView(el *election.Elector) func(Status) Status {
-	return func(s Status) Status { return ElectionStatusView(el.Status(), el.RecordProblem())(s) }
-}
-
-// ElectionStatusView is ElectionView of one status and record problem.
-func ElectionStatusView(es election.Status, problem error) func(Status) Status {
-	return func(s Status) Status {
-		s.Election = &es
-		s.Term = es.Term
-		switch {
-		case es.Leader:
-			s.Role, s.Leader = "leader", es.ServerID
-		default:
-			s.Role = "follower"
-			if !es.Released {
-				s.Leader = es.LeaderID
-			}
-		}
-		switch {
-		case es.DuplicateServerID:
-			s.Ready, s.Reason = false, "another process takes part in this election with the same --id"
-		case s.Role == "leader":
-		case errors.Is(problem, election.ErrForeignRecord):
-			// Not a lock at all: no repair replaces it.
-			s.Ready, s.Reason = false, "the lock's key holds another kind of record, never taken over or written: "+es.RecordProblem+" (give the lock a key of its own)"
-		case es.RecordProblem != "":
-			// No member can take the lock over until it is repaired:
-			// whoever it names, the group has no leader it can follow.
-			s.Ready, s.Reason = false, "the lock cannot be taken over: "+es.RecordProblem+" (an operator runs tenure lock repair --term-floor N LOCK_URL)"
-		case es.LeaderNotLeading:
-			// The record still names it, but it said it does not lead:
-			// no one leads until its lease lapses or it is released.
-			s.Ready, s.Reason = false, "no leader: "+s.Leader+" answered that it does not lead; a member takes the lock when its lease lapses"
-		case s.Leader == "":
-			s.Ready, s.Reason = false, "no leader known"
-		case s.Leader == es.ServerID:
-			// The record names this member, which does not lead: a
-			// lease it lost, not yet taken by anyone.
-			s.Ready, s.Reason = false, "no leader known (the lock names this member, whose lease lapsed)"
-		}
-		return s
-	}
 }
 
 // StoreMetrics count the store calls of one command, fed by
