@@ -158,3 +158,56 @@ func TestLaunchOnATakenPort(t *testing.T) {
 		t.Fatalf("launch on a taken port: %v; want errPortTaken", err)
 	}
 }
+
+func TestFindEtcd3(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("TENURE_CACHE", cache)
+	t.Setenv("TENURE_ETCD3_MODULES", "")
+	pathDir := t.TempDir()
+	t.Setenv("PATH", pathDir)
+	writePackage := func(modules, version string) {
+		t.Helper()
+		dir := filepath.Join(modules, "etcd3")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"name":"etcd3","version":"`+version+`"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cached := filepath.Join(cache, "etcd3", "node_modules")
+	writePackage(cached, Etcd3Version)
+
+	if _, _, err := findEtcd3(); !errors.Is(err, errMissing) || !strings.Contains(err.Error(), "node") {
+		t.Errorf("no node on PATH: got %v, want errMissing naming node", err)
+	}
+	node := writeExecutable(t, pathDir, "node")
+	if gotNode, got, err := findEtcd3(); err != nil || gotNode != node || got != cached {
+		t.Errorf("in the cache: got %q, %q, %v; want %q, %q", gotNode, got, err, node, cached)
+	}
+
+	writePackage(cached, "1.0.0")
+	if _, _, err := findEtcd3(); !errors.Is(err, errMissing) || !strings.Contains(err.Error(), "scripts/install-servers") {
+		t.Errorf("another version in the cache: got %v, want errMissing saying how to install", err)
+	}
+	if err := os.RemoveAll(cached); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := findEtcd3(); !errors.Is(err, errMissing) || !strings.Contains(err.Error(), "scripts/install-servers") {
+		t.Errorf("nothing installed: got %v, want errMissing saying how to install", err)
+	}
+
+	explicit := t.TempDir()
+	t.Setenv("TENURE_ETCD3_MODULES", explicit)
+	if _, _, err := findEtcd3(); err == nil || errors.Is(err, errMissing) {
+		t.Errorf("TENURE_ETCD3_MODULES without the package: got %v, want an error that is not a skip", err)
+	}
+	writePackage(explicit, "1.0.0")
+	if _, _, err := findEtcd3(); err == nil || errors.Is(err, errMissing) {
+		t.Errorf("TENURE_ETCD3_MODULES with another version: got %v, want an error that is not a skip", err)
+	}
+	writePackage(explicit, Etcd3Version)
+	if _, got, err := findEtcd3(); err != nil || got != explicit {
+		t.Errorf("TENURE_ETCD3_MODULES: got %q, %v; want %q", got, err, explicit)
+	}
+}
