@@ -2,9 +2,12 @@ package etcdserver
 
 import (
 	"context"
+	"errors"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
 )
 
@@ -34,10 +37,53 @@ func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 		return nil, toGRPC(err)
 	}
 	res, err := s.node.Read(ctx, s.name, q)
+	if errors.Is(err, rsm.ErrTooLarge) {
+		return k.largeRange(ctx, r)
+	}
 	if err != nil {
 		return nil, toGRPC(err)
 	}
 	return decode(s, res, func(r *pb.RangeResponse) **pb.ResponseHeader { return &r.Header })
+}
+
+// largeRange answers a linearizable Range whose answer is larger than the
+// group carries (its MaxMessageSize, set by --max-request-bytes), as etcd
+// answers one: its count only is read on the leader, which gives the
+// revision that holds every write acknowledged before (and the Range's
+// errors: a compacted or future revision); once this node has applied
+// that revision, it answers from its own state.
+func (k *kvService) largeRange(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	s := k.s
+	c := *r
+	c.CountOnly, c.KeysOnly, c.Limit = true, false, 0
+	q, err := kv.RangeQuery(&c)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	res, err := s.node.Read(ctx, s.name, q)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	count, err := decode(s, res, func(r *pb.RangeResponse) **pb.ResponseHeader { return &r.Header })
+	if err != nil {
+		return nil, err
+	}
+	rev := count.Header.Revision
+	s.hub.waitRev(ctx, rev)
+	view := s.m.ReadView()
+	if apiRev(view) < rev {
+		if err := ctx.Err(); err != nil {
+			return nil, toGRPC(err)
+		}
+		return nil, rpctypes.ErrGRPCStopped
+	}
+	resp, err := view.Range(r)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	out := *resp // the view's values are shared: see Range
+	s.fill(&out.Header)
+	return &out, nil
 }
 
 func (k *kvService) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
