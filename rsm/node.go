@@ -46,8 +46,6 @@ type Node struct {
 
 	// client is the node's client session and its stream to the leader.
 	client *client
-	// calls are the handlers of calls to the leader (call.go).
-	calls calls
 
 	mu    sync.Mutex
 	state State
