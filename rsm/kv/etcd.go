@@ -5,6 +5,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // Type bytes of the messages of etcd's API: the type byte, then the
@@ -33,17 +34,15 @@ const (
 // (etcd's).
 const MaxLeaseTTL = 9_000_000_000
 
-// marshaler is an etcd protobuf message.
-type marshaler interface {
-	Marshal() ([]byte, error)
-	Size() int
-	MarshalToSizedBuffer([]byte) (int, error)
-}
+// marshalOptions encode etcd's messages as the machine stores and
+// answers them: deterministically, with the size just computed.
+var marshalOptions = proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
 
-func tagged(tag byte, m marshaler) ([]byte, error) {
-	b := make([]byte, 1+m.Size())
+func tagged(tag byte, m proto.Message) ([]byte, error) {
+	b := make([]byte, 1, 1+proto.Size(m))
 	b[0] = tag
-	if _, err := m.MarshalToSizedBuffer(b[1:]); err != nil {
+	b, err := marshalOptions.MarshalAppend(b, m)
+	if err != nil {
 		return nil, fmt.Errorf("kv: encoding message 0x%02x: %w", tag, err)
 	}
 	return b, nil
@@ -94,7 +93,7 @@ func DecodeResult(res []byte) (any, error) {
 	if len(res) == 0 {
 		return nil, fmt.Errorf("%w: empty result", ErrMalformed)
 	}
-	var m interface{ Unmarshal([]byte) error }
+	var m proto.Message
 	switch res[0] {
 	case tagError:
 		r, err := decodeReply(res)
@@ -119,13 +118,13 @@ func DecodeResult(res []byte) (any, error) {
 	default:
 		return nil, fmt.Errorf("%w: result type 0x%02x is not of etcd's API", ErrMalformed, res[0])
 	}
-	if err := m.Unmarshal(res[1:]); err != nil {
+	if err := proto.Unmarshal(res[1:], m); err != nil {
 		return nil, fmt.Errorf("%w: result 0x%02x: %v", ErrMalformed, res[0], err)
 	}
 	return m, nil
 }
 
-func result(tag byte, m marshaler) []byte {
+func result(tag byte, m proto.Message) []byte {
 	b, err := tagged(tag, m)
 	if err != nil {
 		return errorReply(err)
@@ -133,10 +132,10 @@ func result(tag byte, m marshaler) []byte {
 	return b
 }
 
-// unmarshal decodes body into m, which the machine then owns: etcd's
-// generated code copies byte fields, so nothing of the command is kept.
-func unmarshal(m interface{ Unmarshal([]byte) error }, body []byte) error {
-	if err := m.Unmarshal(body); err != nil {
+// unmarshal decodes body into m, which the machine then owns: protobuf
+// copies byte fields, so nothing of the command is kept.
+func unmarshal(m proto.Message, body []byte) error {
+	if err := proto.Unmarshal(body, m); err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	return nil

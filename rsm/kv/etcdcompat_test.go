@@ -7,6 +7,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/protobuf/proto"
 )
 
 // Cases where the differential test against etcd 3.6 (tests/etcddiff)
@@ -86,20 +87,26 @@ func TestEventPrevKVBeforeRevision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{
-		`kv:<key:"a" create_revision:2 mod_revision:3 version:2 value:"a2" > prev_kv:<key:"a" create_revision:2 mod_revision:2 version:1 value:"a1" > `,
-		`type:DELETE kv:<key:"a" mod_revision:3 > prev_kv:<key:"a" create_revision:2 mod_revision:2 version:1 value:"a1" > `,
-		`kv:<key:"b" create_revision:4 mod_revision:4 version:1 value:"b1" > `,
-		`type:DELETE kv:<key:"b" mod_revision:5 > prev_kv:<key:"b" create_revision:4 mod_revision:4 version:1 value:"b1" > `,
-		`kv:<key:"b" create_revision:5 mod_revision:5 version:1 value:"b2" > `,
+	kv := func(key, value string, create, mod, ver int64) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte(key), Value: []byte(value), CreateRevision: create, ModRevision: mod, Version: ver}
+	}
+	del := func(key string, mod int64) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte(key), ModRevision: mod}
+	}
+	want := []*mvccpb.Event{
+		{Kv: kv("a", "a2", 2, 3, 2), PrevKv: kv("a", "a1", 2, 2, 1)},
+		{Type: mvccpb.DELETE, Kv: del("a", 3), PrevKv: kv("a", "a1", 2, 2, 1)},
+		{Kv: kv("b", "b1", 4, 4, 1)},
+		{Type: mvccpb.DELETE, Kv: del("b", 5), PrevKv: kv("b", "b1", 4, 4, 1)},
+		{Kv: kv("b", "b2", 5, 5, 1)},
 	}
 	for name, evs := range map[string][]*mvccpb.Event{"live": live[1:], "history": hist} {
 		if len(evs) != len(want) {
 			t.Fatalf("%s: %v; want %d events", name, evs, len(want))
 		}
 		for i, ev := range evs {
-			if got := ev.String(); got != want[i] {
-				t.Errorf("%s event %d: %s\nwant %s", name, i, got, want[i])
+			if !proto.Equal(ev, want[i]) {
+				t.Errorf("%s event %d: %v\nwant %v", name, i, ev, want[i])
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/btree"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/rsm"
 )
@@ -314,7 +315,7 @@ type prepared struct {
 func (m *Machine) Prepare(cmd []byte) any {
 	if len(cmd) > 0 && cmd[0] == tagEtcdPut {
 		var r pb.PutRequest
-		if err := r.Unmarshal(cmd[1:]); err != nil || checkPutRequest(&r) != nil ||
+		if err := proto.Unmarshal(cmd[1:], &r); err != nil || checkPutRequest(&r) != nil ||
 			r.Lease != 0 || r.PrevKv || r.IgnoreValue || r.IgnoreLease {
 			return &prepared{apply: true}
 		}

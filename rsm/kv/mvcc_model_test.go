@@ -14,6 +14,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/rsm/kv"
 )
@@ -45,8 +46,7 @@ func cloneKV(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
 	if kv == nil {
 		return nil
 	}
-	c := *kv
-	return &c
+	return &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Value: kv.Value, Lease: kv.Lease}
 }
 
 // at is key's value at rev, or nil.
@@ -834,23 +834,16 @@ func (g *mvccGen) checkObserved(t *testing.T, observed *[]*mvccpb.Event) {
 
 func describe(cmd []byte) string {
 	var tx pb.TxnRequest
-	if cmd[0] == 0x06 && tx.Unmarshal(cmd[1:]) == nil {
+	if cmd[0] == 0x06 && proto.Unmarshal(cmd[1:], &tx) == nil {
 		return tx.String()
 	}
 	return fmt.Sprintf("%x", cmd)
 }
 
-type marshaler interface{ Marshal() ([]byte, error) }
-
 func sameMessage(a, b any) bool {
-	am, ok1 := a.(marshaler)
-	bm, ok2 := b.(marshaler)
-	if !ok1 || !ok2 {
-		return false
-	}
-	ab, err1 := am.Marshal()
-	bb, err2 := bm.Marshal()
-	return err1 == nil && err2 == nil && bytes.Equal(ab, bb)
+	am, ok1 := a.(proto.Message)
+	bm, ok2 := b.(proto.Message)
+	return ok1 && ok2 && proto.Equal(am, bm)
 }
 
 // checkReads compares random ranges (through Query and a read view),

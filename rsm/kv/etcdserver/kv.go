@@ -6,6 +6,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
@@ -26,11 +27,8 @@ func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 		if err != nil {
 			return nil, toGRPC(err)
 		}
-		// The view's values are shared: copy the response's top level
-		// only, whose header this fills.
-		out := *resp
-		s.fill(&out.Header)
-		return &out, nil
+		s.fill(&resp.Header) // the response is new; only its values are the view's
+		return resp, nil
 	}
 	q, err := kv.RangeQuery(r)
 	if err != nil {
@@ -54,9 +52,9 @@ func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 // that revision, it answers from its own state.
 func (k *kvService) largeRange(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	s := k.s
-	c := *r
+	c := proto.Clone(r).(*pb.RangeRequest)
 	c.CountOnly, c.KeysOnly, c.Limit = true, false, 0
-	q, err := kv.RangeQuery(&c)
+	q, err := kv.RangeQuery(c)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -81,9 +79,8 @@ func (k *kvService) largeRange(ctx context.Context, r *pb.RangeRequest) (*pb.Ran
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	out := *resp // the view's values are shared: see Range
-	s.fill(&out.Header)
-	return &out, nil
+	s.fill(&resp.Header) // the response is new; only its values are the view's
+	return resp, nil
 }
 
 func (k *kvService) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {

@@ -206,7 +206,7 @@ func newLeaseID() int64 {
 
 func (l *leaseService) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	s := l.s
-	req := *r
+	req := &pb.LeaseGrantRequest{TTL: r.TTL, ID: r.ID}
 	if req.TTL > kv.MaxLeaseTTL {
 		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
 	}
@@ -218,7 +218,7 @@ func (l *leaseService) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) 
 		if chosen {
 			req.ID = newLeaseID()
 		}
-		cmd, err := kv.LeaseGrantCommand(&req)
+		cmd, err := kv.LeaseGrantCommand(req)
 		resp, err := run(ctx, s, cmd, err, func(r *pb.LeaseGrantResponse) **pb.ResponseHeader { return &r.Header })
 		if chosen && attempt < 3 && errors.Is(err, rpctypes.ErrGRPCLeaseExist) {
 			continue // an ID we chose was taken: choose another

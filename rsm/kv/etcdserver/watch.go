@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // Watches are fed by the machine's applied stream (kv.Observer), which
@@ -354,13 +355,13 @@ func (st *watchStream) queueEvents(w *watcher, evs []*mvccpb.Event) {
 func (st *watchStream) send(it queued) error {
 	r := it.resp
 	limit := st.s.fragment
-	if !it.fragment || len(r.Events) <= 1 || r.Size() <= limit {
+	if !it.fragment || len(r.Events) <= 1 || proto.Size(r) <= limit {
 		return st.srv.Send(r)
 	}
 	var chunk []*mvccpb.Event
 	size := 0
 	for _, ev := range r.Events {
-		n := ev.Size()
+		n := proto.Size(ev)
 		if len(chunk) > 0 && size+n > limit {
 			if err := st.srv.Send(&pb.WatchResponse{Header: r.Header, WatchId: r.WatchId, Events: chunk, Fragment: true}); err != nil {
 				return err
