@@ -404,8 +404,9 @@ type clientProc struct {
 	id, kind string
 	cmd      *exec.Cmd
 	stdin    io.WriteCloser
-	stderr   *strings.Builder
-	stderrMu sync.Mutex
+	out      *strings.Builder // stderr and the lines of stdout that are not reports
+	outMu    sync.Mutex
+	killed   bool          // by the test
 	done     chan struct{} // closed once its output is read and it has exited
 }
 
@@ -418,8 +419,8 @@ func (fc *faultClients) start(kind string) *clientProc {
 	fc.mu.Unlock()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestEtcdFaultsClient$", "-test.count=1")
 	cmd.Env = append(os.Environ(), faultsClientEnv+"="+kind+":"+id, faultsEndpointsEnv+"="+strings.Join(fc.eps, ","))
-	p := &clientProc{id: id, kind: kind, cmd: cmd, stderr: &strings.Builder{}, done: make(chan struct{})}
-	cmd.Stderr = lockedStringWriter{&p.stderrMu, p.stderr}
+	p := &clientProc{id: id, kind: kind, cmd: cmd, out: &strings.Builder{}, done: make(chan struct{})}
+	cmd.Stderr = lockedStringWriter{&p.outMu, p.out}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		fc.t.Fatal(err)
@@ -438,6 +439,7 @@ func (fc *faultClients) start(kind string) *clientProc {
 		for sc.Scan() {
 			line, ok := strings.CutPrefix(sc.Text(), "FENCE ")
 			if !ok {
+				_, _ = lockedStringWriter{&p.outMu, p.out}.Write([]byte(sc.Text() + "\n"))
 				continue
 			}
 			var e fenceEvent
@@ -537,6 +539,7 @@ func (fc *faultClients) faultHolder(kind string, sig syscall.Signal) {
 	})
 	fc.t.Logf("%v: %s stopped while it holds with token %d", time.Since(fc.began).Round(time.Millisecond), p.id, tok)
 	if sig == syscall.SIGKILL {
+		p.killed = true
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
@@ -594,11 +597,12 @@ func (fc *faultClients) stopAll() []fenceEvent {
 			<-p.done
 			fc.t.Errorf("%s did not exit within 30s of its stdin's end", p.id)
 		}
-		p.stderrMu.Lock()
-		errs := p.stderr.String()
-		p.stderrMu.Unlock()
-		if strings.Contains(errs, "WARNING: DATA RACE") || strings.Contains(errs, "--- FAIL") || strings.Contains(errs, "panic:") {
-			fc.t.Errorf("%s:\n%s", p.id, errs)
+		p.outMu.Lock()
+		errs := p.out.String()
+		p.outMu.Unlock()
+		if strings.Contains(errs, "WARNING: DATA RACE") || strings.Contains(errs, "--- FAIL") || strings.Contains(errs, "panic:") ||
+			!p.killed && p.cmd.ProcessState.ExitCode() != 0 {
+			fc.t.Errorf("%s exited with %d:\n%s", p.id, p.cmd.ProcessState.ExitCode(), errs)
 		}
 	}
 	fc.mu.Lock()
