@@ -265,11 +265,11 @@ func testEtcdctl(t *testing.T, bin, ctl, version string) {
 		t.Fatalf("endpoint status: %+v", st)
 	}
 	for _, s := range st {
-		if s.Status.Version != "3.6.0" || s.Status.Leader == 0 || s.Status.Leader != st[0].Status.Leader || s.Status.RaftTerm == 0 || s.Status.DbSize < 1 {
+		if s.Status.Version != "3.7.0" || s.Status.Leader == 0 || s.Status.Leader != st[0].Status.Leader || s.Status.RaftTerm == 0 || s.Status.DbSize < 1 {
 			t.Fatalf("endpoint status: %+v", st)
 		}
 	}
-	if out := c.run("endpoint", "status", "-w", "table"); !strings.Contains(out, "3.6.0") {
+	if out := c.run("endpoint", "status", "-w", "table"); !strings.Contains(out, "3.7.0") {
 		t.Fatalf("endpoint status -w table: %q", out)
 	}
 	// 3.4 prints the health of each endpoint on stderr.

@@ -44,7 +44,7 @@ func TestEtcdServe(t *testing.T) {
 	if _, err := c.Get(ctx, "greeting", clientv3.WithRev(5)); !errors.Is(err, rpctypes.ErrFutureRev) {
 		t.Fatalf("get at a future revision: %v", err)
 	}
-	for path, want := range map[string]string{"/version": `"etcdserver":"3.6.0"`, "/health": `"health":"true"`, "/readyz": `"ready":true`} {
+	for path, want := range map[string]string{"/version": `"etcdserver":"3.7.0"`, "/health": `"health":"true"`, "/readyz": `"ready":true`} {
 		resp, err := http.Get(url + path)
 		if err != nil {
 			t.Fatal(err)

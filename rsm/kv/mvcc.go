@@ -178,9 +178,8 @@ func (s *state) checkRev(rev int64, cur uint64) (uint64, error) {
 
 // rangeAt answers r as of cur (the current revision, or the one a Txn's
 // writes so far make), as etcd does: limit, more and count, revision,
-// count_only, keys_only (etcd 3.6's: the lease stays; 3.7 leaves it out
-// unless sorting by value), sort order and
-// target, min and max create and mod revision filters. The header's
+// count_only, keys_only (etcd 3.7's: no value, and no lease unless
+// sorting by value), sort order and target, min and max create and mod revision filters. The header's
 // revision is cur, or 1 for 0: a group never written to reads as an
 // empty etcd, empty at revision 1.
 func (s *state) rangeAt(r *pb.RangeRequest, cur uint64) (*pb.RangeResponse, error) {
@@ -226,9 +225,7 @@ func (s *state) rangeAt(r *pb.RangeRequest, cur uint64) (*pb.RangeResponse, erro
 		resp.More = true
 	}
 	if r.KeysOnly {
-		for _, kv := range kvs {
-			kv.Value = nil
-		}
+		keysOnlyKVs(kvs, r.SortTarget)
 	}
 	resp.Kvs = kvs
 	return resp, nil

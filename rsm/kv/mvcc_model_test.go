@@ -230,7 +230,11 @@ func (r *refModel) rangeReq(q *pb.RangeRequest, cur int64) (*pb.RangeResponse, e
 	}
 	for _, kv := range out {
 		if q.KeysOnly {
-			kv.Value = nil // the lease stays, as in etcd 3.6
+			// etcd 3.7: the lease stays only when sorting by value.
+			kv.Value = nil
+			if q.SortTarget != pb.RangeRequest_VALUE {
+				kv.Lease = 0
+			}
 		}
 	}
 	resp.Kvs = out

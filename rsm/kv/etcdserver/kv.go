@@ -143,3 +143,49 @@ func (k *kvService) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.C
 	cmd, err := kv.CompactCommand(r)
 	return run(ctx, k.s, cmd, err, func(r *pb.CompactionResponse) **pb.ResponseHeader { return &r.Header })
 }
+
+// RangeStream serves etcd 3.7's streamed range: the chunks of
+// kv.ReadView.RangeStream, all read from one view. A serializable stream
+// reads this node's state; a linearizable one first reads the group's
+// revision through the node, as Range does, and then this node's state
+// once it has applied that revision.
+func (k *kvService) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServer) error {
+	s := k.s
+	ctx := stream.Context()
+	if err := kv.CheckRangeStream(r); err != nil {
+		return toGRPC(err)
+	}
+	view := s.m.ReadView()
+	if !r.Serializable {
+		// The key alone, counted: a cheap linearizable read whose
+		// header is the group's revision now. Once this node has
+		// applied it, its state holds every write acknowledged before.
+		q, err := kv.RangeQuery(&pb.RangeRequest{Key: r.Key, CountOnly: true})
+		if err != nil {
+			return toGRPC(err)
+		}
+		res, err := s.node.Read(ctx, s.name, q)
+		if err != nil {
+			return toGRPC(err)
+		}
+		at, err := decode(s, res, func(r *pb.RangeResponse) **pb.ResponseHeader { return &r.Header })
+		if err != nil {
+			return err
+		}
+		rev := at.Header.Revision
+		s.hub.waitRev(ctx, rev)
+		if view = s.m.ReadView(); apiRev(view) < rev {
+			if err := ctx.Err(); err != nil {
+				return toGRPC(err)
+			}
+			return rpctypes.ErrGRPCStopped
+		}
+	}
+	err := view.RangeStream(r, s.fragment, func(out *pb.RangeResponse) error {
+		if out.Header != nil {
+			s.fill(&out.Header)
+		}
+		return stream.Send(&pb.RangeStreamResponse{RangeResponse: out})
+	})
+	return toGRPC(err)
+}

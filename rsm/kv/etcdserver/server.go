@@ -26,8 +26,9 @@ import (
 )
 
 // Version is the etcd version the server reports (Status, /version):
-// the API it serves is etcd 3.6's. Kubernetes' feature checks read it.
-const Version = "3.6.0"
+// the API it serves is etcd 3.7's, RangeStream included. Kubernetes'
+// feature checks read it (progress requests need 3.5.13 or later).
+const Version = "3.7.0"
 
 // Defaults of Config.
 const (
