@@ -15,11 +15,11 @@ import (
 // catch-up rebuilds them from the store. A deposed leader does this: it may
 // have applied entries that were never committed.
 func (n *Node) resetReplica() {
-	n.repMu.Lock()
-	defer n.repMu.Unlock()
-	if err := n.rep.reset(); err != nil {
-		n.log.Error("reset of the state machines failed", "err", err)
-	}
+	n.rep.do(func(r *replica) {
+		if err := r.reset(); err != nil {
+			n.log.Error("reset of the state machines failed", "err", err)
+		}
+	})
 }
 
 // catchUp brings the replica up to the end of the store's log, stopping at
@@ -40,9 +40,7 @@ func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string,
 	}
 	const chunk = 100
 	for {
-		n.repMu.Lock()
-		applied := n.rep.applied
-		n.repMu.Unlock()
+		applied := n.rep.index()
 		c, err := n.readLog(ctx, applied+1, 0, chunk)
 		if err != nil {
 			return 0, "", err
@@ -56,19 +54,19 @@ func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string,
 			}
 			continue
 		}
-		n.repMu.Lock()
-		for _, e := range c.entries {
-			if e.Index != n.rep.applied+1 {
-				break
+		n.rep.do(func(r *replica) {
+			for _, e := range c.entries {
+				if e.Index != r.applied+1 {
+					break
+				}
+				r.apply(e)
 			}
-			n.rep.apply(e)
-		}
-		n.m.applyIndex.WithLabelValues(n.group).Set(float64(n.rep.applied))
-		n.repMu.Unlock()
+			n.m.applyIndex.WithLabelValues(n.group).Set(float64(r.applied))
+		})
 		if len(c.entries) < chunk {
-			n.repMu.Lock()
-			h := n.rep.applied + 1
-			n.repMu.Unlock()
+			// Read again: a heartbeat may have applied past the log's
+			// end read.
+			h := n.rep.index() + 1
 			if err := n.checkHole(ctx, h, end); err != nil {
 				return 0, "", err
 			}
@@ -83,9 +81,7 @@ func (n *Node) catchUp(ctx context.Context) (snapEnd uint64, snapVersion string,
 // replaced it) is read again.
 func (n *Node) loadSnapshotAt(ctx context.Context, end uint64, snap *snapshot.Stored) error {
 	for {
-		n.repMu.Lock()
-		applied := n.rep.applied
-		n.repMu.Unlock()
+		applied := n.rep.index()
 		if end == 0 || end <= applied {
 			return nil
 		}
@@ -118,42 +114,23 @@ func (n *Node) readLog(ctx context.Context, from, to uint64, limit int) (logChun
 
 // loadSnapshot restores snap if it is ahead of the replica. A manifest's
 // base is read only if the replica has not reached it; then the entries of
-// its segments after the replica's index are applied.
+// its segments after the replica's index are applied. The load is one job
+// of the replica's goroutine, which reads the snapshot's objects itself:
+// nothing is applied between the base and the segments.
 func (n *Node) loadSnapshot(ctx context.Context, snap *snapshot.Stored) error {
 	if snap == nil {
 		return nil
 	}
 	start := time.Now()
-	n.repMu.Lock()
-	defer n.repMu.Unlock()
-	if snap.EndIndex <= n.rep.applied {
-		return nil
+	var (
+		r      *Restore
+		loaded bool
+		err    error
+	)
+	if !n.rep.do(func(rep *replica) { r, loaded, err = n.loadSnapshotInto(ctx, rep, snap) }) {
+		return ErrClosed
 	}
-	var r *Restore
-	if snap.Man != nil {
-		r = &Restore{Segments: snap.Man.SegBytes}
-		if n.rep.applied < snap.Man.Base.Index {
-			r.Base = snap.Man.Base.Bytes
-		}
-		n.restoring.Store(r)
-		defer n.restoring.Store(nil)
-		err := n.gs.snap.Load(ctx, snap, n.rep.applied, func(cs *snapshot.Stream) error {
-			err := n.rep.restoreFrom(cs.Head, cs.Machine)
-			if err == nil {
-				if err = cs.Finish(); err != nil {
-					err = errors.Join(err, n.rep.reset())
-				}
-			}
-			return err
-		}, func(e *rsmpb.Entry, prepared []any) error {
-			n.rep.applyPrepared(e, prepared)
-			return nil
-		})
-		n.m.applyIndex.WithLabelValues(n.group).Set(float64(n.rep.applied))
-		if err != nil {
-			return err
-		}
-	} else if err := n.rep.restoreStored(snap); err != nil {
+	if err != nil || !loaded {
 		return err
 	}
 	took := time.Since(start)
@@ -166,6 +143,38 @@ func (n *Node) loadSnapshot(ctx context.Context, snap *snapshot.Stored) error {
 		n.log.Info("snapshot loaded", "end", snap.EndIndex, "took", took)
 	}
 	return nil
+}
+
+// loadSnapshotInto is loadSnapshot's job, on the replica's goroutine: it
+// reports whether snap was ahead of rep, and the sizes read from a
+// manifest.
+func (n *Node) loadSnapshotInto(ctx context.Context, rep *replica, snap *snapshot.Stored) (*Restore, bool, error) {
+	if snap.EndIndex <= rep.applied {
+		return nil, false, nil
+	}
+	if snap.Man == nil {
+		return nil, true, rep.restoreStored(snap)
+	}
+	r := &Restore{Segments: snap.Man.SegBytes}
+	if rep.applied < snap.Man.Base.Index {
+		r.Base = snap.Man.Base.Bytes
+	}
+	n.restoring.Store(r)
+	defer n.restoring.Store(nil)
+	err := n.gs.snap.Load(ctx, snap, rep.applied, func(cs *snapshot.Stream) error {
+		err := rep.restoreFrom(cs.Head, cs.Machine)
+		if err == nil {
+			if err = cs.Finish(); err != nil {
+				err = errors.Join(err, rep.reset())
+			}
+		}
+		return err
+	}, func(e *rsmpb.Entry, prepared []any) error {
+		rep.applyPrepared(e, prepared)
+		return nil
+	})
+	n.m.applyIndex.WithLabelValues(n.group).Set(float64(rep.applied))
+	return r, true, err
 }
 
 // checkHole is called where a catch-up found the log's end at index h

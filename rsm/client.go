@@ -39,7 +39,7 @@ func (c *client) submit(ctx context.Context, typ rsmpb.RequestType, machine stri
 	if n.ctx.Err() != nil {
 		return nil, n.stoppedErr()
 	}
-	if _, ok := n.rep.machines[machine]; !ok {
+	if _, ok := n.machines[machine]; !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownMachine, machine)
 	}
 	if limit := c.maxData(machine); typ == rsmpb.RequestType_COMMAND && len(data) > limit {

@@ -50,6 +50,11 @@ type replica struct {
 	onRefuse func(error) // told of it, once
 
 	mutation mutation // zero but in the simulator's mutation check
+
+	// owner, if set, is called at every apply, query, capture and
+	// restore: a node's tests set it to check that only the replica's
+	// goroutine (replicaOwner) uses it.
+	owner func()
 }
 
 // mutation puts a historical bug back into the pure core, so that the
@@ -91,6 +96,25 @@ func newReplica(machines map[string]StateMachine, maxSessions int) (*replica, er
 	return r, nil
 }
 
+// used runs the owner check, if any.
+func (r *replica) used() {
+	if r.owner != nil {
+		r.owner()
+	}
+}
+
+// query answers q on machine name as it stands: ok is false if the node
+// has no such machine.
+func (r *replica) query(name string, q []byte) (out []byte, ok bool, err error) {
+	r.used()
+	m, ok := r.machines[name]
+	if !ok {
+		return nil, false, nil
+	}
+	out, err = m.Query(q)
+	return out, true, err
+}
+
 // reset returns every machine to its empty state.
 func (r *replica) reset() error {
 	return r.restore(&rsmpb.Snapshot{})
@@ -116,6 +140,7 @@ func (r *replica) apply(e *rsmpb.Entry) (valid bool, results []result) {
 // snapshot restored on); every replica skips the same entries, so a
 // deposed leader's late writes are ignored by all.
 func (r *replica) applyPrepared(e *rsmpb.Entry, prepared []any) (valid bool, results []result) {
+	r.used()
 	r.applied = e.Index
 	if e.Term < r.maxTerm {
 		return false, nil
@@ -368,6 +393,7 @@ func (r *replica) snapshot() (*rsmpb.Snapshot, error) {
 // implements Capturer is captured in constant time, and only a machine
 // without it is serialized now.
 func (r *replica) capture() (*snapshot.Captured, error) {
+	r.used()
 	c := &snapshot.Captured{Head: r.head()}
 	for _, name := range r.names() {
 		m := r.machines[name]
@@ -416,6 +442,7 @@ func (r *replica) head() *rsmpb.Snapshot {
 
 // restore replaces the state with s, whose machines carry their bytes.
 func (r *replica) restore(s *rsmpb.Snapshot) error {
+	r.used()
 	return r.restoreStored(snapshot.FromSnapshot(s))
 }
 
@@ -425,6 +452,7 @@ func (r *replica) restore(s *rsmpb.Snapshot) error {
 // state and the replica to index 0: a half-restored state must never have
 // entries applied on top of it.
 func (r *replica) restoreStored(s *snapshot.Stored) error {
+	r.used()
 	return r.restoreFrom(s.Snapshot, func(i int) (io.Reader, error) { return s.MachineReader(i), nil })
 }
 
@@ -432,6 +460,7 @@ func (r *replica) restoreStored(s *snapshot.Stored) error {
 // each of its machines' bytes, asked for in name order (the order capture
 // writes them, so a base streamed part by part is read front to back).
 func (r *replica) restoreFrom(s *rsmpb.Snapshot, machine func(i int) (io.Reader, error)) error {
+	r.used()
 	have := map[string]int{}
 	for i, m := range s.Machines {
 		have[m.Name] = i

@@ -267,3 +267,55 @@ func TestFollowerSignsInVirtualTime(t *testing.T) {
 		})
 	}
 }
+
+// TestHeartbeatAnsweredWhileJoining: the replica is not the join loop's, so
+// a heartbeat is applied and answered at once, in virtual time, while the
+// run goroutine waits out an attempt's rank delay and while its read of
+// leader_state.json is held in the store.
+func TestHeartbeatAnsweredWhileJoining(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ls := leaderState{Term: 1, LeaderID: "l", LeaderAddr: "l:1", LeaderKey: "key-of-l", Followers: []followerInfo{{ID: "b"}, {ID: "c"}}}
+		b := newVirtualFollower(t, ls)
+		var index uint64
+		beat := func(what string) {
+			t.Helper()
+			req := heartbeatOf(1, "l", index, followerInfo{ID: "b"}, followerInfo{ID: "c", ApplyIndex: 9})
+			for range 2 {
+				index++
+				req.Entries = append(req.Entries, &rsmpb.Entry{Index: index, Term: 1, Noop: true, Group: testGroup})
+			}
+			start := time.Now()
+			resp := b.handleSynchronize(t.Context(), req, caller{id: "l", key: "key-of-l"})
+			if resp.Status != rsmpb.Status_OK || resp.ApplyIndex != index {
+				t.Fatalf("a heartbeat %s: %v, want OK at %d", what, resp, index)
+			}
+			if d := time.Since(start); d != 0 {
+				t.Fatalf("a heartbeat %s was answered after %v", what, d)
+			}
+		}
+		// c is ahead, as the first heartbeat says: b attempts after its
+		// rank's LeadershipDelay.
+		beat("while following")
+		held := make(chan struct{})
+		reading := make(chan struct{}, 1)
+		key := b.gs.key(leaderStateKey)
+		done := b.run(func() error { return b.Node.attempt(1) })
+		time.Sleep(vtDelay / 2)
+		synctest.Wait()
+		beat("during the rank delay")
+		b.hooks.set(nil, func(k string) {
+			if k == key {
+				reading <- struct{}{}
+				<-held
+			}
+		})
+		time.Sleep(vtDelay)
+		<-reading
+		synctest.Wait()
+		beat("during a read of leader_state.json")
+		b.hooks.set(nil, nil)
+		close(held)
+		b.cancel()
+		<-done
+	})
+}

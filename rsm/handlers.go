@@ -75,20 +75,24 @@ func (n *Node) handleSynchronize(ctx context.Context, req *rsmpb.SynchronizeRequ
 	case n.heard <- struct{}{}:
 	default:
 	}
-	n.repMu.Lock()
-	defer n.repMu.Unlock()
-	for _, e := range req.Entries {
-		if e.Index <= n.rep.applied {
-			continue
+	var applied uint64
+	if !n.rep.do(func(r *replica) {
+		for _, e := range req.Entries {
+			if e.Index <= r.applied {
+				continue
+			}
+			if e.Index != r.applied+1 {
+				break // a gap: the leader resends from our index
+			}
+			r.apply(e)
 		}
-		if e.Index != n.rep.applied+1 {
-			break // a gap: the leader resends from our index
-		}
-		n.rep.apply(e)
+		applied = r.applied
+		n.m.applyIndex.WithLabelValues(n.group).Set(float64(applied))
+	}) {
+		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: ErrClosed.Error()}
 	}
-	n.m.applyIndex.WithLabelValues(n.group).Set(float64(n.rep.applied))
 	n.m.syncs.WithLabelValues(n.group, "OK").Inc()
-	return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_OK, ApplyIndex: n.rep.applied, EnqueuedIndex: n.rep.applied}
+	return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_OK, ApplyIndex: applied, EnqueuedIndex: applied}
 }
 
 // accept takes a state request from another node's stream.
@@ -110,7 +114,7 @@ func (n *Node) accept(req *rsmpb.StateRequest) *pending {
 		l.enqueue(p)
 		return p
 	}
-	if _, ok := n.rep.machines[req.Machine]; !ok {
+	if _, ok := n.machines[req.Machine]; !ok {
 		p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_MACHINE, Message: req.Machine})
 		return p
 	}

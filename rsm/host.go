@@ -156,9 +156,11 @@ func (h *Host) Join(ctx context.Context, group string, machines map[string]State
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
+		n.rep.close()
 		return nil, ErrClosed
 	}
 	if h.groups[group] != nil {
+		n.rep.close()
 		return nil, fmt.Errorf("rsm: this host already joined group %q", group)
 	}
 	h.groups[group] = n

@@ -494,9 +494,7 @@ func (l *leaderRun) settled(wr *write) bool {
 		// every replica (our seal's term is higher). Our batch did not
 		// commit; its requests are retried by their nodes.
 		n.m.logAppendFail.WithLabelValues(n.group, "stale_writer").Inc()
-		n.repMu.Lock()
-		n.rep.apply(wr.found)
-		n.repMu.Unlock()
+		n.rep.do(func(r *replica) { r.apply(wr.found) })
 		w.cacheEntry(wr.found)
 		for _, p := range wr.batch {
 			l.finish(p, &rsmpb.StateResponse{Status: rsmpb.Status_NOT_COMMITTED, Message: "slot taken by a stale writer"})
@@ -506,9 +504,8 @@ func (l *leaderRun) settled(wr *write) bool {
 	n.m.committed.WithLabelValues(n.group).Inc()
 	n.m.handledBatches.WithLabelValues(n.group, "COMMAND").Inc()
 	start := time.Now()
-	n.repMu.Lock()
-	_, results := n.rep.apply(e)
-	n.repMu.Unlock()
+	var results []result
+	n.rep.do(func(r *replica) { _, results = r.apply(e) })
 	n.m.application.WithLabelValues(n.group, "COMMAND").Observe(time.Since(start).Seconds())
 	n.m.applyIndex.WithLabelValues(n.group).Set(float64(e.Index))
 	w.wait(waiter{batch: wr.batch, entry: e, results: results})
@@ -647,24 +644,21 @@ func (l *leaderRun) answerReads(b []*pending) {
 	n.m.handledBatches.WithLabelValues(n.group, "READ").Inc()
 	answers := make([]*rsmpb.StateResponse, len(b))
 	start := time.Now()
-	n.repMu.Lock()
-	for i, p := range b {
-		m, ok := n.rep.machines[p.req.Machine]
-		if !ok {
-			answers[i] = &rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_MACHINE, Message: p.req.Machine}
-			continue
+	n.rep.do(func(r *replica) {
+		for i, p := range b {
+			out, ok, err := r.query(p.req.Machine, p.req.Data)
+			switch {
+			case !ok:
+				answers[i] = &rsmpb.StateResponse{Status: rsmpb.Status_UNKNOWN_MACHINE, Message: p.req.Machine}
+			case err != nil:
+				answers[i] = &rsmpb.StateResponse{Status: rsmpb.Status_ERROR, Message: err.Error()}
+			case len(out) > n.opts.MaxMessageSize-1024:
+				answers[i] = &rsmpb.StateResponse{Status: rsmpb.Status_TOO_LARGE, Message: fmt.Sprintf("result of %d bytes", len(out))}
+			default:
+				answers[i] = &rsmpb.StateResponse{Status: rsmpb.Status_OK, Result: out}
+			}
 		}
-		out, err := m.Query(p.req.Data)
-		switch {
-		case err != nil:
-			answers[i] = &rsmpb.StateResponse{Status: rsmpb.Status_ERROR, Message: err.Error()}
-		case len(out) > n.opts.MaxMessageSize-1024:
-			answers[i] = &rsmpb.StateResponse{Status: rsmpb.Status_TOO_LARGE, Message: fmt.Sprintf("result of %d bytes", len(out))}
-		default:
-			answers[i] = &rsmpb.StateResponse{Status: rsmpb.Status_OK, Result: out}
-		}
-	}
-	n.repMu.Unlock()
+	})
 	n.m.application.WithLabelValues(n.group, "READ").Observe(time.Since(start).Seconds())
 	l.w.wait(waiter{batch: b, answers: answers})
 }

@@ -11,8 +11,8 @@ import (
 // entries confirmed since the stored snapshot, or a new base when the
 // segments have grown (window.wantsBase). A base is captured here and
 // written once every index it covers is confirmed
-// (window.snapshotToWrite); under the apply lock only the capture runs
-// (constant time for a machine that implements Capturer), the
+// (window.snapshotToWrite); on the replica's goroutine only the capture
+// runs (constant time for a machine that implements Capturer), the
 // serialization runs in the snapshot's worker.
 func (l *leaderRun) maybeSnapshot() {
 	if !l.w.snapshotDue() {
@@ -41,9 +41,9 @@ func (l *leaderRun) snapshotNow() {
 // reports whether the capture succeeded.
 func (l *leaderRun) holdBase() bool {
 	n := l.n
-	n.repMu.Lock()
-	snap, err := n.rep.capture()
-	n.repMu.Unlock()
+	var snap *snapshot.Captured
+	var err error
+	n.rep.do(func(r *replica) { snap, err = r.capture() })
 	if err != nil {
 		n.log.Error("snapshot failed", "err", err)
 		return false

@@ -18,8 +18,11 @@ import (
 //
 // Its run goroutine joins the group, follows, catches up and leads: it
 // does the store reads and the calls, and followCore (fc) decides what
-// comes next (followcore.go). Its client (client.go) submits the node's
-// requests under its session; RPC handlers (handlers.go) take the
+// comes next (followcore.go). The replica, the state machines and the
+// index applied, is another goroutine's (replicaOwner, replicaowner.go):
+// the run goroutine, the leader's loop, the Synchronize handler and
+// Status send it what to apply or read. Its client (client.go) submits the
+// node's requests under its session; RPC handlers (handlers.go) take the
 // leader's heartbeats and others' requests; catch-up and snapshot loading
 // are catchup.go.
 type Node struct {
@@ -36,12 +39,14 @@ type Node struct {
 	// have ended, its followers were told and the host forgot it.
 	gone chan struct{}
 
-	// repMu serializes every use of the state machines: applies, reads,
-	// snapshots and restores happen strictly one at a time.
-	repMu sync.Mutex
-	rep   *replica
-	// restoring is the snapshot being loaded under repMu (nil: none),
-	// readable without it.
+	// rep owns the replica: applies, reads, snapshots and restores
+	// happen on its goroutine, strictly one at a time.
+	rep *replicaOwner
+	// machines are the state machines by name, to check a request's
+	// machine; only rep's goroutine calls them.
+	machines map[string]StateMachine
+	// restoring is the snapshot rep's goroutine is loading (nil: none),
+	// readable while it loads.
 	restoring atomic.Pointer[Restore]
 
 	// client is the node's client session and its stream to the leader.
@@ -93,7 +98,7 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
-		host: h, group: group, opts: opts, rep: rep, m: h.m, ctx: ctx, cancel: cancel,
+		host: h, group: group, opts: opts, machines: machines, m: h.m, ctx: ctx, cancel: cancel,
 		log: h.log.With("group", group, "node", h.cfg.ID),
 		gs: newGroupStore(h.st, group, opts.Retry, opts.StoreTimeout,
 			snapshot.Options{Par: 8, Borrow: borrowsAll(machines), Prep: preparers(machines), PrepareFrom: prepareFrom}),
@@ -107,6 +112,7 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 	n.client = &client{n: n}
 	n.fc = newFollowCore(h.cfg.ID, n.incarnation, opts.MaxMissedHeartbeats)
 	rep.onRefuse = n.refuse
+	n.rep = startReplica(rep)
 	return n, nil
 }
 
@@ -134,9 +140,7 @@ func (n *Node) Status() Status {
 		s.Problem = n.problem.Error()
 	}
 	n.mu.Unlock()
-	n.repMu.Lock()
-	s.ApplyIndex = n.rep.applied
-	n.repMu.Unlock()
+	s.ApplyIndex = n.rep.index()
 	return s
 }
 
@@ -469,9 +473,7 @@ type logWatch struct {
 // watchLog notes the log's end, then waits half the heartbeat timeout. It
 // returns nil (and no error) if the node is closing.
 func (n *Node) watchLog() (*logWatch, error) {
-	n.repMu.Lock()
-	from := n.rep.applied
-	n.repMu.Unlock()
+	from := n.rep.index()
 	n.mu.Lock()
 	from = n.fc.watchFrom(from)
 	n.mu.Unlock()
@@ -521,9 +523,7 @@ func (n *Node) signed(ls leaderState, term uint64) bool {
 // leader of the term we gave up on, wait for our rank and attempt
 // leadership over the version we read.
 func (n *Node) attempt(term uint64) error {
-	n.repMu.Lock()
-	mine := n.rep.applied
-	n.repMu.Unlock()
+	mine := n.rep.index()
 	n.mu.Lock()
 	rank := n.fc.rank(mine)
 	n.mu.Unlock()
@@ -557,9 +557,7 @@ func (n *Node) askPacked() bool {
 // takes over and serves until deposed.
 func (n *Node) lead(prev leaderState, version string) error {
 	start := time.Now()
-	n.repMu.Lock()
-	applied := n.rep.applied
-	n.repMu.Unlock()
+	applied := n.rep.index()
 	// The commit index never decreases: a node that restarted empty
 	// knows less than the group did.
 	ls := leaderState{Term: prev.Term + 1, LeaderID: n.host.cfg.ID, LeaderAddr: n.host.cfg.Addr, Incarnation: n.incarnation,
@@ -636,9 +634,7 @@ func (n *Node) lead(prev leaderState, version string) error {
 
 // follow registers with the leader named in ls.
 func (n *Node) follow(ls leaderState) error {
-	n.repMu.Lock()
-	applied := n.rep.applied
-	n.repMu.Unlock()
+	applied := n.rep.index()
 	var resp *rsmpb.FollowResponse
 	var err error
 	for attempt := 0; attempt < n.opts.Retry.MaxAttempts; attempt++ {
@@ -715,6 +711,7 @@ func (n *Node) Leave(ctx context.Context) error {
 func (n *Node) finishLeave(l *leaderRun) {
 	defer close(n.gone)
 	n.wg.Wait()
+	n.rep.close()
 	n.client.close()
 	if l != nil {
 		// Let the followers take over without waiting for missed

@@ -1,6 +1,9 @@
 package rsm_test
 
 import (
+	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,5 +215,113 @@ func TestFollowersWaitForATakeover(t *testing.T) {
 		if s := n.Status(); s.Term != 1 {
 			t.Fatalf("%s is at term %d: a node was deposed during the creator's takeover", s.ID, s.Term)
 		}
+	}
+}
+
+// Every path to a node's replica at once, through a leader change: commands
+// and reads on every node, Status polled on every node, the leader's
+// heartbeats (Synchronize) applying on the followers, and a node joining
+// late that catches up meanwhile (a snapshot, the log, heartbeats). Under
+// the race detector, and under the check every replica of this package's
+// tests runs (only its owner's goroutine may use it), nothing else
+// touches a replica; afterwards every replica reaches the leader's index,
+// and no acknowledged command is lost.
+func TestReplicaOwnedThroughLeaderChange(t *testing.T) {
+	st := store.New(memstore.New())
+	opts := fastOptions() // a snapshot every 20 entries
+	opts.BatchMinCount = 1
+	join := func(id string) *rsm.Node {
+		n, err := startHost(t, st, id).Join(t.Context(), "g", map[string]rsm.StateMachine{"counter": &counter{}}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	nodes := []*rsm.Node{join("a"), join("b"), join("c")}
+	leader := waitLeader(t, nodes...)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	var acked atomic.Uint64
+	load := func(n *rsm.Node) {
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if _, err := n.Command(ctx, "counter", nil); err == nil {
+					acked.Add(1)
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				_, _ = n.Read(ctx, "counter", nil)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				_ = n.Status()
+				_ = n.Restoring()
+			}
+		}()
+	}
+	for _, n := range nodes {
+		load(n)
+	}
+	waitAcked := func(want uint64) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for acked.Load() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d commands acknowledged, want %d", acked.Load(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitAcked(60)
+	if err := leader.Leave(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var rest []*rsm.Node
+	for _, n := range nodes {
+		if n != leader {
+			rest = append(rest, n)
+		}
+	}
+	next := waitLeader(t, rest...)
+	late := join("d")
+	load(late)
+	rest = append(rest, late)
+	waitAcked(acked.Load() + 60)
+	deadline := time.Now().Add(30 * time.Second)
+	for late.Status().State != "JOINED" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the late node did not join: %+v", late.Status())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+
+	// Every replica reaches the leader's: heartbeats carry the rest.
+	end := next.Status().ApplyIndex
+	for _, n := range rest {
+		deadline := time.Now().Add(30 * time.Second)
+		for n.Status().ApplyIndex < end {
+			if time.Now().After(deadline) {
+				t.Fatalf("%+v did not reach the leader's index %d", n.Status(), end)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	res, err := next.Command(ctxT(t, 10*time.Second), "counter", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := decodeCount(t, res); got <= acked.Load() {
+		t.Fatalf("count %d, want above the %d commands acknowledged before", got, acked.Load())
 	}
 }

@@ -142,6 +142,7 @@ func newTestNode(t *testing.T, inner driver.Store, id string, opts Options) *tes
 	t.Cleanup(func() {
 		n.cancel()
 		n.wg.Wait()
+		n.rep.close()
 	})
 	return &testNode{Node: n, machine: c, hooks: hs}
 }
@@ -170,9 +171,14 @@ func (n *testNode) leadInBackground(t *testing.T) {
 
 func (n *testNode) count(t *testing.T) uint64 {
 	t.Helper()
-	n.repMu.Lock()
-	defer n.repMu.Unlock()
-	return n.machine.n
+	var c uint64
+	n.rep.do(func(*replica) { c = n.machine.n })
+	return c
+}
+
+// onReplica runs f on n's replica, on its goroutine.
+func (n *testNode) onReplica(f func(r *replica)) {
+	n.rep.do(f)
 }
 
 func (n *testNode) command(ctx context.Context) ([]byte, error) {
@@ -202,9 +208,8 @@ func freshWith(t *testing.T, inner driver.Store, opts Options) (count, applied u
 	if _, _, err := n.catchUp(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	n.repMu.Lock()
-	defer n.repMu.Unlock()
-	return n.machine.n, n.rep.applied
+	n.onReplica(func(r *replica) { count, applied = n.machine.n, r.applied })
+	return count, applied
 }
 
 func readEntryT(t *testing.T, inner driver.Store, index uint64) *rsmpb.Entry {

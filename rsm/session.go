@@ -33,16 +33,17 @@ func compareSettings(group, node *rsmpb.Settings) error {
 // group has recorded none yet (a new group, or one of the previous
 // version), nothing otherwise.
 func (n *Node) sealSettings() *rsmpb.Settings {
-	n.repMu.Lock()
-	defer n.repMu.Unlock()
-	if n.rep.settings != nil {
-		return nil
-	}
-	return proto.Clone(n.rep.local).(*rsmpb.Settings)
+	var s *rsmpb.Settings
+	n.rep.do(func(r *replica) {
+		if r.settings == nil {
+			s = proto.Clone(r.local).(*rsmpb.Settings)
+		}
+	})
+	return s
 }
 
 // refuse stops the node for good: its options disagree with the group's.
-// The replica calls it with repMu held, so it only records and cancels.
+// The replica calls it on its goroutine, so it only records and cancels.
 func (n *Node) refuse(err error) {
 	n.mu.Lock()
 	if n.refusal == nil {

@@ -34,7 +34,7 @@ type simNode struct {
 
 	specMax   uint64 // highest valid term, kept by the simulation (rule 1)
 	tentative bool   // applies are recorded only once confirmed (a leader's)
-	loading   bool   // a snapshot is being loaded (Node.loadSnapshot holds repMu)
+	loading   bool   // a snapshot is being loaded (Node.loadSnapshot is one job of the replica's goroutine)
 	buf       []simRec
 
 	fc        *followCore // the process's follower core; its join decisions
@@ -120,7 +120,7 @@ func (n *simNode) loadSnapshot(p *simProc, snap *snapshot.Stored) error {
 		n.record(simRec{index: snap.EndIndex, count: n.mach.count})
 		return nil
 	}
-	// Node.loadSnapshot holds the replica's lock throughout: nothing
+	// Node.loadSnapshot is one job of the replica's goroutine: nothing
 	// else applies while the objects are read.
 	n.loading = true
 	defer func() { n.loading = false }()

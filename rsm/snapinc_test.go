@@ -133,9 +133,7 @@ func TestLoadFromBaseAndSegments(t *testing.T) {
 	var mu sync.Mutex // the loader reads several objects at once
 	var gets []string
 	r.hooks.set(nil, func(key string) { mu.Lock(); gets = append(gets, key); mu.Unlock() })
-	r.repMu.Lock()
-	r.rep.applied = m.Base.Index // the state at the base: the counter's is m.Base.Index's
-	r.repMu.Unlock()
+	r.onReplica(func(rep *replica) { rep.applied = m.Base.Index }) // the state at the base: the counter's is m.Base.Index's
 	var applies []uint64
 	err := r.gs.snap.Load(t.Context(), snap, m.Base.Index, func(*snapshot.Stream) error {
 		t.Fatal("the base was read by a replica already at it")
@@ -181,9 +179,8 @@ func TestReaderRacingCollectionStartsOver(t *testing.T) {
 	if _, _, err := c.catchUp(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	c.repMu.Lock()
-	capt, err := c.rep.capture()
-	c.repMu.Unlock()
+	var capt *snapshot.Captured
+	c.onReplica(func(r *replica) { capt, err = r.capture() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +219,9 @@ func TestReaderRacingCollectionStartsOver(t *testing.T) {
 
 	// The reader's manifest is gone from under it.
 	err = b.gs.snap.Load(t.Context(), snap, 0, func(cs *snapshot.Stream) error {
-		return b.rep.restoreFrom(cs.Head, cs.Machine)
+		var err error
+		b.onReplica(func(r *replica) { err = r.restoreFrom(cs.Head, cs.Machine) })
+		return err
 	}, func(*rsmpb.Entry, []any) error { return nil })
 	if !errors.Is(err, snapshot.ErrMoved) {
 		t.Fatalf("reading a collected manifest: %v, want snapshot.ErrMoved", err)
@@ -261,7 +260,9 @@ func TestEarlierSnapshotFormatsReplacedByManifest(t *testing.T) {
 			}
 			var data []byte
 			if format == "chunked" {
-				c, err := r.rep.capture()
+				var c *snapshot.Captured
+				var err error
+				r.onReplica(func(rep *replica) { c, err = rep.capture() })
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -272,7 +273,9 @@ func TestEarlierSnapshotFormatsReplacedByManifest(t *testing.T) {
 				}
 				data = buf.Bytes()
 			} else {
-				s, err := r.rep.snapshot()
+				var s *rsmpb.Snapshot
+				var err error
+				r.onReplica(func(rep *replica) { s, err = rep.snapshot() })
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -38,9 +38,8 @@ func (l *leaderRun) takeover() error {
 			n.log.Warn("takeover: catch-up failed", "term", l.term, "err", err)
 			continue
 		}
-		n.repMu.Lock()
-		maxTerm, applied := n.rep.maxTerm, n.rep.applied
-		n.repMu.Unlock()
+		var maxTerm, applied uint64
+		n.rep.do(func(r *replica) { maxTerm, applied = r.maxTerm, r.applied })
 		if maxTerm > l.term {
 			return fmt.Errorf("%w: the log holds term %d, above ours (%d)", errDeposed, maxTerm, l.term)
 		}
@@ -101,15 +100,16 @@ func (l *leaderRun) seal(from uint64) (uint64, error) {
 		if err != nil {
 			return index, err // unknown: read the log again from the top
 		}
-		n.repMu.Lock()
 		if found == nil {
-			n.rep.apply(seal)
-			n.repMu.Unlock()
+			n.rep.do(func(r *replica) { r.apply(seal) })
 			return index, nil
 		}
-		valid, _ := n.rep.apply(found)
-		maxTerm := n.rep.maxTerm
-		n.repMu.Unlock()
+		var valid bool
+		var maxTerm uint64
+		n.rep.do(func(r *replica) {
+			valid, _ = r.apply(found)
+			maxTerm = r.maxTerm
+		})
 		if valid && maxTerm > l.term {
 			return index, fmt.Errorf("%w: met term %d at index %d before our seal", errDeposed, maxTerm, index)
 		}
