@@ -23,6 +23,9 @@ var (
 	ErrSnapshotVersion = errors.New("kv: unsupported snapshot format version")
 	// ErrCorruptSnapshot: a snapshot fails its checksum or does not decode.
 	ErrCorruptSnapshot = errors.New("kv: corrupt snapshot")
+	// ErrNeedsCommand: a read-only Txn query (TxnQuery) reached a machine
+	// before the group's first etcd write; propose the Txn as a command.
+	ErrNeedsCommand = errors.New("kv: a Txn before the first etcd write is a command")
 )
 
 // Error codes carried by an error result, so that a client reached through
@@ -31,6 +34,7 @@ const (
 	codeMalformed       byte = 1
 	codeInvalidKey      byte = 2
 	codeInvalidArgument byte = 3
+	codeNeedsCommand    byte = 0xFF
 	// Codes 4 and up are etcd's errors (etcdErrors).
 )
 
@@ -83,6 +87,8 @@ func codeOf(err error) byte {
 		return codeInvalidKey
 	case errors.Is(err, ErrInvalidArgument):
 		return codeInvalidArgument
+	case errors.Is(err, ErrNeedsCommand):
+		return codeNeedsCommand
 	}
 	return codeMalformed
 }
@@ -99,6 +105,8 @@ func errorOf(code byte, msg string) error {
 		sentinel = ErrInvalidKey
 	case codeInvalidArgument:
 		sentinel = ErrInvalidArgument
+	case codeNeedsCommand:
+		sentinel = ErrNeedsCommand
 	default:
 		if e, ok := etcdErrors[code]; ok {
 			return e

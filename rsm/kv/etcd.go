@@ -20,6 +20,7 @@ const (
 	tagLeaseExpire byte = 0x0A // LeaseRevokeRequest, proposed by the leader when the lease lapses
 
 	tagRange byte = 0x13 // RangeRequest
+	tagTxn   byte = 0x14 // TxnRequest, read-only
 
 	tagEtcdPutResult     byte = 0x24 // PutResponse
 	tagEtcdDeleteResult  byte = 0x25 // DeleteRangeResponse
@@ -82,6 +83,32 @@ func LeaseExpireCommand(id int64) []byte {
 // RangeQuery is the query that answers an etcd Range at the revision the
 // node reads at.
 func RangeQuery(r *pb.RangeRequest) ([]byte, error) { return tagged(tagRange, r) }
+
+// TxnQuery is the query that answers a read-only etcd Txn (ReadOnlyTxn)
+// at the revision the node reads at, as the command would have been
+// answered applied there. Until the group's first etcd write the
+// machine answers ErrNeedsCommand: the Txn is then to be proposed as a
+// command, which starts history (see "History and compaction").
+func TxnQuery(r *pb.TxnRequest) ([]byte, error) { return tagged(tagTxn, r) }
+
+// ReadOnlyTxn reports whether r neither puts nor deletes in any branch,
+// nested Txns included, so that it can be answered by a read.
+func ReadOnlyTxn(r *pb.TxnRequest) bool {
+	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
+		for _, op := range ops {
+			switch tv := op.Request.(type) {
+			case nil, *pb.RequestOp_RequestRange:
+			case *pb.RequestOp_RequestTxn:
+				if tv.RequestTxn != nil && !ReadOnlyTxn(tv.RequestTxn) {
+					return false
+				}
+			default:
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // DecodeResult decodes the result of a command or query of etcd's API:
 // a *pb.PutResponse, *pb.DeleteRangeResponse, *pb.TxnResponse,
@@ -286,6 +313,29 @@ func (m *Machine) compactTo(rev int64) error {
 	}
 	m.compact = at
 	return nil
+}
+
+// queryTxn answers a read-only Txn query on the current state, as
+// applyEtcd answers the Txn as a command that writes nothing.
+func (s *state) queryTxn(body []byte) []byte {
+	var r pb.TxnRequest
+	if err := unmarshal(&r, body); err != nil {
+		return errorReply(err)
+	}
+	if !ReadOnlyTxn(&r) {
+		return errorReply(fmt.Errorf("%w: a Txn query that writes", ErrInvalidArgument))
+	}
+	if err := checkTxnRequest(&r, MaxTxnOps); err != nil {
+		return errorReply(err)
+	}
+	path := s.comparePath(&r)
+	if _, err := s.checkTxnState(&r, path); err != nil {
+		return errorReply(err)
+	}
+	w := newWriter(s, false)
+	resp, _ := w.execTxn(&r, path)
+	resp.Header.Revision = int64(w.cur())
+	return result(tagEtcdTxnResult, resp)
 }
 
 // queryRange answers an etcd Range query on the current state.

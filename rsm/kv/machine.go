@@ -440,15 +440,23 @@ func ownValue(v []byte) []byte {
 	return v
 }
 
-// Query answers a get or a list encoded by Client, or an etcd Range
-// (RangeQuery). Like Apply, it reports a query it cannot answer in its
-// result, never as an error, so the client gets a typed error back
-// through any node.
+// Query answers a get or a list encoded by Client, an etcd Range
+// (RangeQuery) or a read-only etcd Txn (TxnQuery). Like Apply, it
+// reports a query it cannot answer in its result, never as an error, so
+// the client gets a typed error back through any node.
 func (m *Machine) Query(b []byte) ([]byte, error) {
 	if len(b) > 0 && b[0] == tagRange {
 		m.rlock()
 		defer m.mu.RUnlock()
 		return m.queryRange(b[1:]), nil
+	}
+	if len(b) > 0 && b[0] == tagTxn {
+		m.rlock()
+		defer m.mu.RUnlock()
+		if m.legacy {
+			return errorReply(ErrNeedsCommand), nil
+		}
+		return m.queryTxn(b[1:]), nil
 	}
 	q, err := decodeQuery(b)
 	if err == nil {

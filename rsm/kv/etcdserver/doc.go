@@ -62,8 +62,7 @@
 //   - MemberList knows this node's client URLs only; the other members
 //     are listed with their peer addresses.
 //   - Auth, member changes, Snapshot, MoveLeader, Downgrade and Hash
-//     answer Unimplemented. A Txn is always a command, even one
-//     that only reads.
+//     answer Unimplemented.
 //   - A watch stream that falls more than a million events behind is
 //     ended with Unavailable; the etcd client resumes its watches from
 //     the revisions it has seen.

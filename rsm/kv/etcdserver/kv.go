@@ -6,6 +6,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/rsm"
@@ -93,13 +95,60 @@ func (k *kvService) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (
 	return run(ctx, k.s, cmd, err, func(r *pb.DeleteRangeResponse) **pb.ResponseHeader { return &r.Header })
 }
 
+// Txn proposes a Txn that writes as a command. One that only reads (no
+// put or delete in any branch, nested Txns included) is a linearizable
+// read instead, as a linearizable Range is: the same answer at the same
+// revision, without a write to the log. etcd's Txn has no serializable
+// flag.
 func (k *kvService) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if kv.ReadOnlyTxn(r) {
+		resp, err := k.readTxn(ctx, r)
+		if !errors.Is(err, errNeedsCommand) {
+			return resp, err
+		}
+	}
 	cmd, err := kv.TxnCommand(r)
 	resp, err := run(ctx, k.s, cmd, err, func(r *pb.TxnResponse) **pb.ResponseHeader { return &r.Header })
 	if err != nil {
 		return nil, err
 	}
 	fillTxn(resp, resp.Header.RaftTerm, k.s)
+	return resp, nil
+}
+
+// errNeedsCommand: the read-only Txn is to be proposed as a command.
+var errNeedsCommand = errors.New("etcdserver: a command")
+
+// readTxn answers a read-only Txn by the node's linearizable read. It
+// returns errNeedsCommand, for the Txn to be proposed as before, when
+// the group has had no etcd write yet (the command starts history),
+// when the leader's version does not read Txns (kv.ErrMalformed), and
+// when the answer is larger than a read carries.
+func (k *kvService) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	s := k.s
+	q, err := kv.TxnQuery(r)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	res, err := s.node.Read(ctx, s.name, q)
+	if errors.Is(err, rsm.ErrTooLarge) {
+		return nil, errNeedsCommand
+	}
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	v, err := kv.DecodeResult(res)
+	if errors.Is(err, kv.ErrNeedsCommand) || errors.Is(err, kv.ErrMalformed) {
+		return nil, errNeedsCommand
+	}
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	resp, ok := v.(*pb.TxnResponse)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "etcdserver: the machine answered %T, want %T", v, resp)
+	}
+	fillTxn(resp, s.headerFunc()(0).RaftTerm, s)
 	return resp, nil
 }
 
