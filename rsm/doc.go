@@ -10,6 +10,7 @@
 //	node, err := host.Join(ctx, "orders", map[string]rsm.StateMachine{"kv": kv.New()}, rsm.Options{})
 //	res, err := node.Command(ctx, "kv", cmd) // applied exactly once, on every replica
 //	ans, err := node.Read(ctx, "kv", query)  // linearizable
+//	out, err := node.CallLeader(ctx, "timers", req) // a HandleCall handler, run on the leader, not logged
 //	defer host.Close()
 //
 // Any node accepts requests and forwards them to the leader over gRPC. The

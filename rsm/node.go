@@ -51,6 +51,8 @@ type Node struct {
 
 	// client is the node's client session and its stream to the leader.
 	client *client
+	// calls are the handlers of calls to the leader (call.go).
+	calls calls
 
 	mu    sync.Mutex
 	state State

@@ -97,6 +97,9 @@ func callAll(t *testing.T, conn *grpc.ClientConn, term, index uint64) []string {
 	if resp, err := c.Synchronize(ctx, forgedSync(term+1, index, "a")); err == nil {
 		got = append(got, "Synchronize: "+resp.Status.String())
 	}
+	if resp, err := c.Call(ctx, &rsmpb.CallRequest{Group: "g", NodeId: "b", Name: "echo", Data: []byte("forged")}); err == nil {
+		got = append(got, "Call: "+resp.Status.String())
+	}
 	for _, typ := range []rsmpb.RequestType{rsmpb.RequestType_COMMAND, rsmpb.RequestType_READ} {
 		s, err := c.Submit(ctx)
 		if err != nil {
@@ -119,6 +122,11 @@ func callAll(t *testing.T, conn *grpc.ClientConn, term, index uint64) []string {
 // follower applies nothing and the leader keeps its term.
 func TestPeerPortRefusesStrangers(t *testing.T) {
 	_, _, hb, a, b, cb := peerPair(t)
+	ran := make(chan []byte, 10)
+	a.HandleCall("echo", func(_ context.Context, req []byte) ([]byte, error) {
+		ran <- req
+		return req, nil
+	})
 	before, count, term := b.Status().ApplyIndex, localCount(t, cb), a.Status().Term
 
 	self, _, err := peerkey.New("b") // names a member, proves another key
@@ -144,6 +152,9 @@ func TestPeerPortRefusesStrangers(t *testing.T) {
 			}
 			_ = conn.Close()
 		}
+	}
+	if len(ran) > 0 {
+		t.Errorf("the leader's call handler ran %d times for strangers", len(ran))
 	}
 	if got := b.Status().ApplyIndex; got != before {
 		t.Errorf("follower's apply index %d after the forged calls, was %d", got, before)
@@ -301,6 +312,13 @@ func TestPeerAuthorisedPerGroup(t *testing.T) {
 	}
 	if resp, err := c.Follow(ctx, &rsmpb.FollowRequest{Group: "g2", NodeId: "x", Addr: hx.Addr().String(), Term: term}); err == nil {
 		t.Errorf("x's Follow of g2: answered %s, want refused", resp.Status)
+	}
+	y2.HandleCall("echo", func(_ context.Context, req []byte) ([]byte, error) { return req, nil })
+	if resp, err := c.Call(ctx, &rsmpb.CallRequest{Group: "g2", NodeId: "x", Name: "echo"}); err == nil {
+		t.Errorf("x's call to g2's leader: answered %s, want refused", resp.Status)
+	}
+	if resp, err := c.Call(ctx, &rsmpb.CallRequest{Group: "g1", NodeId: "y", Name: "echo"}); err == nil {
+		t.Errorf("x's call naming itself y: answered %s, want refused", resp.Status)
 	}
 	s, err := c.Submit(ctx)
 	if err != nil {

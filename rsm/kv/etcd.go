@@ -250,7 +250,9 @@ func (m *Machine) applyEtcd(cmd []byte) ([]byte, []*mvccpb.Event) {
 			return errorReply(errLeaseExist), nil
 		}
 		m.leases.ReplaceOrInsert(leaseItem{id: r.ID, ttl: r.TTL})
-		return result(tagLeaseGrantResult, &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: int64(m.rev)}, ID: r.ID, TTL: r.TTL}), nil
+		resp := &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: int64(m.rev)}, ID: r.ID, TTL: r.TTL}
+		m.granted = resp
+		return result(tagLeaseGrantResult, resp), nil
 	default: // tagLeaseRevoke, tagLeaseExpire
 		var r pb.LeaseRevokeRequest
 		if err := unmarshal(&r, body); err != nil {

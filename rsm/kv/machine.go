@@ -59,6 +59,10 @@ type Machine struct {
 	state
 	// observer, if set, is told of every revision Apply makes.
 	observer Observer
+	// leaseObserver, if set, is told of every lease Apply grants;
+	// granted is the lease the command being applied granted, if any.
+	leaseObserver LeaseObserver
+	granted       *pb.LeaseGrantResponse
 	// pub is the read view of the current state, once one is asked for;
 	// nil after any change.
 	pub *ReadView
@@ -139,6 +143,21 @@ func (m *Machine) SetObserver(o Observer) {
 	defer m.mu.Unlock()
 	m.settle()
 	m.observer = o
+}
+
+// LeaseObserver is told of each lease a command grants, with its ID and
+// TTL in seconds, from the goroutine that applies commands, after the
+// grant and without the machine's lock held. It must not wait for the
+// node (its Status, Command or Read).
+type LeaseObserver func(id, ttl int64)
+
+// SetLeaseObserver sets the observer Apply tells of each lease it grants
+// (nil for none): the etcd front end's leader times a lease from the
+// grant's apply.
+func (m *Machine) SetLeaseObserver(o LeaseObserver) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.leaseObserver = o
 }
 
 // rlock read-locks the machine with every deferred put in the tree.
@@ -276,7 +295,12 @@ func (m *Machine) Apply(cmd []byte) []byte {
 		}
 		res, evs := m.applyEtcd(cmd)
 		rev, o := m.rev, m.observer
+		granted, lo := m.granted, m.leaseObserver
+		m.granted = nil
 		m.mu.Unlock()
+		if granted != nil && lo != nil {
+			lo(granted.ID, granted.TTL)
+		}
 		switch {
 		case o == nil:
 		case len(evs) > 0:

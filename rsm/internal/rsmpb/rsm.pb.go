@@ -1626,6 +1626,163 @@ func (x *StateResponse) GetIndex() uint64 {
 	return 0
 }
 
+// CallRequest asks the group's leader to answer a call with the handler
+// registered under name (Node.CallLeader).
+type CallRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // the caller
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Data          []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallRequest) Reset() {
+	*x = CallRequest{}
+	mi := &file_rsm_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallRequest) ProtoMessage() {}
+
+func (x *CallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rsm_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
+func (*CallRequest) Descriptor() ([]byte, []int) {
+	return file_rsm_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CallRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *CallRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CallRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CallRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type CallResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// OK (result is the handler's), NOT_LEADER (leader_* name the leader
+	// known), UNKNOWN_GROUP, or ERROR (message is the handler's error, or
+	// says that no handler has that name).
+	Status        Status `protobuf:"varint,1,opt,name=status,proto3,enum=tenure.rsm.v1.Status" json:"status,omitempty"`
+	Result        []byte `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	LeaderId      string `protobuf:"bytes,4,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderAddr    string `protobuf:"bytes,5,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	Term          uint64 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallResponse) Reset() {
+	*x = CallResponse{}
+	mi := &file_rsm_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallResponse) ProtoMessage() {}
+
+func (x *CallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rsm_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
+func (*CallResponse) Descriptor() ([]byte, []int) {
+	return file_rsm_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CallResponse) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_OK
+}
+
+func (x *CallResponse) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *CallResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CallResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *CallResponse) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
+func (x *CallResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
 var File_rsm_proto protoreflect.FileDescriptor
 
 const file_rsm_proto_rawDesc = "" +
@@ -1762,7 +1919,20 @@ const file_rsm_proto_rawDesc = "" +
 	"\vleader_addr\x18\x06 \x01(\tR\n" +
 	"leaderAddr\x12\x12\n" +
 	"\x04term\x18\a \x01(\x04R\x04term\x12\x14\n" +
-	"\x05index\x18\b \x01(\x04R\x05index*\xa0\x02\n" +
+	"\x05index\x18\b \x01(\x04R\x05index\"d\n" +
+	"\vCallRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"\xc1\x01\n" +
+	"\fCallResponse\x12-\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x15.tenure.rsm.v1.StatusR\x06status\x12\x16\n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1b\n" +
+	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x12\x1f\n" +
+	"\vleader_addr\x18\x05 \x01(\tR\n" +
+	"leaderAddr\x12\x12\n" +
+	"\x04term\x18\x06 \x01(\x04R\x04term*\xa0\x02\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1784,12 +1954,13 @@ const file_rsm_proto_rawDesc = "" +
 	"\x0fSESSION_EXPIRED\x10\x14*$\n" +
 	"\vRequestType\x12\v\n" +
 	"\aCOMMAND\x10\x00\x12\b\n" +
-	"\x04READ\x10\x012\xbf\x02\n" +
+	"\x04READ\x10\x012\x80\x03\n" +
 	"\aReplica\x12N\n" +
 	"\tHandshake\x12\x1f.tenure.rsm.v1.HandshakeRequest\x1a .tenure.rsm.v1.HandshakeResponse\x12E\n" +
 	"\x06Follow\x12\x1c.tenure.rsm.v1.FollowRequest\x1a\x1d.tenure.rsm.v1.FollowResponse\x12T\n" +
 	"\vSynchronize\x12!.tenure.rsm.v1.SynchronizeRequest\x1a\".tenure.rsm.v1.SynchronizeResponse\x12G\n" +
-	"\x06Submit\x12\x1b.tenure.rsm.v1.StateRequest\x1a\x1c.tenure.rsm.v1.StateResponse(\x010\x01B0Z.github.com/tenure-io/tenure/rsm/internal/rsmpbb\x06proto3"
+	"\x06Submit\x12\x1b.tenure.rsm.v1.StateRequest\x1a\x1c.tenure.rsm.v1.StateResponse(\x010\x01\x12?\n" +
+	"\x04Call\x12\x1a.tenure.rsm.v1.CallRequest\x1a\x1b.tenure.rsm.v1.CallResponseB0Z.github.com/tenure-io/tenure/rsm/internal/rsmpbb\x06proto3"
 
 var (
 	file_rsm_proto_rawDescOnce sync.Once
@@ -1804,7 +1975,7 @@ func file_rsm_proto_rawDescGZIP() []byte {
 }
 
 var file_rsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_rsm_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_rsm_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_rsm_proto_goTypes = []any{
 	(Status)(0),                 // 0: tenure.rsm.v1.Status
 	(RequestType)(0),            // 1: tenure.rsm.v1.RequestType
@@ -1825,6 +1996,8 @@ var file_rsm_proto_goTypes = []any{
 	(*SynchronizeResponse)(nil), // 16: tenure.rsm.v1.SynchronizeResponse
 	(*StateRequest)(nil),        // 17: tenure.rsm.v1.StateRequest
 	(*StateResponse)(nil),       // 18: tenure.rsm.v1.StateResponse
+	(*CallRequest)(nil),         // 19: tenure.rsm.v1.CallRequest
+	(*CallResponse)(nil),        // 20: tenure.rsm.v1.CallResponse
 }
 var file_rsm_proto_depIdxs = []int32{
 	2,  // 0: tenure.rsm.v1.Entry.commands:type_name -> tenure.rsm.v1.Command
@@ -1841,19 +2014,22 @@ var file_rsm_proto_depIdxs = []int32{
 	0,  // 11: tenure.rsm.v1.SynchronizeResponse.status:type_name -> tenure.rsm.v1.Status
 	1,  // 12: tenure.rsm.v1.StateRequest.type:type_name -> tenure.rsm.v1.RequestType
 	0,  // 13: tenure.rsm.v1.StateResponse.status:type_name -> tenure.rsm.v1.Status
-	10, // 14: tenure.rsm.v1.Replica.Handshake:input_type -> tenure.rsm.v1.HandshakeRequest
-	13, // 15: tenure.rsm.v1.Replica.Follow:input_type -> tenure.rsm.v1.FollowRequest
-	15, // 16: tenure.rsm.v1.Replica.Synchronize:input_type -> tenure.rsm.v1.SynchronizeRequest
-	17, // 17: tenure.rsm.v1.Replica.Submit:input_type -> tenure.rsm.v1.StateRequest
-	11, // 18: tenure.rsm.v1.Replica.Handshake:output_type -> tenure.rsm.v1.HandshakeResponse
-	14, // 19: tenure.rsm.v1.Replica.Follow:output_type -> tenure.rsm.v1.FollowResponse
-	16, // 20: tenure.rsm.v1.Replica.Synchronize:output_type -> tenure.rsm.v1.SynchronizeResponse
-	18, // 21: tenure.rsm.v1.Replica.Submit:output_type -> tenure.rsm.v1.StateResponse
-	18, // [18:22] is the sub-list for method output_type
-	14, // [14:18] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	0,  // 14: tenure.rsm.v1.CallResponse.status:type_name -> tenure.rsm.v1.Status
+	10, // 15: tenure.rsm.v1.Replica.Handshake:input_type -> tenure.rsm.v1.HandshakeRequest
+	13, // 16: tenure.rsm.v1.Replica.Follow:input_type -> tenure.rsm.v1.FollowRequest
+	15, // 17: tenure.rsm.v1.Replica.Synchronize:input_type -> tenure.rsm.v1.SynchronizeRequest
+	17, // 18: tenure.rsm.v1.Replica.Submit:input_type -> tenure.rsm.v1.StateRequest
+	19, // 19: tenure.rsm.v1.Replica.Call:input_type -> tenure.rsm.v1.CallRequest
+	11, // 20: tenure.rsm.v1.Replica.Handshake:output_type -> tenure.rsm.v1.HandshakeResponse
+	14, // 21: tenure.rsm.v1.Replica.Follow:output_type -> tenure.rsm.v1.FollowResponse
+	16, // 22: tenure.rsm.v1.Replica.Synchronize:output_type -> tenure.rsm.v1.SynchronizeResponse
+	18, // 23: tenure.rsm.v1.Replica.Submit:output_type -> tenure.rsm.v1.StateResponse
+	20, // 24: tenure.rsm.v1.Replica.Call:output_type -> tenure.rsm.v1.CallResponse
+	20, // [20:25] is the sub-list for method output_type
+	15, // [15:20] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_rsm_proto_init() }
@@ -1867,7 +2043,7 @@ func file_rsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rsm_proto_rawDesc), len(file_rsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

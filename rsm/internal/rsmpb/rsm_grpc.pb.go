@@ -27,6 +27,7 @@ const (
 	Replica_Follow_FullMethodName      = "/tenure.rsm.v1.Replica/Follow"
 	Replica_Synchronize_FullMethodName = "/tenure.rsm.v1.Replica/Synchronize"
 	Replica_Submit_FullMethodName      = "/tenure.rsm.v1.Replica/Submit"
+	Replica_Call_FullMethodName        = "/tenure.rsm.v1.Replica/Call"
 )
 
 // ReplicaClient is the client API for Replica service.
@@ -41,6 +42,9 @@ type ReplicaClient interface {
 	// Submit carries state requests in order; responses come back as they
 	// complete, matched by id.
 	Submit(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StateRequest, StateResponse], error)
+	// Call runs a handler a machine's host registered on the leader (lease
+	// keep-alives of the etcd front end): it does not go through the log.
+	Call(ctx context.Context, in *CallRequest, opts ...grpc.CallOption) (*CallResponse, error)
 }
 
 type replicaClient struct {
@@ -94,6 +98,16 @@ func (c *replicaClient) Submit(ctx context.Context, opts ...grpc.CallOption) (gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Replica_SubmitClient = grpc.BidiStreamingClient[StateRequest, StateResponse]
 
+func (c *replicaClient) Call(ctx context.Context, in *CallRequest, opts ...grpc.CallOption) (*CallResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CallResponse)
+	err := c.cc.Invoke(ctx, Replica_Call_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReplicaServer is the server API for Replica service.
 // All implementations must embed UnimplementedReplicaServer
 // for forward compatibility.
@@ -106,6 +120,9 @@ type ReplicaServer interface {
 	// Submit carries state requests in order; responses come back as they
 	// complete, matched by id.
 	Submit(grpc.BidiStreamingServer[StateRequest, StateResponse]) error
+	// Call runs a handler a machine's host registered on the leader (lease
+	// keep-alives of the etcd front end): it does not go through the log.
+	Call(context.Context, *CallRequest) (*CallResponse, error)
 	mustEmbedUnimplementedReplicaServer()
 }
 
@@ -127,6 +144,9 @@ func (UnimplementedReplicaServer) Synchronize(context.Context, *SynchronizeReque
 }
 func (UnimplementedReplicaServer) Submit(grpc.BidiStreamingServer[StateRequest, StateResponse]) error {
 	return status.Error(codes.Unimplemented, "method Submit not implemented")
+}
+func (UnimplementedReplicaServer) Call(context.Context, *CallRequest) (*CallResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Call not implemented")
 }
 func (UnimplementedReplicaServer) mustEmbedUnimplementedReplicaServer() {}
 func (UnimplementedReplicaServer) testEmbeddedByValue()                 {}
@@ -210,6 +230,24 @@ func _Replica_Submit_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Replica_SubmitServer = grpc.BidiStreamingServer[StateRequest, StateResponse]
 
+func _Replica_Call_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CallRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReplicaServer).Call(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Replica_Call_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReplicaServer).Call(ctx, req.(*CallRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Replica_ServiceDesc is the grpc.ServiceDesc for Replica service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -228,6 +266,10 @@ var Replica_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Synchronize",
 			Handler:    _Replica_Synchronize_Handler,
+		},
+		{
+			MethodName: "Call",
+			Handler:    _Replica_Call_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -47,18 +47,16 @@
 //
 // The machine knows no time: the leader times the leases. On taking
 // leadership it gives every lease its full TTL from then (as etcd does
-// on promotion); a grant or a keep-alive it serves starts the TTL anew;
-// a lease granted through a follower is timed from when the leader next
-// looks (LeaseCheckInterval). A lapsed lease is expired by a command the
-// leader proposes, so every replica deletes its keys at one revision.
+// on promotion); a grant starts the TTL when the leader applies it
+// (kv.LeaseObserver), through whichever node it came; a keep-alive
+// starts it anew. A follower forwards keep-alives and TimeToLive to the
+// leader (rsm.Node.CallLeader, over the group's authenticated peer
+// connections) and answers with the leader's answer. A lapsed lease is
+// expired by a command the leader proposes, so every replica deletes its
+// keys at one revision.
 //
 // # What it does not do
 //
-//   - KeepAlive is served by the leader only. A follower answers
-//     Unavailable, naming the leader; the etcd client then opens a new
-//     stream, to another endpoint if it has several. A client that knows
-//     only a follower cannot keep a lease alive (forwarding is not done
-//     yet). TimeToLive on a follower reports the granted TTL.
 //   - MemberList knows this node's client URLs only; the other members
 //     are listed with their peer addresses.
 //   - Auth, member changes, Snapshot, MoveLeader, Downgrade and Hash

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +22,8 @@ import (
 
 // keeper times the group's leases on the leader, as etcd's lessor does:
 // on taking leadership every lease gets its full TTL from then; a lease
-// granted or kept alive gets its TTL from then; one that lapses is
+// gets its TTL from the grant's apply on the leader, and from each
+// keep-alive (forwarded by the other nodes); one that lapses is
 // expired by a command (kv.LeaseExpireCommand) the leader proposes, so
 // that every replica deletes its keys at the same revision. A follower
 // times nothing. It is safe for concurrent use.
@@ -125,22 +127,14 @@ func (k *keeper) check(ctx context.Context) {
 	}
 }
 
-// errNotLeader answers a keep-alive on a node that does not lead: the
-// code is one the etcd client retries on (a new stream, maybe to another
-// endpoint).
-func errNotLeader(leader string) error {
-	if leader == "" {
-		return rpctypes.ErrGRPCNoLeader
-	}
-	return status.Errorf(codes.Unavailable, "etcdserver: not leader (lease keep-alives are served by the group's leader, %s)", leader)
-}
-
 // keepAlive renews lease id on the leader: its TTL counts from now. ttl
-// is 0 if the lease does not exist.
+// is 0 if the lease does not exist. On a node that does not lead it
+// fails with an *rsm.NotLeaderError, which has the call asked again of
+// the leader.
 func (k *keeper) keepAlive(id int64) (ttl int64, err error) {
 	term := k.leading()
 	if term == 0 {
-		return 0, errNotLeader(k.s.node.Status().LeaderID)
+		return 0, &rsm.NotLeaderError{}
 	}
 	now := k.s.clock.Now()
 	k.mu.Lock()
@@ -157,33 +151,135 @@ func (k *keeper) keepAlive(id int64) (ttl int64, err error) {
 	return l.TTL, nil
 }
 
-// granted starts lease id's TTL now, if this node leads.
+// granted starts lease id's TTL now, if this node leads: the machine
+// tells it of each grant it applies (kv.LeaseObserver), on the goroutine
+// that applies, so it does not ask the node. A node that just began to
+// lead and has not looked yet gives every lease its full TTL when it
+// does.
 func (k *keeper) granted(id, ttl int64) {
-	term := k.leading()
 	now := k.s.clock.Now()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if term == 0 || term != k.term {
-		return // the next check starts it
+	if k.term == 0 {
+		return
 	}
 	k.deadlines[id] = now.Add(ttlDuration(ttl))
 }
 
-// remaining is lease id's time left in seconds, rounded up, and whether
-// this node times it (it leads).
-func (k *keeper) remaining(id int64) (int64, bool) {
+// timeToLive is lease id as the leader sees it, its TTL left on the
+// leader's timer. On a node that does not lead it fails with an
+// *rsm.NotLeaderError.
+func (k *keeper) timeToLive(id int64, withKeys bool) (ttlAnswer, error) {
+	term := k.leading()
+	if term == 0 {
+		return ttlAnswer{}, &rsm.NotLeaderError{}
+	}
 	now := k.s.clock.Now()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	d, ok := k.deadlines[id]
-	if !ok || k.term == 0 {
-		return 0, false
+	k.sync(term, now)
+	l, keys, ok := k.s.m.ReadView().Lease(id)
+	if !ok {
+		return ttlAnswer{}, nil
 	}
-	left := d.Sub(now)
-	if left <= 0 {
-		return 0, true
+	a := ttlAnswer{Found: true, Granted: l.TTL, TTL: 0}
+	if d, ok := k.deadlines[id]; ok && now.Before(d) {
+		a.TTL = int64((d.Sub(now) + time.Second - 1) / time.Second)
 	}
-	return int64((left + time.Second - 1) / time.Second), true
+	if withKeys {
+		a.Keys = make([][]byte, len(keys))
+		for i, key := range keys {
+			a.Keys[i] = []byte(key)
+		}
+	}
+	return a, nil
+}
+
+// ttlAnswer is the leader's answer to a LeaseTimeToLive, as a call
+// carries it.
+type ttlAnswer struct {
+	Found   bool     `json:"found"`
+	Granted int64    `json:"granted"`
+	TTL     int64    `json:"ttl"`
+	Keys    [][]byte `json:"keys,omitempty"`
+}
+
+// Names of the calls the leader answers (rsm.Node.CallLeader), under the
+// machine's name: several etcd front ends may share a group.
+func (s *Server) keepAliveCall() string  { return "etcd/" + s.name + "/lease-keepalive" }
+func (s *Server) timeToLiveCall() string { return "etcd/" + s.name + "/lease-timetolive" }
+
+// handleCalls registers the leader's side of the forwarded lease calls
+// on the node (nil on close).
+func (s *Server) handleCalls(on bool) {
+	if !on {
+		s.node.HandleCall(s.keepAliveCall(), nil)
+		s.node.HandleCall(s.timeToLiveCall(), nil)
+		return
+	}
+	s.node.HandleCall(s.keepAliveCall(), func(_ context.Context, req []byte) ([]byte, error) {
+		if len(req) != 8 {
+			return nil, fmt.Errorf("etcdserver: a keep-alive call of %d bytes, want 8", len(req))
+		}
+		ttl, err := s.leases.keepAlive(int64(binary.BigEndian.Uint64(req)))
+		if err != nil {
+			return nil, err
+		}
+		return binary.BigEndian.AppendUint64(nil, uint64(ttl)), nil
+	})
+	s.node.HandleCall(s.timeToLiveCall(), func(_ context.Context, req []byte) ([]byte, error) {
+		if len(req) != 9 {
+			return nil, fmt.Errorf("etcdserver: a time-to-live call of %d bytes, want 9", len(req))
+		}
+		a, err := s.leases.timeToLive(int64(binary.BigEndian.Uint64(req)), req[8] == 1)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(a)
+	})
+}
+
+// forwardTimeout bounds a lease call forwarded to the leader, across
+// leader changes: etcd's request timeout with its default election
+// timeout (5 s + 2 × 1 s).
+const forwardTimeout = 7 * time.Second
+
+// callLeader makes a lease call on the leader (this node, if it leads),
+// and maps its failure to the error etcd answers: ErrGRPCNoLeader if no
+// leader was known by the deadline, ErrGRPCTimeout if none answered,
+// ErrGRPCStopped once the node left.
+func (s *Server) callLeader(ctx context.Context, name string, req []byte) ([]byte, error) {
+	cctx, cancel := context.WithTimeout(ctx, forwardTimeout)
+	defer cancel()
+	res, err := s.node.CallLeader(cctx, name, req)
+	if err == nil {
+		return res, nil
+	}
+	var nl *rsm.NotLeaderError
+	switch {
+	case ctx.Err() != nil:
+		return nil, toGRPC(ctx.Err())
+	case errors.Is(err, rsm.ErrClosed):
+		return nil, rpctypes.ErrGRPCStopped
+	case errors.As(err, &nl) && nl.Leader == "":
+		return nil, rpctypes.ErrGRPCNoLeader
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, rpctypes.ErrGRPCTimeout
+	}
+	return nil, toGRPC(err)
+}
+
+// renew renews lease id on the leader and returns its TTL, 0 if it does
+// not exist.
+func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
+	res, err := s.callLeader(ctx, s.keepAliveCall(), binary.BigEndian.AppendUint64(nil, uint64(id)))
+	if err != nil {
+		return 0, err
+	}
+	if len(res) != 8 {
+		return 0, status.Errorf(codes.Internal, "etcdserver: the leader answered a keep-alive with %d bytes", len(res))
+	}
+	return int64(binary.BigEndian.Uint64(res)), nil
 }
 
 // leaseService is etcd's Lease service.
@@ -226,8 +322,7 @@ func (l *leaseService) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) 
 		if err != nil {
 			return nil, err
 		}
-		s.leases.granted(resp.ID, resp.TTL)
-		return resp, nil
+		return resp, nil // the leader timed it from its apply
 	}
 }
 
@@ -236,26 +331,28 @@ func (l *leaseService) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest
 	return run(ctx, l.s, cmd, err, func(r *pb.LeaseRevokeResponse) **pb.ResponseHeader { return &r.Header })
 }
 
-// LeaseTimeToLive reads the lease on this node's state. Its TTL left is
-// the leader's timer; a follower, which times nothing, reports the
-// granted TTL. A lease that does not exist has TTL -1, as in etcd.
-func (l *leaseService) LeaseTimeToLive(_ context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+// LeaseTimeToLive asks the leader, as etcd does: the TTL left is the
+// leader's timer, the lease and its keys the leader's state. A lease
+// that does not exist has TTL -1, as in etcd.
+func (l *leaseService) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	s := l.s
-	view := s.m.ReadView()
-	lease, keys, ok := view.Lease(r.ID)
-	resp := &pb.LeaseTimeToLiveResponse{Header: s.header(apiRev(view)), ID: r.ID, TTL: -1}
-	if !ok {
-		return resp, nil
-	}
-	resp.GrantedTTL, resp.TTL = lease.TTL, lease.TTL
-	if left, timed := s.leases.remaining(r.ID); timed {
-		resp.TTL = left
-	}
+	req := binary.BigEndian.AppendUint64(nil, uint64(r.ID))
 	if r.Keys {
-		resp.Keys = make([][]byte, len(keys))
-		for i, k := range keys {
-			resp.Keys[i] = []byte(k)
-		}
+		req = append(req, 1)
+	} else {
+		req = append(req, 0)
+	}
+	res, err := s.callLeader(ctx, s.timeToLiveCall(), req)
+	if err != nil {
+		return nil, err
+	}
+	var a ttlAnswer
+	if err := json.Unmarshal(res, &a); err != nil {
+		return nil, status.Errorf(codes.Internal, "etcdserver: the leader's answer to a time-to-live: %v", err)
+	}
+	resp := &pb.LeaseTimeToLiveResponse{Header: s.header(apiRev(s.m.ReadView())), ID: r.ID, TTL: -1}
+	if a.Found {
+		resp.GrantedTTL, resp.TTL, resp.Keys = a.Granted, a.TTL, a.Keys
 	}
 	return resp, nil
 }
@@ -269,10 +366,11 @@ func (l *leaseService) LeaseLeases(context.Context, *pb.LeaseLeasesRequest) (*pb
 	return resp, nil
 }
 
-// LeaseKeepAlive renews leases on the leader. A follower answers with
-// an Unavailable status naming the leader: the etcd client then opens a
-// new stream (to another endpoint, if it has several). Forwarding to the
-// leader is not done yet.
+// LeaseKeepAlive renews leases on the leader: a node that does not lead
+// forwards each keep-alive to the leader over the group's peer
+// connection and answers with the leader's answer, as etcd does; across
+// a leader change it asks the new leader. A lease that does not exist
+// is answered with TTL 0, as etcd answers.
 func (l *leaseService) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 	s := l.s
 	for {
@@ -283,7 +381,7 @@ func (l *leaseService) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) erro
 		if err != nil {
 			return err
 		}
-		ttl, err := s.leases.keepAlive(req.ID)
+		ttl, err := s.renew(stream.Context(), req.ID)
 		if err != nil {
 			return err
 		}

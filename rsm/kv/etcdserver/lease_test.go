@@ -1,11 +1,13 @@
 package etcdserver_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,10 +16,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
+	"github.com/tenure-io/tenure/internal/clock"
 	"github.com/tenure-io/tenure/rsm/kv/etcdserver"
 )
 
@@ -109,9 +110,11 @@ func rawConn(t *testing.T, addr string) *grpc.ClientConn {
 	return cc
 }
 
-// TestKeepAliveOnFollower: a follower does not time leases; its answer
-// to a keep-alive is Unavailable, which the etcd client retries on a new
-// stream, naming the leader.
+// TestKeepAliveOnFollower: a follower forwards keep-alives and
+// time-to-live requests to the leader and answers with the leader's
+// answer: the granted TTL for a lease it renewed, TTL 0 for a lease that
+// does not exist (etcd's answer, which its client reports as
+// ErrLeaseNotFound), and the TTL left on the leader's timer.
 func TestKeepAliveOnFollower(t *testing.T) {
 	g := startGroup(t, nil)
 	ctx := ctxT(t, 30*time.Second)
@@ -124,13 +127,139 @@ func TestKeepAliveOnFollower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(gr.ID)}); err != nil && !errors.Is(err, io.EOF) {
+	for _, c := range []struct{ id, ttl int64 }{{int64(gr.ID), 30}, {int64(gr.ID) + 1, 0}} {
+		if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: c.id}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil || resp.ID != c.id || resp.TTL != c.ttl || resp.Header.MemberId != etcdserver.MemberID("etcd", g.c.ID(f)) {
+			t.Fatalf("keep-alive of lease %d on a follower: %v %+v; want TTL %d in the follower's header", c.id, err, resp, c.ttl)
+		}
+	}
+	cf := g.client(f)
+	if _, err := cf.KeepAliveOnce(ctx, gr.ID+1); !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		t.Fatalf("keep-alive once of no lease through a follower: %v, want ErrLeaseNotFound", err)
+	}
+	ttl, err := cf.TimeToLive(ctx, gr.ID+1)
+	if err != nil || ttl.TTL != -1 {
+		t.Fatalf("time to live of no lease through a follower: %v %+v, want TTL -1", err, ttl)
+	}
+	if _, err := cf.Put(ctx, "f/a", "1", clientv3.WithLease(gr.ID)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = stream.Recv()
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), g.c.ID(l)) {
-		t.Fatalf("keep-alive on a follower: %v; want Unavailable naming leader %s", err, g.c.ID(l))
+	ttl, err = cf.TimeToLive(ctx, gr.ID, clientv3.WithAttachedKeys())
+	if err != nil || ttl.GrantedTTL != 30 || ttl.TTL < 1 || ttl.TTL > 30 || len(ttl.Keys) != 1 || string(ttl.Keys[0]) != "f/a" {
+		t.Fatalf("time to live through a follower: %v %+v", err, ttl)
 	}
+}
+
+// skewClock is the system clock moved forward by off.
+type skewClock struct {
+	clock.Real
+	off atomic.Int64
+}
+
+func (c *skewClock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
+
+// TestGrantTimedFromApply: a lease granted through a follower is timed
+// on the leader from the grant's apply, not from when the leader next
+// looks at its leases (here never: the interval is an hour).
+func TestGrantTimedFromApply(t *testing.T) {
+	clk := &skewClock{}
+	g := startGroup(t, func(c *etcdserver.Config) {
+		c.Clock = clk
+		c.LeaseCheckInterval = time.Hour
+	})
+	ctx := ctxT(t, 30*time.Second)
+	cf := g.client(g.follower())
+	// The leader looks once, as it does every interval: it learns it leads.
+	if ttl, err := cf.TimeToLive(ctx, 1); err != nil || ttl.TTL != -1 {
+		t.Fatalf("time to live of no lease: %v %+v", err, ttl)
+	}
+	gr, err := cf.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.off.Store(int64(10 * time.Second))
+	ttl, err := cf.TimeToLive(ctx, gr.ID)
+	if err != nil || ttl.GrantedTTL != 30 || ttl.TTL != 20 {
+		t.Fatalf("time to live 10 s after the grant: %v %+v; want 20 s left of 30", err, ttl)
+	}
+}
+
+// TestKeepAliveThroughFollowerOnly: a client whose only endpoint is a
+// follower keeps a lease alive past several TTLs, and across a stop of
+// the leader (the new leader renews it); once it stops, the lease
+// expires on the new leader.
+func TestKeepAliveThroughFollowerOnly(t *testing.T) {
+	g := startGroup(t, nil)
+	ctx := ctxT(t, 90*time.Second)
+	f := g.follower()
+	c := g.client(f)
+	const ttl = 3
+	gr, err := c.Grant(ctx, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "ka/x", "1", clientv3.WithLease(gr.ID)); err != nil {
+		t.Fatal(err)
+	}
+	kctx, stopKeeping := context.WithCancel(ctx)
+	defer stopKeeping()
+	kas, err := c.KeepAlive(kctx, gr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewals := make(chan int64, 1000)
+	go func() {
+		for r := range kas {
+			renewals <- r.TTL
+		}
+		close(renewals)
+	}()
+	alive := func(what string) {
+		t.Helper()
+		r, err := c.Get(ctx, "ka/x", clientv3.WithSerializable())
+		if err != nil || len(r.Kvs) != 1 {
+			t.Fatalf("%s: the lease's key: %v %+v, want it kept", what, err, r)
+		}
+	}
+	// wait lets the time pass that the lease would expire in, several
+	// times, reading renewals; the channel closes if the client loses
+	// the lease.
+	wait := func(d time.Duration) {
+		t.Helper()
+		end := time.After(d)
+		for {
+			select {
+			case r, ok := <-renewals:
+				if !ok {
+					t.Fatal("the client lost the lease: its keep-alive channel closed")
+				}
+				if r != ttl {
+					t.Fatalf("a renewal of TTL %d, want %d", r, ttl)
+				}
+			case <-end:
+				return
+			}
+		}
+	}
+	wait(3*ttl*time.Second + time.Second)
+	alive("after three TTLs")
+
+	old := g.stopLeader()
+	if old == f {
+		t.Fatal("the follower stopped")
+	}
+	waitFor(t, 20*time.Second, "a new leader", func() bool { return g.c.Leader() >= 0 && g.c.Leader() != old })
+	wait(3 * ttl * time.Second)
+	alive("three TTLs after the leader's stop")
+
+	stopKeeping()
+	waitFor(t, 3*ttl*time.Second, "the lease's expiry on the new leader once no longer kept alive", func() bool {
+		r, err := c.Get(ctx, "ka/x", clientv3.WithSerializable())
+		return err == nil && len(r.Kvs) == 0
+	})
 }
 
 // TestMaintenance: Status, Alarm and MemberList, and /version and

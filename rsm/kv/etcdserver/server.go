@@ -65,7 +65,7 @@ type Config struct {
 	// shorter request is granted this. Default DefaultMinLeaseTTL.
 	MinLeaseTTL int64
 	// LeaseCheckInterval is how often the leader looks for lapsed leases
-	// and new ones to time. Default 250 ms.
+	// (and, once it leads, learns that it does). Default 250 ms.
 	LeaseCheckInterval time.Duration
 	// Clock times leases. Default the system clock.
 	Clock clock.Clock
@@ -179,6 +179,8 @@ func New(c Config) (*Server, error) {
 	s.term.Store(st.Term)
 	s.hub = newHub(s)
 	s.leases = newKeeper(s, c.LeaseCheckInterval)
+	s.m.SetLeaseObserver(s.leases.granted)
+	s.handleCalls(true)
 	s.goTracked(func() { s.leases.run(ctx) })
 	return s, nil
 }
@@ -191,6 +193,8 @@ func (s *Server) Close() error {
 		s.closing = true
 		s.goMu.Unlock()
 		s.m.SetObserver(nil)
+		s.m.SetLeaseObserver(nil)
+		s.handleCalls(false)
 		s.cancel()
 		s.hub.close()
 	})
