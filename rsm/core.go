@@ -77,6 +77,19 @@ const (
 	// round was issued are dropped when the leadership ends, never
 	// answered.
 	mutateDropLateWaiters
+	// Follow answers misread: a Follow that failed (the leader did not
+	// answer) is waited out like a refusal by a leader not leading yet,
+	// and asked again, never counted: a node whose leader is gone never
+	// looks for signs and attempts from the join loop.
+	mutateFollowFailureWaits
+	// Cut-off signs misread: the record of the term given up on is taken
+	// for one of another term (read it again), so a node never attempts
+	// while the record still names the leader that stopped.
+	mutateJudgeSameTermMoved
+	// Cut-off signs misread: only the record's leader counts as listing
+	// the node, not its followers, so every follower of a leader that
+	// stopped reads itself dropped.
+	mutateCutOffIgnoresFollowers
 )
 
 func newReplica(machines map[string]StateMachine, maxSessions int) (*replica, error) {

@@ -40,6 +40,8 @@ type followCore struct {
 	readFirst   bool
 	firstTerm   uint64
 	dupReported string // the other incarnation last reported
+
+	mutation mutation // zero but in the simulator's mutation check
 }
 
 func newFollowCore(me, incarnation string, maxMissed int) *followCore {
@@ -140,6 +142,9 @@ func (f *followCore) followed(ls leaderState, err error) followStep {
 	}
 	var nl *NotLeaderError
 	if !errors.As(err, &nl) {
+		if f.mutation == mutateFollowFailureWaits {
+			return followWait
+		}
 		return followCheck
 	}
 	if nl.Term > ls.Term {
@@ -216,8 +221,11 @@ const (
 // signMoved if ls is of another term, else cutOffSign's. Neither is a
 // rule of safety: each decides only whether the node tries.
 func (f *followCore) judge(ls leaderState, term uint64) int {
-	if ls.Term != term {
+	if (ls.Term != term) != (f.mutation == mutateJudgeSameTermMoved) {
 		return signMoved
+	}
+	if f.mutation == mutateCutOffIgnoresFollowers {
+		ls.Followers = nil
 	}
 	return cutOffSign(ls, f.me, f.listed, f.reached)
 }

@@ -22,6 +22,9 @@ func TestSimulationCatchesMutations(t *testing.T) {
 		{"rule 9: a retry after eviction taken for a new session's first command", mutateUnknownSessionIsNew, "exactly-once"},
 		{"rule 10: the session bound from the node's options", mutateLocalSessionBound, "agreement"},
 		{"rule 11: waiters registered after the last round dropped at the end", mutateDropLateWaiters, "rule 11"},
+		{"follow: a Follow that failed waited out like a refusal", mutateFollowFailureWaits, "availability"},
+		{"judge: the record of the term given up on read as moved", mutateJudgeSameTermMoved, "availability"},
+		{"judge: a node listed among the followers read as dropped", mutateCutOffIgnoresFollowers, "availability"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= uint64(*simMutationSeeds); seed++ {

@@ -4,10 +4,13 @@ package rsm
 // seed. The pure cores run as they are: replica (apply under the validity
 // rule, sessions, group settings, snapshot and restore), window (batching,
 // pipelined writes settled in index order, confirmation rounds, drain,
-// snapshot scheduling) and supersedes (rule 8). The I/O around them — what
-// leader.go and node.go do with goroutines, timers and a store — is
+// snapshot scheduling, the followers a leader no longer reaches),
+// supersedes (rule 8) and followCore (every follower decision: join,
+// Follow's answer, heartbeats, cut-off signs, rank). The I/O around them —
+// what leader.go and node.go do with goroutines, timers and a store — is
 // re-enacted here step for step in virtual time: takeover, seal, catch-up,
-// commit, confirmation, snapshot and truncation, client sessions. The store
+// commit, confirmation, snapshot and truncation, Follow and membership,
+// heartbeats, the watch of the leader and the attempt, client sessions. The store
 // is a map whose operations land after a delay, may land very late (a
 // stale writer's create after a truncation) and may lose their answers;
 // the network delays, drops and partitions; nodes crash and restart.
@@ -20,7 +23,9 @@ package rsm
 // rule; at the end: every acknowledged command is in the final state, the
 // count equals acknowledged commands plus some of the unknown ones, every
 // acknowledged total is distinct, and reads of the counter are
-// linearizable against acknowledged writes.
+// linearizable against acknowledged writes. Availability: when the
+// leader crashes and stays down, another node serves within
+// simFailoverBound.
 //
 // The files: sim_test.go (the run, its configuration and checks, the
 // tests), simsched_test.go (virtual time and processes), simstore_test.go
@@ -129,6 +134,15 @@ type simCoverage struct {
 	snapMoved        int // a reader found a referenced object gone and read the snapshot again
 	lateParts        int // a base part or segment landed after its writer crashed
 	lingered         int // a batch waited for the clients just answered (window.lingers)
+	follows          int // a Follow registered the node with its leader
+	followWaits      int // a Follow refused by the named leader, not leading yet: wait a heartbeat
+	rejoins          int // a heartbeat sent the follower back to the join loop (too far behind)
+	signDropped      int // a node that gave up on its leader found itself dropped: no attempt
+	signNewer        int // a node that gave up found a newer leader listing others: no attempt
+	grew             int // a node that gave up saw the log grow: no attempt
+	ranked           int // an attempt waited behind followers more up to date
+	drops            int // a leader dropped a follower it no longer reached
+	longCrashes      int // a leader crashed and stayed down past simFailoverBound
 	acked            int
 	crashes          int
 }
@@ -149,6 +163,15 @@ func (c *simCoverage) add(o simCoverage) {
 	c.snapMoved += o.snapMoved
 	c.lateParts += o.lateParts
 	c.lingered += o.lingered
+	c.follows += o.follows
+	c.followWaits += o.followWaits
+	c.rejoins += o.rejoins
+	c.signDropped += o.signDropped
+	c.signNewer += o.signNewer
+	c.grew += o.grew
+	c.ranked += o.ranked
+	c.drops += o.drops
+	c.longCrashes += o.longCrashes
 	c.acked += o.acked
 	c.crashes += o.crashes
 }
@@ -179,6 +202,7 @@ type sim struct {
 	totals    map[uint64]uint64
 	unknownID map[uint64]bool
 	installAt map[uint64]int64 // term -> when leader_state.json took it
+	servedAt  int64            // when a leadership last began to serve
 	reads     []simRead
 	labels    int
 }
@@ -289,8 +313,9 @@ const simMachine = "counter"
 func (s *sim) start(n *simNode) {
 	n.alive = true
 	n.procs = nil
-	n.heardTerm, n.heardAt, n.hint = 0, 0, -1
-	n.fc = newFollowCore(n.id, "", 4)
+	n.heardPending, n.watchWake, n.hint = false, nil, -1
+	n.fc = newFollowCore(n.id, "", simMaxMissed)
+	n.fc.mutation = s.mutate
 	n.tentative = false
 	n.resetReplica()
 	n.spawn(n.run)
@@ -317,6 +342,13 @@ func (s *sim) crash(n *simNode) {
 	}
 }
 
+// simFailoverBound is how long the group may be without a leader after
+// its leader crashed and stayed down, the rest of the group up and
+// connected: the heartbeat timeout, the wait for signs, the rank's delay
+// and a takeover, over a store whose calls sometimes land hundreds of
+// ticks late.
+const simFailoverBound = 3000
+
 // nemesis breaks one thing at a time while the clients run.
 func (s *sim) nemesis(p *simProc) {
 	for s.busy() {
@@ -329,14 +361,31 @@ func (s *sim) nemesis(p *simProc) {
 		n := s.nodes[i]
 		switch k := s.rng.IntN(5); k {
 		case 0, 1:
-			if l := s.leaderIdx(); l >= 0 && k == 0 {
+			l := s.leaderIdx()
+			if l >= 0 && k == 0 {
 				n = s.nodes[l]
 			}
 			s.crash(n)
+			if n.idx == l && s.chance(0.25) {
+				// The leader stays down: the others take over, within
+				// the bound of availability.
+				s.cover.longCrashes++
+				crashed := s.now
+				p.sleep(simFailoverBound)
+				if s.busy() && s.servedAt < crashed {
+					s.failf("availability: %s crashed leading at %d and stayed down; no other node led in the %d ticks since", n.id, crashed, simFailoverBound)
+				}
+				hold = s.between(100, 400)
+			}
 			p.sleep(hold)
 			s.logf("restart %s", n.id)
 			s.start(n)
 		case 2:
+			if l := s.leaderIdx(); l >= 0 && s.chance(0.5) {
+				// A leader cut from its peers: they take over while
+				// it still writes, until it finds itself deposed.
+				i, n = l, s.nodes[l]
+			}
 			s.logf("isolate %s", n.id)
 			for j := range s.cfg.nodes {
 				if j != i {
@@ -358,6 +407,15 @@ func (s *sim) nemesis(p *simProc) {
 			clear(s.cut)
 		}
 	}
+}
+
+// nodeByID is the node of ID id.
+func (s *sim) nodeByID(id string) *simNode {
+	i, err := strconv.Atoi(strings.TrimPrefix(id, "n"))
+	if err != nil || i < 0 || i >= len(s.nodes) {
+		panic("no node " + id)
+	}
+	return s.nodes[i]
 }
 
 func (s *sim) leaderIdx() int {
@@ -619,6 +677,11 @@ func TestSimulation(t *testing.T) {
 			"leftovers swept":                                    cover.swept,
 			"a reader racing the collection, starting over":      cover.snapMoved,
 			"a snapshot object landing after its writer crashed": cover.lateParts,
+			"a node dropped by its leader, not attempting":       cover.signDropped,
+			"a node finding a newer leader listing others":       cover.signNewer,
+			"a node seeing the log grow, not attempting":         cover.grew,
+			"an attempt waiting behind a more up to date node":   cover.ranked,
+			"a leader's crash outlasting the failover bound":     cover.longCrashes,
 		} {
 			if c == 0 {
 				t.Errorf("no seed reached %s", name)
@@ -658,20 +721,28 @@ func TestSimulationFamilies(t *testing.T) {
 		seed    uint64
 		reached func(simCoverage) int
 	}{
-		{"a candidate meeting a higher term before its seal", 60, func(c simCoverage) int { return c.sealMetHigher }},
-		{"a stale create on a truncated slot", 46, func(c simCoverage) int { return c.lateCreates }},
-		{"a takeover taken again after a snapshot passed what it read", 46, func(c simCoverage) int { return c.takeoverRetries }},
+		{"a candidate meeting a higher term before its seal", 48, func(c simCoverage) int { return c.sealMetHigher }},
+		{"a stale create on a truncated slot", 26, func(c simCoverage) int { return c.lateCreates }},
+		{"a takeover taken again after a snapshot passed what it read", 94, func(c simCoverage) int { return c.takeoverRetries }},
 		{"catch-up under truncation (rule 8)", 5, func(c simCoverage) int { return c.catchUpSupersede }},
 		{"a slot taken by a stale writer", 5, func(c simCoverage) int { return c.skipped }},
-		{"a command of an evicted session", 5, func(c simCoverage) int { return c.expired }},
+		{"a command of an evicted session", 3, func(c simCoverage) int { return c.expired }},
 		{"a snapshot written as a segment", 5, func(c simCoverage) int { return c.segments }},
 		{"a new base over a manifest with segments", 5, func(c simCoverage) int { return c.rebases }},
 		{"an old manifest's objects collected", 5, func(c simCoverage) int { return c.dropped }},
 		{"leftovers swept", 60, func(c simCoverage) int { return c.swept }},
-		{"a reader racing the collection, starting over", 4, func(c simCoverage) int { return c.snapMoved }},
+		{"a reader racing the collection, starting over", 3, func(c simCoverage) int { return c.snapMoved }},
 		{"a new base taken in a quiet spell", 4, func(c simCoverage) int { return c.quietBases }},
-		{"a snapshot object landing after its writer crashed", 44, func(c simCoverage) int { return c.lateParts }},
+		{"a snapshot object landing after its writer crashed", 5, func(c simCoverage) int { return c.lateParts }},
 		{"a batch waiting for the clients just answered", 6, func(c simCoverage) int { return c.lingered }},
+		{"a follower refused by a leader not serving yet, waiting", 4, func(c simCoverage) int { return c.followWaits }},
+		{"a follower told to catch up from the store, joining again", 1, func(c simCoverage) int { return c.rejoins }},
+		{"a node dropped by its leader, not attempting", 1, func(c simCoverage) int { return c.signDropped }},
+		{"a node finding a newer leader listing others, not attempting", 4, func(c simCoverage) int { return c.signNewer }},
+		{"a node seeing the log grow, not attempting", 5, func(c simCoverage) int { return c.grew }},
+		{"an attempt waiting behind a follower more up to date", 4, func(c simCoverage) int { return c.ranked }},
+		{"a leader dropping a follower it no longer reaches", 1, func(c simCoverage) int { return c.drops }},
+		{"a leader's crash outlasting the failover bound", 1, func(c simCoverage) int { return c.longCrashes }},
 	} {
 		s := runSim(tc.seed, false)
 		if s.fail != "" {

@@ -2,6 +2,9 @@ package rsm
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -31,6 +34,18 @@ type simLeader struct {
 	// leaderRun's snapshot fields
 	segNonce string
 	sweep    bool
+	// leaderRun's membership: the followers leader_state.json lists, a
+	// write of it in flight, and the Follows waiting for it
+	members   []string
+	writingLS bool
+	follows   []simFollow
+}
+
+// simFollow is a Follow waiting for the leader's loop: followReq.
+type simFollow struct {
+	f       *simNode
+	applied uint64
+	reply   func(followAnswer)
 }
 
 func (l *simLeader) post(ev func()) {
@@ -129,31 +144,162 @@ func (l *simLeader) seal(p *simProc, from uint64) (index uint64, ok, retry bool)
 	}
 }
 
-// tick is the idle ticker and the heartbeats, with the confirmed entries
-// the followers may lack.
+// tick is the idle ticker, the drop of a follower no longer reached
+// (leaderRun.dropUnreachable) and the heartbeats to the registered
+// followers (leaderRun.syncFollowers), with the confirmed entries the
+// cache holds, the membership with each follower's apply index, and
+// TooFarBehind for one whose next entry the cache no longer holds.
 func (l *simLeader) tick() {
 	s := l.n.s
-	s.after(20, func() {
+	s.after(simHeartbeat, func() {
 		if l.ended || s.stopped {
 			return
 		}
 		l.post(func() {
 			l.w.idleTick()
+			l.dropUnreachable()
 			var es []*rsmpb.Entry
 			for i := l.w.cacheLow; i <= l.w.confirmed && i > 0; i++ {
 				if e := l.w.cache[i]; e != nil {
 					es = append(es, e)
 				}
 			}
-			for _, f := range s.nodes {
-				if f != l.n {
-					f := f
-					term, from := l.term, l.n.idx
-					s.send(from, f.idx, func() { f.heartbeat(term, from, es) })
+			var members []*rsmpb.FollowerInfo
+			for _, id := range l.members {
+				m := &rsmpb.FollowerInfo{Id: id}
+				if f := l.w.followers[id]; f != nil {
+					m.ApplyIndex = f.applied
 				}
+				members = append(members, m)
+			}
+			for _, id := range slices.Sorted(maps.Keys(l.w.followers)) {
+				wf := l.w.followers[id]
+				f := l.n.s.nodeByID(id)
+				req := &rsmpb.SynchronizeRequest{Term: l.term, LeaderId: l.n.id, CommitIndex: l.w.confirmed, Followers: members, Entries: es,
+					TooFarBehind: wf.applied < l.w.confirmed && (l.w.cacheLow == 0 || wf.applied+1 < l.w.cacheLow)}
+				term, from, gen, tooFar := l.term, l.n.idx, wf.gen, req.TooFarBehind
+				s.send(from, f.idx, func() {
+					f.onSync(req, from, func(applied uint64) {
+						s.send(f.idx, from, func() { l.synced(id, gen, tooFar, applied, term) })
+					})
+				})
 			}
 		})
 		l.tick()
+	})
+}
+
+// synced takes a follower's answer to a heartbeat (leaderRun.synced).
+func (l *simLeader) synced(id string, gen uint64, tooFar bool, applied, term uint64) {
+	if l.ended || !l.n.alive || l.n.lead != l || l.term != term {
+		return
+	}
+	if known, gone := l.w.synced(id, gen, true, tooFar, applied, time.Time{}); known && !gone {
+		l.w.heard(id, l.n.s.clock())
+	}
+}
+
+// member is leaderRun.member: a follower leader_state.json lists is
+// registered at once; another is added to it by compare-and-swap first,
+// one membership change at a time.
+func (l *simLeader) member(fr simFollow) {
+	if slices.Contains(l.members, fr.f.id) {
+		l.registered(fr)
+		return
+	}
+	if l.writingLS {
+		l.follows = append(l.follows, fr)
+		return
+	}
+	next := append(slices.Clone(l.members), fr.f.id)
+	l.writeMembers(next, func(err error) {
+		if err != nil {
+			fr.reply(followAnswer{term: l.term, leader: l.n.id})
+			return
+		}
+		l.registered(fr)
+	})
+}
+
+// refuseFollows answers the Follows still waiting when the leadership
+// ends or its takeover fails.
+func (l *simLeader) refuseFollows() {
+	for _, fr := range l.follows {
+		fr.reply(followAnswer{term: l.term, leader: l.n.id})
+	}
+	l.follows = nil
+}
+
+// registered is leaderRun.registered: the follower is synchronized (its
+// heartbeats) and its Follow answered.
+func (l *simLeader) registered(fr simFollow) {
+	l.w.register(followerInfo{ID: fr.f.id, ApplyIndex: fr.applied})
+	l.w.heard(fr.f.id, l.n.s.clock())
+	fr.reply(followAnswer{ok: true, term: l.term, leader: l.n.id})
+}
+
+// dropUnreachable is leaderRun.dropUnreachable: a follower not heard from
+// for half the heartbeat timeout while another was (window.unreachable)
+// is dropped from leader_state.json.
+func (l *simLeader) dropUnreachable() {
+	if l.writingLS {
+		return
+	}
+	id := l.w.unreachable(l.n.s.clock(), simMaxMissed*simHeartbeat/2*time.Millisecond)
+	if id == "" {
+		return
+	}
+	next := slices.DeleteFunc(slices.Clone(l.members), func(m string) bool { return m == id })
+	l.writeMembers(next, func(err error) {
+		if err == nil {
+			l.w.unregister(id)
+			l.n.s.cover.drops++
+			l.n.s.logf("%s term %d dropped %s", l.n.id, l.term, id)
+		}
+	})
+}
+
+// writeMembers is leaderRun.writeMembers in a worker: leader_state.json
+// with the followers next, by compare-and-swap over what it reads (of this
+// term, or the leader is deposed); then done in the loop, and the next
+// Follow waiting.
+func (l *simLeader) writeMembers(next []string, done func(error)) {
+	n := l.n
+	l.writingLS = true
+	n.spawn(func(p *simProc) {
+		err := errSimUnknown
+		for attempt := 0; attempt < 5 && err != nil; attempt++ {
+			v, ver, gerr := p.get(n, "ls")
+			if gerr != nil {
+				continue
+			}
+			if v == nil || v.(simLS).term != l.term || v.(simLS).leader != n.idx {
+				err = fmt.Errorf("leader_state.json shows another term")
+				break
+			}
+			want := v.(simLS)
+			want.followers = strings.Join(next, " ")
+			_, err = p.put(n, "ls", want, ver)
+			if err == errSimUnknown {
+				if v, _, rerr := p.get(n, "ls"); rerr == nil && v != nil && v.(simLS) == want {
+					err = nil
+				}
+			}
+		}
+		l.post(func() {
+			l.writingLS = false
+			if err == nil {
+				l.members = next
+			} else if v := err.Error(); strings.Contains(v, "another term") {
+				l.depose(v)
+			}
+			done(err)
+			if len(l.follows) > 0 && !l.writingLS {
+				fr := l.follows[0]
+				l.follows = l.follows[1:]
+				l.member(fr)
+			}
+		})
 	})
 }
 
@@ -427,6 +573,7 @@ func (l *simLeader) end() {
 		l.finish(a.p, &rsmpb.StateResponse{Status: a.status, Message: a.msg})
 	}
 	l.ended = true
+	l.refuseFollows()
 	for _, ev := range l.inbox {
 		ev() // requests not taken are answered by enqueue, now ended
 	}
