@@ -37,6 +37,7 @@ var assumed = map[string]string{
 	"clientTLS":    "clientTLS *tls.Config",
 	"cmd":          "cmd []byte",
 	"query":        "query []byte",
+	"req":          "req []byte",
 	"runScheduler": "runScheduler func(context.Context, uint64)",
 	"process":      "process func(context.Context, string, uint64)",
 	"host":         "host *rsm.Host",

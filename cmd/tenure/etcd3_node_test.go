@@ -62,6 +62,12 @@ type etcd3Report struct {
 		SecondElse []string `json:"secondElse"`
 		Value      *string  `json:"value"`
 	}
+	Large struct {
+		Count  int      `json:"count"`
+		Keys   []string `json:"keys"`
+		Sizes  []int    `json:"sizes"`
+		Intact []bool   `json:"intact"`
+	}
 	Leases struct {
 		Kept            string  `json:"kept"`
 		Expiring        string  `json:"expiring"`
@@ -237,7 +243,7 @@ func TestEtcd3Node(t *testing.T) {
 		return true
 	}
 	for step, dst := range map[string]any{
-		"kv": &r.KV, "txn": &r.Txn, "leases": &r.Leases, "election": &r.Election, "kept": &r.Kept,
+		"kv": &r.KV, "txn": &r.Txn, "large": &r.Large, "leases": &r.Leases, "election": &r.Election, "kept": &r.Kept,
 		"puts": &r.Puts, "election-after": &r.ElectionAfter, "watch": &r.Watch, "revoked": &r.Revoked,
 	} {
 		if b, ok := steps[step]; !ok {
@@ -261,6 +267,11 @@ func TestEtcd3Node(t *testing.T) {
 	}
 	if have("kv", "txn") {
 		checkEtcd3KV(t, r)
+	}
+	// A get of 2 MB, more than a request may be: the answer is whole.
+	if l := r.Large; have("large") && (l.Count != 5 || !slices.Equal(l.Keys, []string{"big/0", "big/1", "big/2", "big/3", "big/4"}) ||
+		!slices.Equal(l.Sizes, []int{400 << 10, 400 << 10, 400 << 10, 400 << 10, 400 << 10}) || slices.Contains(l.Intact, false)) {
+		t.Errorf("get big/ (5 values of 400 KiB): count %d, keys %v, sizes %v, intact %v", l.Count, l.Keys, l.Sizes, l.Intact)
 	}
 	if have("leases", "kept") {
 		checkEtcd3Leases(t, r, killed, have("revoked"))
@@ -407,6 +418,12 @@ func checkEtcd3Leases(t *testing.T, r etcd3Report, killed int, revoked bool) {
 	}
 	if k.KeepalivesAfterKill == 0 || len(k.Lost) != 0 {
 		t.Errorf("the kept lease: %d keep-alives answered after the kill, lost %q; want some, none lost", k.KeepalivesAfterKill, k.Lost)
+	}
+	// A follower forwards keep-alives to the leader: none is refused.
+	for _, f := range k.KeepaliveFailures {
+		if strings.Contains(f.Error, "not leader") {
+			t.Errorf("a keep-alive refused by a follower %+d ms from the kill: %s", f.Ms, f.Error)
+		}
 	}
 	if str(r.Leases.ExpiringPresent) != "e" {
 		t.Errorf("l/expiring right after its put: %s", str(r.Leases.ExpiringPresent))

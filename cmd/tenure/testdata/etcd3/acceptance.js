@@ -176,10 +176,30 @@ function putLoop(c) {
   return loop;
 }
 
+// large reads a prefix whose answer (2 MB) is larger than a request may be
+// (--max-request-bytes, 1.5 MiB by default) but within what grpc-js
+// receives (4 MiB), then deletes it.
+async function large(c) {
+  const n = 5;
+  const size = 400 << 10;
+  for (let i = 0; i < n; i++) {
+    await c.put(`big/${i}`).value(Buffer.alloc(size, String(i)));
+  }
+  const r = await c.getAll().prefix('big/').exec();
+  emit('large', {
+    count: Number(r.count),
+    keys: r.kvs.map(kv => kv.key.toString()),
+    sizes: r.kvs.map(kv => kv.value.length),
+    intact: r.kvs.map((kv, i) => kv.value.equals(Buffer.alloc(size, String(i)))),
+  });
+  await c.delete().prefix('big/');
+}
+
 async function main() {
   const c = newClient();
   await kv(c);
   await txn(c);
+  await large(c);
 
   // The watchers, on a client of their own whose stream the leader
   // serves, so that the kill makes the client resume them on another node.
