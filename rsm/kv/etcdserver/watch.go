@@ -96,11 +96,13 @@ func (h *hub) advance(rev int64) {
 
 // waitRev waits until the hub has handed out revision rev, or ctx ends
 // or the hub closes: from then on, a watch from now starts after rev,
-// and the machine's reads see it.
+// and the machine's reads see it. Revision 1 is a new group's, before
+// any etcd write (apiRev): every node has it from the start, so a wait
+// for it returns at once.
 func (h *hub) waitRev(ctx context.Context, rev int64) {
 	for {
 		h.mu.Lock()
-		done, ch := h.closed || h.rev >= rev, h.advanced
+		done, ch := h.closed || max(h.rev, 1) >= rev, h.advanced
 		h.mu.Unlock()
 		if done {
 			return
