@@ -44,7 +44,8 @@ func CheckRangeStream(r *pb.RangeRequest) error {
 // --max-request-bytes); the last chunk alone has a header (the view's
 // revision), more (r.Limit cut the range short) and count (the keys
 // sent, and those the limit left out). Chunks other than the last hold
-// only keys, and their boundaries are etcd's for the same state. Errors
+// only keys, and their boundaries are etcd's for the same state. A sort
+// target with no order sorts each chunk on its own, as etcd does. Errors
 // are those of Range; a custom sort order or revision filters are
 // refused as codes.Unimplemented, as etcd refuses them. The chunks'
 // values share the view's memory: marshal them, never change them.
@@ -72,7 +73,7 @@ func (s *state) rangeStream(r *pb.RangeRequest, cur uint64, chunkBytes int, send
 	limit := min(int64(firstStreamChunk), total)
 	var count int64
 	for {
-		kvs, more, visited := s.chunk(kr, rev, limit, r.KeysOnly, r.SortTarget)
+		kvs, more, visited := s.chunk(kr, rev, limit, r)
 		count += int64(len(kvs))
 		out := &pb.RangeResponse{Kvs: kvs}
 		done := !more || count == total
@@ -126,9 +127,13 @@ func (s *state) count(kr keyRange, rev uint64) int64 {
 
 // chunk reads one chunk of a stream as etcd's range without its total
 // count does: it visits up to limit+1 live keys (all for a limit of 0
-// or less), answers the first limit of them with more set if there was
-// another, and reports how many it visited.
-func (s *state) chunk(kr keyRange, rev uint64, limit int64, keysOnly bool, target pb.RangeRequest_SortTarget) (kvs []*mvccpb.KeyValue, more bool, visited int64) {
+// or less), sorts them as r asks (by value, version, create or mod
+// revision ascending, when r names that target with no order), answers
+// the first limit of them with more set if there were more, and
+// reports how many it visited. As etcd's, a sorted chunk may leave out
+// a key of the range (sorted past the limit) and the next chunk starts
+// after the key sorted last.
+func (s *state) chunk(kr keyRange, rev uint64, limit int64, r *pb.RangeRequest) (kvs []*mvccpb.KeyValue, more bool, visited int64) {
 	visit := limit
 	if visit > 0 && visit < math.MaxInt64 {
 		visit++
@@ -143,11 +148,12 @@ func (s *state) chunk(kr keyRange, rev uint64, limit int64, keysOnly bool, targe
 		return true
 	})
 	visited = int64(len(kvs))
+	sortKVs(kvs, r)
 	if limit > 0 && int64(len(kvs)) > limit {
 		kvs, more = kvs[:limit], true
 	}
-	if keysOnly {
-		keysOnlyKVs(kvs, target)
+	if r.KeysOnly {
+		keysOnlyKVs(kvs, r.SortTarget)
 	}
 	return kvs, more, visited
 }

@@ -161,3 +161,33 @@ func TestRangeStreamErrors(t *testing.T) {
 }
 
 func repeat(n, times int) []int { return slices.Repeat([]int{n}, times) }
+
+// TestRangeStreamSortsChunks: a sort target with no order sorts each
+// chunk on its own, as etcd 3.7 does: the first 11 keys in key order
+// (k/0..k/9, k/a), sorted by create revision, cut to 10 (k/a left out);
+// the next chunk reads from after the key sorted last (k/0), so it
+// sends k/1..k/9 again.
+func TestRangeStreamSortsChunks(t *testing.T) {
+	m := New()
+	for _, k := range []string{"k/9", "k/8", "k/7", "k/6", "k/5", "k/4", "k/3", "k/2", "k/1", "k/0", "k/a", "k/b"} {
+		if _, err := DecodeResult(m.Apply(must(PutCommand(&pb.PutRequest{Key: []byte(k), Value: []byte("v")})))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chunks, err := streamChunks(t, m.ReadView(), &pb.RangeRequest{Key: []byte("k/"), RangeEnd: []byte("k0"), SortTarget: pb.RangeRequest_CREATE}, 3<<19)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][]string
+	for _, c := range chunks {
+		var ks []string
+		for _, kv := range c.Kvs {
+			ks = append(ks, string(kv.Key))
+		}
+		got = append(got, ks)
+	}
+	want := "[[k/9 k/8 k/7 k/6 k/5 k/4 k/3 k/2 k/1 k/0] [k/9 k/8 k/7 k/6 k/5 k/4 k/3 k/2 k/1 k/a k/b]]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("chunks %v; want etcd's %s", got, want)
+	}
+}
