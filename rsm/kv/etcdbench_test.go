@@ -1,0 +1,141 @@
+package kv
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// The machine's work on etcd's messages: decoding a Put, encoding its
+// answer and a Range's.
+
+func etcdPuts(b *testing.B, n int, seed uint64, perm bool) [][]byte {
+	r := rand.New(rand.NewPCG(uint64(n), seed))
+	value := bytes.Repeat([]byte{'e'}, benchValueSize)
+	var cmds [][]byte
+	add := func(i int) {
+		c, err := PutCommand(&pb.PutRequest{Key: []byte(benchKey(i)), Value: value})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmds = append(cmds, c)
+	}
+	if perm {
+		for _, i := range r.Perm(n) {
+			add(i)
+		}
+	}
+	for range n {
+		add(r.IntN(n))
+	}
+	return cmds
+}
+
+// BenchmarkEtcdPut applies etcd Puts overwriting keys at random.
+func BenchmarkEtcdPut(b *testing.B) {
+	const n = 100_000
+	m := New()
+	for _, c := range etcdPuts(b, n, 4, true)[:n] {
+		m.Apply(c)
+	}
+	cmds := etcdPuts(b, n, 5, false)
+	b.ResetTimer()
+	for i := range b.N {
+		if res := m.Apply(cmds[i%n]); res[0] != tagEtcdPutResult {
+			b.Fatalf("put: %x", res)
+		}
+	}
+}
+
+// BenchmarkEtcdColdStart is BenchmarkColdStart with etcd Puts: n creating
+// the keys in random order, n overwriting them at random.
+func BenchmarkEtcdColdStart(b *testing.B) {
+	const n = 100_000
+	cmds := etcdPuts(b, n, 6, true)
+	var size int64
+	for _, c := range cmds {
+		size += int64(len(c))
+	}
+	b.SetBytes(size)
+	apply := func(m *Machine, sample func()) {
+		const run = 1 << 16
+		prepared := make([]any, run)
+		for lo := 0; lo < len(cmds); lo += run {
+			part := cmds[lo:min(lo+run, len(cmds))]
+			var wg sync.WaitGroup
+			for half := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := half; i < len(part); i += 2 {
+						prepared[i] = m.Prepare(part[i])
+					}
+				}()
+			}
+			wg.Wait()
+			for i, c := range part {
+				if res := m.ApplyPrepared(c, prepared[i]); res[0] != tagEtcdPutResult {
+					b.Fatalf("put: %x", res)
+				}
+			}
+			clear(prepared)
+			if sample != nil {
+				sample()
+			}
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		apply(New(), nil)
+	}
+	b.StopTimer()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	m := New()
+	var peak int64
+	apply(m, func() {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		peak = max(peak, int64(ms.HeapInuse)-int64(before.HeapInuse))
+	})
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(peak), "peak-heap-B")
+	b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse)), "state-heap-B")
+	runtime.KeepAlive(m)
+}
+
+// BenchmarkEtcdRange answers Ranges of 100 keys through Query, and
+// decodes the answers as a server does.
+func BenchmarkEtcdRange(b *testing.B) {
+	const n = 100_000
+	m := New()
+	for _, c := range etcdPuts(b, n, 7, true)[:n] {
+		m.Apply(c)
+	}
+	r := rand.New(rand.NewPCG(n, 8))
+	qs := make([][]byte, 1000)
+	for i := range qs {
+		q, err := RangeQuery(&pb.RangeRequest{Key: []byte(benchKey(r.IntN(n))), RangeEnd: []byte("key0"), Limit: 100})
+		if err != nil {
+			b.Fatal(err)
+		}
+		qs[i] = q
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		res, err := m.Query(qs[i%len(qs)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := DecodeResult(res); err != nil {
+			b.Fatal(fmt.Errorf("range: %w", err))
+		}
+	}
+}
