@@ -178,7 +178,7 @@ func (f *followCore) heard(req *rsmpb.SynchronizeRequest) {
 	}
 	f.peers = f.peers[:0]
 	for _, p := range req.Followers {
-		f.peers = append(f.peers, followerInfo{ID: p.Id, Addr: p.Addr, ApplyIndex: p.ApplyIndex})
+		f.peers = append(f.peers, followerInfo{ID: p.Id, Addr: p.Addr, ApplyIndex: p.ApplyIndex, Meta: p.Meta})
 		if p.Id == f.me {
 			f.listed = req.Term
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
@@ -70,7 +72,17 @@ func (n *Node) handleSynchronize(ctx context.Context, req *rsmpb.SynchronizeRequ
 		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: "this node leads or led term " + fmt.Sprint(l.term)}
 	}
 	n.fc.heard(req)
+	n.leaderMeta = req.LeaderMeta
 	n.mu.Unlock()
+	// The leader lists what this node publishes as it last heard it:
+	// answer with ours while that differs.
+	var meta map[string]string
+	if mine := n.metaNow(); len(mine) > 0 {
+		i := slices.IndexFunc(req.Followers, func(f *rsmpb.FollowerInfo) bool { return f.Id == n.host.cfg.ID })
+		if i < 0 || !maps.Equal(req.Followers[i].Meta, mine) {
+			meta = mine
+		}
+	}
 	select {
 	case n.heard <- struct{}{}:
 	default:
@@ -92,7 +104,7 @@ func (n *Node) handleSynchronize(ctx context.Context, req *rsmpb.SynchronizeRequ
 		return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_NOT_LEADER, Message: ErrClosed.Error()}
 	}
 	n.m.syncs.WithLabelValues(n.group, "OK").Inc()
-	return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_OK, ApplyIndex: applied, EnqueuedIndex: applied}
+	return &rsmpb.SynchronizeResponse{Status: rsmpb.Status_OK, ApplyIndex: applied, EnqueuedIndex: applied, Meta: meta}
 }
 
 // accept takes a state request from another node's stream.

@@ -680,7 +680,7 @@ func (l *leaderRun) publish() {
 	for _, f := range l.ls.Followers {
 		fs := FollowerStatus(f)
 		if s := l.w.followers[f.ID]; s != nil {
-			fs.ApplyIndex = s.applied
+			fs.ApplyIndex, fs.Meta = s.applied, s.info.Meta
 		}
 		view = append(view, fs)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,8 @@ type Node struct {
 	client *client
 	// calls are the handlers of calls to the leader (call.go).
 	calls calls
+	// meta is what this node publishes to its group (SetMeta).
+	meta atomic.Pointer[map[string]string]
 
 	mu    sync.Mutex
 	state State
@@ -76,6 +79,8 @@ type Node struct {
 
 	// incarnation names this Node in the leader_state.json it writes.
 	incarnation string
+	// leaderMeta is what the leader publishes, from its last heartbeat.
+	leaderMeta map[string]string
 }
 
 func newNode(h *Host, group string, machines map[string]StateMachine, opts Options) (*Node, error) {
@@ -133,10 +138,26 @@ func (n *Node) Status() Status {
 		LeaderID: n.fc.leaderID, LeaderAddr: n.fc.leaderAddr, SnapshotIndex: n.snapIndex,
 		SnapshotBaseBytes: n.snapStats.Base, SnapshotSegmentBytes: n.snapStats.Segs, SnapshotSegments: n.snapStats.Count}
 	l := n.leader
+	var members []MemberStatus
+	if l == nil && n.fc.leaderID != "" && n.fc.leaderID != s.ID {
+		members = append(members, MemberStatus{ID: n.fc.leaderID, Addr: n.fc.leaderAddr, Leader: true, Meta: n.leaderMeta})
+		for _, p := range n.fc.peers {
+			m := MemberStatus{ID: p.ID, Addr: p.Addr, Meta: p.Meta}
+			if p.ID == s.ID {
+				m.Meta = n.metaNow()
+			}
+			members = append(members, m)
+		}
+	}
 	n.mu.Unlock()
 	if l != nil {
 		s.Followers = l.followerStatus()
+		members = append(members, MemberStatus{ID: s.ID, Addr: n.host.cfg.Addr, Leader: true, Meta: n.metaNow()})
+		for _, f := range s.Followers {
+			members = append(members, MemberStatus{ID: f.ID, Addr: f.Addr, Meta: f.Meta})
+		}
 	}
+	s.Members = members
 	n.mu.Lock()
 	if n.problem != nil {
 		s.Problem = n.problem.Error()
@@ -144,6 +165,37 @@ func (n *Node) Status() Status {
 	n.mu.Unlock()
 	s.ApplyIndex = n.rep.index()
 	return s
+}
+
+// maxMeta bounds what a node publishes (SetMeta), keys and values.
+const maxMeta = 4 << 10
+
+// SetMeta sets what this node publishes about itself to its group (the
+// etcd front end's client URLs): the leader learns it from the node's
+// answers to its heartbeats and lists it with the node in every
+// heartbeat, so every node's Status.Members shows it, a heartbeat or two
+// after it is set, and again after a leader change. It is kept in
+// memory only, never written to the store. At most 4 KiB of keys and
+// values; nil clears it.
+func (n *Node) SetMeta(meta map[string]string) error {
+	size := 0
+	for k, v := range meta {
+		size += len(k) + len(v)
+	}
+	if size > maxMeta {
+		return fmt.Errorf("rsm: node meta of %d bytes, at most %d", size, maxMeta)
+	}
+	m := maps.Clone(meta)
+	n.meta.Store(&m)
+	return nil
+}
+
+// metaNow is what this node publishes (SetMeta); nil if nothing.
+func (n *Node) metaNow() map[string]string {
+	if m := n.meta.Load(); m != nil {
+		return *m
+	}
+	return nil
 }
 
 // Restore is a snapshot load in progress (Node.Restoring): the stored

@@ -71,6 +71,9 @@ type followerInfo struct {
 	ID         string `json:"id"`
 	Addr       string `json:"addr"`
 	ApplyIndex uint64 `json:"applyIndex"`
+	// Meta is what the follower publishes (Node.SetMeta), as heartbeats
+	// carry it: never in leader_state.json.
+	Meta map[string]string `json:"-"`
 }
 
 func (ls leaderState) sum() string {

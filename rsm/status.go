@@ -62,6 +62,10 @@ type Status struct {
 	SnapshotSegments     int    `json:"snapshotSegments,omitempty"`
 	// Followers are the leader's registered followers (leader only).
 	Followers []FollowerStatus `json:"followers,omitempty"`
+	// Members are the group's nodes this node knows of, the leader first:
+	// on the leader itself and its followers, on a follower those the
+	// leader's last heartbeat listed. Empty while no leader is known.
+	Members []MemberStatus `json:"members,omitempty"`
 	// Problem, if set, is why the node neither leads nor serves: an object
 	// in the store that is corrupt or missing, and the reason, or another
 	// live process using this node's ID. Requests on the node fail at once
@@ -74,4 +78,17 @@ type FollowerStatus struct {
 	ID         string `json:"id"`
 	Addr       string `json:"addr"`
 	ApplyIndex uint64 `json:"applyIndex"`
+	// Meta is what the follower publishes (Node.SetMeta).
+	Meta map[string]string `json:"meta,omitempty"`
+}
+
+// MemberStatus is a node of the group as this node knows it: from its
+// own leadership, or from the leader's heartbeats.
+type MemberStatus struct {
+	ID     string `json:"id"`
+	Addr   string `json:"addr"`
+	Leader bool   `json:"leader,omitempty"`
+	// Meta is what the node publishes (Node.SetMeta), once it has reached
+	// the leader (a heartbeat or two after it is set).
+	Meta map[string]string `json:"meta,omitempty"`
 }

@@ -233,11 +233,15 @@ func (l *leaderRun) syncFollowers() {
 				if s := w.followers[m.ID]; s != nil {
 					ai = s.applied
 				}
-				members = append(members, &rsmpb.FollowerInfo{Id: m.ID, Addr: m.Addr, ApplyIndex: ai})
+				var meta map[string]string
+				if s := w.followers[m.ID]; s != nil {
+					meta = s.info.Meta
+				}
+				members = append(members, &rsmpb.FollowerInfo{Id: m.ID, Addr: m.Addr, ApplyIndex: ai, Meta: meta})
 			}
 		}
 		req := &rsmpb.SynchronizeRequest{Group: n.group, Term: l.term, LeaderId: n.host.cfg.ID, CommitIndex: j.confirmed,
-			Followers: members, Entries: j.entries, TooFarBehind: j.tooFar}
+			Followers: members, Entries: j.entries, TooFarBehind: j.tooFar, LeaderMeta: n.metaNow()}
 		addr := f.info.Addr
 		l.goWork(func() { l.report(l.send(j, addr, req)) })
 	}
@@ -333,6 +337,9 @@ func (l *leaderRun) synced(r syncResult) {
 		failures = f.failures + 1
 	}
 	now := time.Now()
+	if ok && len(r.resp.Meta) > 0 && f != nil && f.gen == r.gen {
+		f.info.Meta = r.resp.Meta // the follower's, published with the next heartbeats
+	}
 	known, gone := w.synced(r.id, r.gen, ok, r.tooFar, applied, now.Add(n.gs.backoff(min(failures, 5))))
 	if known && ok {
 		w.heard(r.id, now)

@@ -983,10 +983,13 @@ func (x *HandshakeResponse) GetMessage() string {
 }
 
 type FollowerInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	ApplyIndex    uint64                 `protobuf:"varint,3,opt,name=apply_index,json=applyIndex,proto3" json:"apply_index,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Addr       string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	ApplyIndex uint64                 `protobuf:"varint,3,opt,name=apply_index,json=applyIndex,proto3" json:"apply_index,omitempty"`
+	// What the follower publishes about itself (Node.SetMeta), as the
+	// leader last heard it; never stored.
+	Meta          map[string]string `protobuf:"bytes,4,rep,name=meta,proto3" json:"meta,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1040,6 +1043,13 @@ func (x *FollowerInfo) GetApplyIndex() uint64 {
 		return x.ApplyIndex
 	}
 	return 0
+}
+
+func (x *FollowerInfo) GetMeta() map[string]string {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
 }
 
 type FollowRequest struct {
@@ -1251,7 +1261,9 @@ type SynchronizeRequest struct {
 	TooFarBehind bool `protobuf:"varint,7,opt,name=too_far_behind,json=tooFarBehind,proto3" json:"too_far_behind,omitempty"`
 	// leaving: the leader is leaving the group; followers attempt leadership
 	// now instead of waiting for missed heartbeats.
-	Leaving       bool `protobuf:"varint,8,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	Leaving bool `protobuf:"varint,8,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// What the leader publishes about itself (Node.SetMeta).
+	LeaderMeta    map[string]string `protobuf:"bytes,9,rep,name=leader_meta,json=leaderMeta,proto3" json:"leader_meta,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1342,12 +1354,22 @@ func (x *SynchronizeRequest) GetLeaving() bool {
 	return false
 }
 
+func (x *SynchronizeRequest) GetLeaderMeta() map[string]string {
+	if x != nil {
+		return x.LeaderMeta
+	}
+	return nil
+}
+
 type SynchronizeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Status        Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=tenure.rsm.v1.Status" json:"status,omitempty"`
 	ApplyIndex    uint64                 `protobuf:"varint,2,opt,name=apply_index,json=applyIndex,proto3" json:"apply_index,omitempty"`          // last index applied
 	EnqueuedIndex uint64                 `protobuf:"varint,3,opt,name=enqueued_index,json=enqueuedIndex,proto3" json:"enqueued_index,omitempty"` // last index received and queued for apply
 	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// What the follower publishes about itself (Node.SetMeta), sent only
+	// while the request's followers show other meta for it.
+	Meta          map[string]string `protobuf:"bytes,5,rep,name=meta,proto3" json:"meta,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1408,6 +1430,13 @@ func (x *SynchronizeResponse) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *SynchronizeResponse) GetMeta() map[string]string {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
 }
 
 type StateRequest struct {
@@ -1857,12 +1886,16 @@ const file_rsm_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\x0e2\x15.tenure.rsm.v1.StatusR\x06status\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1a\n" +
 	"\bprotocol\x18\x03 \x01(\rR\bprotocol\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"S\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xc7\x01\n" +
 	"\fFollowerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1f\n" +
 	"\vapply_index\x18\x03 \x01(\x04R\n" +
-	"applyIndex\"\xca\x01\n" +
+	"applyIndex\x129\n" +
+	"\x04meta\x18\x04 \x03(\v2%.tenure.rsm.v1.FollowerInfo.MetaEntryR\x04meta\x1a7\n" +
+	"\tMetaEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xca\x01\n" +
 	"\rFollowRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x12\n" +
@@ -1883,7 +1916,7 @@ const file_rsm_proto_rawDesc = "" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x1d\n" +
 	"\n" +
 	"other_addr\x18\a \x01(\tR\totherAddr\x12+\n" +
-	"\x11other_incarnation\x18\b \x01(\tR\x10otherIncarnation\"\xa9\x02\n" +
+	"\x11other_incarnation\x18\b \x01(\tR\x10otherIncarnation\"\xbc\x03\n" +
 	"\x12SynchronizeRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x1b\n" +
@@ -1892,13 +1925,22 @@ const file_rsm_proto_rawDesc = "" +
 	"\fcommit_index\x18\x05 \x01(\x04R\vcommitIndex\x129\n" +
 	"\tfollowers\x18\x06 \x03(\v2\x1b.tenure.rsm.v1.FollowerInfoR\tfollowers\x12$\n" +
 	"\x0etoo_far_behind\x18\a \x01(\bR\ftooFarBehind\x12\x18\n" +
-	"\aleaving\x18\b \x01(\bR\aleaving\"\xa6\x01\n" +
+	"\aleaving\x18\b \x01(\bR\aleaving\x12R\n" +
+	"\vleader_meta\x18\t \x03(\v21.tenure.rsm.v1.SynchronizeRequest.LeaderMetaEntryR\n" +
+	"leaderMeta\x1a=\n" +
+	"\x0fLeaderMetaEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa1\x02\n" +
 	"\x13SynchronizeResponse\x12-\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x15.tenure.rsm.v1.StatusR\x06status\x12\x1f\n" +
 	"\vapply_index\x18\x02 \x01(\x04R\n" +
 	"applyIndex\x12%\n" +
 	"\x0eenqueued_index\x18\x03 \x01(\x04R\renqueuedIndex\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\x97\x02\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12@\n" +
+	"\x04meta\x18\x05 \x03(\v2,.tenure.rsm.v1.SynchronizeResponse.MetaEntryR\x04meta\x1a7\n" +
+	"\tMetaEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\x02\n" +
 	"\fStateRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12.\n" +
@@ -1975,7 +2017,7 @@ func file_rsm_proto_rawDescGZIP() []byte {
 }
 
 var file_rsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_rsm_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_rsm_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_rsm_proto_goTypes = []any{
 	(Status)(0),                 // 0: tenure.rsm.v1.Status
 	(RequestType)(0),            // 1: tenure.rsm.v1.RequestType
@@ -1998,6 +2040,9 @@ var file_rsm_proto_goTypes = []any{
 	(*StateResponse)(nil),       // 18: tenure.rsm.v1.StateResponse
 	(*CallRequest)(nil),         // 19: tenure.rsm.v1.CallRequest
 	(*CallResponse)(nil),        // 20: tenure.rsm.v1.CallResponse
+	nil,                         // 21: tenure.rsm.v1.FollowerInfo.MetaEntry
+	nil,                         // 22: tenure.rsm.v1.SynchronizeRequest.LeaderMetaEntry
+	nil,                         // 23: tenure.rsm.v1.SynchronizeResponse.MetaEntry
 }
 var file_rsm_proto_depIdxs = []int32{
 	2,  // 0: tenure.rsm.v1.Entry.commands:type_name -> tenure.rsm.v1.Command
@@ -2008,28 +2053,31 @@ var file_rsm_proto_depIdxs = []int32{
 	8,  // 5: tenure.rsm.v1.Snapshot.sessions:type_name -> tenure.rsm.v1.SessionRecord
 	9,  // 6: tenure.rsm.v1.SessionRecord.earlier:type_name -> tenure.rsm.v1.SessionResult
 	0,  // 7: tenure.rsm.v1.HandshakeResponse.status:type_name -> tenure.rsm.v1.Status
-	0,  // 8: tenure.rsm.v1.FollowResponse.status:type_name -> tenure.rsm.v1.Status
-	3,  // 9: tenure.rsm.v1.SynchronizeRequest.entries:type_name -> tenure.rsm.v1.Entry
-	12, // 10: tenure.rsm.v1.SynchronizeRequest.followers:type_name -> tenure.rsm.v1.FollowerInfo
-	0,  // 11: tenure.rsm.v1.SynchronizeResponse.status:type_name -> tenure.rsm.v1.Status
-	1,  // 12: tenure.rsm.v1.StateRequest.type:type_name -> tenure.rsm.v1.RequestType
-	0,  // 13: tenure.rsm.v1.StateResponse.status:type_name -> tenure.rsm.v1.Status
-	0,  // 14: tenure.rsm.v1.CallResponse.status:type_name -> tenure.rsm.v1.Status
-	10, // 15: tenure.rsm.v1.Replica.Handshake:input_type -> tenure.rsm.v1.HandshakeRequest
-	13, // 16: tenure.rsm.v1.Replica.Follow:input_type -> tenure.rsm.v1.FollowRequest
-	15, // 17: tenure.rsm.v1.Replica.Synchronize:input_type -> tenure.rsm.v1.SynchronizeRequest
-	17, // 18: tenure.rsm.v1.Replica.Submit:input_type -> tenure.rsm.v1.StateRequest
-	19, // 19: tenure.rsm.v1.Replica.Call:input_type -> tenure.rsm.v1.CallRequest
-	11, // 20: tenure.rsm.v1.Replica.Handshake:output_type -> tenure.rsm.v1.HandshakeResponse
-	14, // 21: tenure.rsm.v1.Replica.Follow:output_type -> tenure.rsm.v1.FollowResponse
-	16, // 22: tenure.rsm.v1.Replica.Synchronize:output_type -> tenure.rsm.v1.SynchronizeResponse
-	18, // 23: tenure.rsm.v1.Replica.Submit:output_type -> tenure.rsm.v1.StateResponse
-	20, // 24: tenure.rsm.v1.Replica.Call:output_type -> tenure.rsm.v1.CallResponse
-	20, // [20:25] is the sub-list for method output_type
-	15, // [15:20] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	21, // 8: tenure.rsm.v1.FollowerInfo.meta:type_name -> tenure.rsm.v1.FollowerInfo.MetaEntry
+	0,  // 9: tenure.rsm.v1.FollowResponse.status:type_name -> tenure.rsm.v1.Status
+	3,  // 10: tenure.rsm.v1.SynchronizeRequest.entries:type_name -> tenure.rsm.v1.Entry
+	12, // 11: tenure.rsm.v1.SynchronizeRequest.followers:type_name -> tenure.rsm.v1.FollowerInfo
+	22, // 12: tenure.rsm.v1.SynchronizeRequest.leader_meta:type_name -> tenure.rsm.v1.SynchronizeRequest.LeaderMetaEntry
+	0,  // 13: tenure.rsm.v1.SynchronizeResponse.status:type_name -> tenure.rsm.v1.Status
+	23, // 14: tenure.rsm.v1.SynchronizeResponse.meta:type_name -> tenure.rsm.v1.SynchronizeResponse.MetaEntry
+	1,  // 15: tenure.rsm.v1.StateRequest.type:type_name -> tenure.rsm.v1.RequestType
+	0,  // 16: tenure.rsm.v1.StateResponse.status:type_name -> tenure.rsm.v1.Status
+	0,  // 17: tenure.rsm.v1.CallResponse.status:type_name -> tenure.rsm.v1.Status
+	10, // 18: tenure.rsm.v1.Replica.Handshake:input_type -> tenure.rsm.v1.HandshakeRequest
+	13, // 19: tenure.rsm.v1.Replica.Follow:input_type -> tenure.rsm.v1.FollowRequest
+	15, // 20: tenure.rsm.v1.Replica.Synchronize:input_type -> tenure.rsm.v1.SynchronizeRequest
+	17, // 21: tenure.rsm.v1.Replica.Submit:input_type -> tenure.rsm.v1.StateRequest
+	19, // 22: tenure.rsm.v1.Replica.Call:input_type -> tenure.rsm.v1.CallRequest
+	11, // 23: tenure.rsm.v1.Replica.Handshake:output_type -> tenure.rsm.v1.HandshakeResponse
+	14, // 24: tenure.rsm.v1.Replica.Follow:output_type -> tenure.rsm.v1.FollowResponse
+	16, // 25: tenure.rsm.v1.Replica.Synchronize:output_type -> tenure.rsm.v1.SynchronizeResponse
+	18, // 26: tenure.rsm.v1.Replica.Submit:output_type -> tenure.rsm.v1.StateResponse
+	20, // 27: tenure.rsm.v1.Replica.Call:output_type -> tenure.rsm.v1.CallResponse
+	23, // [23:28] is the sub-list for method output_type
+	18, // [18:23] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_rsm_proto_init() }
@@ -2043,7 +2091,7 @@ func file_rsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rsm_proto_rawDesc), len(file_rsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

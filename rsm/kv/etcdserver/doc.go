@@ -57,8 +57,6 @@
 //
 // # What it does not do
 //
-//   - MemberList knows this node's client URLs only; the other members
-//     are listed with their peer addresses.
 //   - Auth, member changes, Snapshot, MoveLeader, Downgrade and Hash
 //     answer Unimplemented.
 //   - A watch stream that falls more than a million events behind is

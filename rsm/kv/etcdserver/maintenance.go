@@ -94,9 +94,11 @@ type clusterService struct {
 	s *Server
 }
 
-// MemberList lists the nodes this node knows of: itself with its client
-// URLs, the leader, and on the leader its followers. Only this node's
-// client URLs are known.
+// MemberList lists every node of the group this node knows of, as
+// etcd lists its members: name, peer URL and client URLs. Each node
+// publishes its client URLs with the group's heartbeats (rsm.Node.SetMeta,
+// nothing written to the store), so every node lists the others' a
+// heartbeat or two after they start serving.
 func (c *clusterService) MemberList(context.Context, *pb.MemberListRequest) (*pb.MemberListResponse, error) {
 	s := c.s
 	st := s.node.Status()
@@ -114,19 +116,29 @@ func (c *clusterService) MemberList(context.Context, *pb.MemberListRequest) (*pb
 		}
 		members = append(members, m)
 	}
-	self := ""
-	if st.Role == "LEADER" {
-		self = st.LeaderAddr
+	for _, m := range st.Members {
+		urls := s.urls
+		if m.ID != st.ID {
+			urls = splitURLs(m.Meta[clientURLsMeta])
+		}
+		add(m.ID, m.Addr, urls)
 	}
-	add(st.ID, self, s.urls)
-	add(st.LeaderID, st.LeaderAddr, nil)
-	for _, f := range st.Followers {
-		add(f.ID, f.Addr, nil)
-	}
+	add(st.ID, "", s.urls) // no leader known: this node only
 	return &pb.MemberListResponse{
 		Header:  &pb.ResponseHeader{ClusterId: s.cluster, MemberId: s.member, Revision: apiRev(s.m.ReadView()), RaftTerm: st.Term},
 		Members: members,
 	}, nil
+}
+
+// clientURLsMeta is the key under which a node publishes its client URLs
+// to the group (rsm.Node.SetMeta), comma-separated.
+const clientURLsMeta = "etcd-client-urls"
+
+func splitURLs(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
 
 // peerURL is a peer address as a URL: the group's RPCs are gRPC over TLS.

@@ -177,6 +177,10 @@ func New(c Config) (*Server, error) {
 		ctx: ctx, cancel: cancel,
 	}
 	s.term.Store(st.Term)
+	if err := c.Node.SetMeta(map[string]string{clientURLsMeta: strings.Join(s.urls, ",")}); err != nil {
+		cancel()
+		return nil, fmt.Errorf("etcdserver: publishing the client URLs: %w", err)
+	}
 	s.hub = newHub(s)
 	s.leases = newKeeper(s, c.LeaseCheckInterval)
 	s.m.SetLeaseObserver(s.leases.granted)
