@@ -799,6 +799,11 @@ func (n *Node) tellLeaving(ctx context.Context, l *leaderRun) {
 	wg.Wait()
 }
 
+// RequestTimeout is the node's Options.RequestTimeout: the bound on one
+// Command or Read whose ctx has no deadline. A front end bounds its own
+// waits by it too.
+func (n *Node) RequestTimeout() time.Duration { return n.opts.RequestTimeout }
+
 // Command submits a command to the group's leader and returns the result of
 // applying it, exactly once even if the node retries through leader changes.
 func (n *Node) Command(ctx context.Context, machine string, command []byte) ([]byte, error) {

@@ -36,12 +36,14 @@ func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	res, err := s.node.Read(ctx, s.name, q)
+	bctx, cancel := s.bound(ctx)
+	defer cancel()
+	res, err := s.node.Read(bctx, s.name, q)
 	if errors.Is(err, rsm.ErrTooLarge) {
 		return k.largeRange(ctx, r)
 	}
 	if err != nil {
-		return nil, toGRPC(err)
+		return nil, s.toGRPC(bctx, err)
 	}
 	return decode(s, res, func(r *pb.RangeResponse) **pb.ResponseHeader { return &r.Header })
 }
@@ -60,20 +62,22 @@ func (k *kvService) largeRange(ctx context.Context, r *pb.RangeRequest) (*pb.Ran
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	res, err := s.node.Read(ctx, s.name, q)
+	bctx, cancel := s.bound(ctx)
+	defer cancel()
+	res, err := s.node.Read(bctx, s.name, q)
 	if err != nil {
-		return nil, toGRPC(err)
+		return nil, s.toGRPC(bctx, err)
 	}
 	count, err := decode(s, res, func(r *pb.RangeResponse) **pb.ResponseHeader { return &r.Header })
 	if err != nil {
 		return nil, err
 	}
 	rev := count.Header.Revision
-	s.hub.waitRev(ctx, rev)
+	s.hub.waitRev(bctx, rev)
 	view := s.m.ReadView()
 	if apiRev(view) < rev {
-		if err := ctx.Err(); err != nil {
-			return nil, toGRPC(err)
+		if err := bctx.Err(); err != nil {
+			return nil, s.toGRPC(bctx, err)
 		}
 		return nil, rpctypes.ErrGRPCStopped
 	}
@@ -213,19 +217,21 @@ func (k *kvService) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServ
 		if err != nil {
 			return toGRPC(err)
 		}
-		res, err := s.node.Read(ctx, s.name, q)
+		bctx, cancel := s.bound(ctx)
+		defer cancel()
+		res, err := s.node.Read(bctx, s.name, q)
 		if err != nil {
-			return toGRPC(err)
+			return s.toGRPC(bctx, err)
 		}
 		at, err := decode(s, res, func(r *pb.RangeResponse) **pb.ResponseHeader { return &r.Header })
 		if err != nil {
 			return err
 		}
 		rev := at.Header.Revision
-		s.hub.waitRev(ctx, rev)
+		s.hub.waitRev(bctx, rev)
 		if view = s.m.ReadView(); apiRev(view) < rev {
-			if err := ctx.Err(); err != nil {
-				return toGRPC(err)
+			if err := bctx.Err(); err != nil {
+				return s.toGRPC(bctx, err)
 			}
 			return rpctypes.ErrGRPCStopped
 		}

@@ -52,8 +52,14 @@ type group struct {
 
 func startGroup(t *testing.T, cfg func(*etcdserver.Config)) *group {
 	t.Helper()
+	return startGroupWith(t, fastOptions(), cfg)
+}
+
+// startGroupWith is startGroup with the nodes' options opts.
+func startGroupWith(t *testing.T, opts rsm.Options, cfg func(*etcdserver.Config)) *group {
+	t.Helper()
 	g := &group{t: t, cfg: cfg, machines: map[int]*kv.Machine{}, servers: map[int]*etcdserver.Server{}, grpcs: map[int]*grpc.Server{}, addrs: map[int]string{}}
-	g.c = rsmtest.Start(t, rsmtest.Config{Options: fastOptions(), Group: "etcd", Machines: func(i int) map[string]rsm.StateMachine {
+	g.c = rsmtest.Start(t, rsmtest.Config{Options: opts, Group: "etcd", Machines: func(i int) map[string]rsm.StateMachine {
 		m := kv.New()
 		g.mu.Lock()
 		g.machines[i] = m

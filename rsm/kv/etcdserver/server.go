@@ -267,21 +267,59 @@ func run[T any](ctx context.Context, s *Server, cmd []byte, err error, header fu
 		var zero T
 		return zero, toGRPC(err)
 	}
-	res, err := s.node.Command(ctx, s.name, cmd)
+	bctx, cancel := s.bound(ctx)
+	defer cancel()
+	res, err := s.node.Command(bctx, s.name, cmd)
 	if err != nil {
 		var zero T
-		return zero, toGRPC(err)
+		return zero, s.toGRPC(bctx, err)
 	}
 	resp, err := decode(s, res, header)
 	if err == nil {
 		// The leader acknowledges once the command is in the store; this
 		// node may not have applied it yet (a follower). Answer once it
 		// has, so that this node's serializable reads and watches from
-		// now see the write afterwards, as etcd's do.
-		s.hub.waitRev(ctx, (*header(resp)).Revision)
+		// now see the write afterwards, as etcd's do. A node that cannot
+		// (it cannot read the log) says so within its request timeout,
+		// and that the write was applied.
+		if !s.hub.waitRev(bctx, (*header(resp)).Revision) && bctx.Err() != nil {
+			var zero T
+			if ctx.Err() != nil {
+				return zero, toGRPC(ctx.Err())
+			}
+			return zero, errAppliedNotHere
+		}
 	}
 	return resp, err
 }
+
+// errRequestTimeout is the cause of a request's context that reached the
+// node's request timeout.
+var errRequestTimeout = errors.New("etcdserver: request timed out")
+
+// bound bounds a request's wait on the node by its RequestTimeout, as
+// etcd's --request-timeout bounds a member's: a node that cannot reach
+// its store or its leader answers within it, and the client can turn to
+// another endpoint before its own deadline.
+func (s *Server) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, s.node.RequestTimeout(), errRequestTimeout)
+}
+
+// toGRPC is toGRPC(err) for an error of a wait under bctx (from bound):
+// the request timeout, not the client's deadline, is ErrGRPCTimeout, the
+// error etcd answers when its request timeout passes (Unavailable, so
+// clients retry a read on another endpoint).
+func (s *Server) toGRPC(bctx context.Context, err error) error {
+	if errors.Is(context.Cause(bctx), errRequestTimeout) && errors.Is(err, context.DeadlineExceeded) {
+		return rpctypes.ErrGRPCTimeout
+	}
+	return toGRPC(err)
+}
+
+// errAppliedNotHere: the group applied a write, but this node did not
+// within its request timeout, so it cannot answer it with read-your-writes
+// (its serializable reads and watches would not show it yet).
+var errAppliedNotHere = status.Error(codes.Unavailable, "etcdserver: request timed out, but it was applied: this member has not applied it yet (a linearizable read shows it)")
 
 // decode decodes a result of the machine, a T, and fills in its header.
 func decode[T any](s *Server, res []byte, header func(T) **pb.ResponseHeader) (T, error) {
@@ -317,7 +355,8 @@ var errResultUnavailable = status.Error(codes.Unknown, "etcdserver: request appl
 //   - rsm.ErrApplicationResultUnavailable is codes.Unknown, saying the
 //     request was applied;
 //   - a cancelled or expired context is ErrGRPCCanceled or
-//     ErrGRPCDeadlineExceeded.
+//     ErrGRPCDeadlineExceeded; the node's request timeout (Server.toGRPC)
+//     is ErrGRPCTimeout.
 func toGRPC(err error) error {
 	if err == nil {
 		return nil

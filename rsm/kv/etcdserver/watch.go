@@ -98,19 +98,19 @@ func (h *hub) advance(rev int64) {
 // or the hub closes: from then on, a watch from now starts after rev,
 // and the machine's reads see it. Revision 1 is a new group's, before
 // any etcd write (apiRev): every node has it from the start, so a wait
-// for it returns at once.
-func (h *hub) waitRev(ctx context.Context, rev int64) {
+// for it returns at once. It reports whether the hub has handed out rev.
+func (h *hub) waitRev(ctx context.Context, rev int64) bool {
 	for {
 		h.mu.Lock()
-		done, ch := h.closed || max(h.rev, 1) >= rev, h.advanced
+		reached, closed, ch := max(h.rev, 1) >= rev, h.closed, h.advanced
 		h.mu.Unlock()
-		if done {
-			return
+		if reached || closed {
+			return reached
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return
+			return false
 		}
 	}
 }
