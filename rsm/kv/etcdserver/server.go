@@ -434,7 +434,7 @@ func (s *Server) health(ctx context.Context, serializable bool) (bool, string) {
 // Mux serves gRPC requests with g and the others with h: one port for
 // both, as etcd's client port. Served over TLS, or over plain HTTP/2
 // (h2c) and HTTP/1.
-func Mux(g *grpc.Server, h http.Handler) http.Handler {
+func Mux(g, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 			g.ServeHTTP(w, r)
@@ -452,13 +452,61 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // Handler is the client port's handler: the services on a gRPC server of
 // their own (with opts), /version and /health beside them (Mux). stop
-// ends the watch streams and every call in flight, and closes s.
+// ends every call in flight, and closes s; once it has begun, a gRPC
+// call is answered 503 (Unavailable), which clients retry elsewhere.
+//
+// gRPC served through net/http cannot stop gracefully, and its Stop waits
+// for every call's ServeHTTP to return, which a call whose client stopped
+// reading does not (HTTP/2 flow control blocks its write). So stop first
+// resets every gRPC call's HTTP/2 stream (a write deadline in the past),
+// which fails such writes, then stops the gRPC server, which cancels the
+// calls, and then closes s, which waits for the calls' goroutines.
 func (s *Server) Handler(opts ...grpc.ServerOption) (h http.Handler, stop func()) {
 	g := grpc.NewServer(opts...)
 	s.Register(g)
-	return Mux(g, s.HTTP()), func() {
-		_ = s.Close()
+	c := &grpcCalls{g: g, ws: map[*http.ResponseWriter]struct{}{}}
+	return Mux(c, s.HTTP()), func() {
+		c.stop()
 		g.Stop()
+		_ = s.Close()
+	}
+}
+
+// grpcCalls serves gRPC calls with g, and knows their response writers,
+// to reset them when it stops.
+type grpcCalls struct {
+	g       *grpc.Server
+	mu      sync.Mutex
+	stopped bool
+	ws      map[*http.ResponseWriter]struct{}
+}
+
+func (c *grpcCalls) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		http.Error(w, "etcdserver: server stopped", http.StatusServiceUnavailable)
+		return
+	}
+	c.ws[&w] = struct{}{}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.ws, &w)
+		c.mu.Unlock()
+	}()
+	c.g.ServeHTTP(w, r)
+}
+
+// stop refuses new calls and resets the streams of those in flight.
+func (c *grpcCalls) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped = true
+	past := time.Unix(1, 0)
+	for w := range c.ws {
+		// A writer that cannot (HTTP/1) never carries gRPC.
+		_ = http.NewResponseController(*w).SetWriteDeadline(past)
 	}
 }
 
