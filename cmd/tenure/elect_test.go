@@ -72,7 +72,10 @@ func TestRunStartsCommandWhileLeadingAndStopsIt(t *testing.T) {
 	lock := tempStore(t) + "/leader.json"
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int, 1)
+	// A grace of 1.5 s (fastFlags leave 200 ms): the shell runs its trap
+	// only after its sleep, which a loaded machine can stretch past 200 ms.
 	args := append([]string{"run", "--lock", lock}, fastFlags...)
+	args = append(args, "--leader-timeout", "5s", "--renew-deadline", "2s", "--grace", "1500ms")
 	args = append(args, "--", "sh", "-c", `echo "$TENURE_TERM" > `+marker+`; trap 'echo stopped >> `+marker+`; exit 0' TERM; while :; do sleep 0.05; done`)
 	go func() { code, _, _ := runCmdCtx(t, ctx, args...); done <- code }()
 	waitFile(t, marker, "1\n")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -28,7 +27,9 @@ func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 
 func runCmdCtx(t *testing.T, ctx context.Context, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb bytes.Buffer
+	// Locked: a command that runs a child (tenure run) writes its output
+	// from the child's copying goroutine beside its own log.
+	var out, errb lockedBuffer
 	code = run(ctx, &env{stdout: &out, stderr: &errb}, args)
 	return code, out.String(), errb.String()
 }
