@@ -30,6 +30,13 @@ type client struct {
 	registering chan struct{} // closed when the registration in flight ends
 	fwd         *forwarder
 	fwdCur      atomic.Pointer[forwarder] // fwd, for dropForwarder without mu
+
+	// slots bounds the node's commands numbered and not yet answered to
+	// MaxConcurrentRequests, the leader's bound: a command takes a slot
+	// before it gets its number, so a burst waits at the node unnumbered
+	// instead of being refused BUSY by the leader while later numbers
+	// overtake the refused ones.
+	slots chan struct{}
 }
 
 // submit sends a command or a read to the group's leader (roundTrip),
@@ -80,8 +87,22 @@ func (c *client) roundTrip(ctx context.Context, req *rsmpb.StateRequest) ([]byte
 	// However it ends, the node awaits this number's answer no longer: the
 	// group may forget its result.
 	defer func() { c.settle(req.Session, req.Seq) }()
+	if isCmd && !req.Register && req.Seq == 0 && c.slots != nil {
+		// A command waits for a slot before it is numbered: never sent,
+		// it is not committed if ctx ends first.
+		select {
+		case c.slots <- struct{}{}:
+			defer func() { <-c.slots }()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w (the node awaits %d commands already)", ErrNotCommitted, ctx.Err(), cap(c.slots))
+		case <-n.ctx.Done():
+			return nil, n.stoppedErr()
+		}
+	}
+	ordered := false   // an out-of-sequence number waited for its predecessor: resend at once
+	outOfSequence := 0 // answers REQUEST_OUT_OF_SEQUENCE so far
 	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
+		if attempt > 0 && !ordered {
 			d := min(time.Duration(attempt)*10*time.Millisecond, 500*time.Millisecond)
 			if sleepCtx(ctx, store.Jitter(d, 0.5)) != nil {
 				break
@@ -101,6 +122,7 @@ func (c *client) roundTrip(ctx context.Context, req *rsmpb.StateRequest) ([]byte
 				return nil, fmt.Errorf("%w: %w", ErrNotCommitted, err)
 			}
 		}
+		ordered = false
 		p, sent := c.send(req)
 		if sent && isCmd {
 			maybeApplied = true
@@ -138,6 +160,19 @@ func (c *client) roundTrip(ctx context.Context, req *rsmpb.StateRequest) ([]byte
 			c.settle(req.Session, req.Seq)
 			req.Session, req.Seq = 0, 0 // never applied: resubmit under the new session
 		case rsmpb.Status_REQUEST_OUT_OF_SEQUENCE:
+			outOfSequence++
+			if req.Session != 0 && !c.sessionDropped(req.Session) &&
+				c.awaitPredecessor(ctx, req.Session, req.Seq, outOfSequence > 1) == nil {
+				// A lower number of the session was not applied before
+				// this one: resending at once would meet the same
+				// refusal. It is resent right after its predecessor's
+				// next attempt, so the leader takes them in order,
+				// instead of every number behind a refused one retrying
+				// in a storm; refused again (the predecessor's attempt
+				// was refused too: the leader is full), it waits for
+				// the predecessor's answer.
+				ordered = true
+			}
 			if !inDoubt && req.Session != 0 && c.sessionDropped(req.Session) {
 				// Held behind a number the node gave up on (its command's
 				// outcome was unknown at its deadline): never applied, so
@@ -219,6 +254,11 @@ func (c *client) send(req *rsmpb.StateRequest) (p *pending, sent bool) {
 		}
 		p := &pending{req: req, start: time.Now(), done: make(chan *rsmpb.StateResponse, 1)}
 		l.enqueue(p)
+		if len(p.done) == 0 {
+			// Taken (enqueue answers a refusal at once): the numbers
+			// waiting for this one's next attempt may follow it.
+			c.noteSent(req)
+		}
 		return p, true
 	}
 	if leaderAddr == "" {
@@ -234,7 +274,16 @@ func (c *client) send(req *rsmpb.StateRequest) (p *pending, sent bool) {
 	if !number() {
 		return unsent(rsmpb.Status_SESSION_EXPIRED)
 	}
+	c.noteSent(req)
 	return c.fwd.send(req), true
+}
+
+// noteSent notes an attempt of command req on its way to the leader (under
+// mu, in the order they are sent).
+func (c *client) noteSent(req *rsmpb.StateRequest) {
+	if req.Type == rsmpb.RequestType_COMMAND && req.Seq != 0 && req.Session == c.session {
+		c.awaiting.sent(req.Seq)
+	}
 }
 
 // dropForwarder closes the stream to the leader, if any: its waiting
@@ -325,6 +374,7 @@ func (c *client) dropSession(old uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old != 0 && c.session == old {
+		c.awaiting.clear()
 		c.session, c.seq, c.awaiting = 0, 0, awaiting{}
 	}
 }
@@ -342,30 +392,63 @@ func (c *client) settle(session, seq uint64) {
 // awaiting is the set of sequence numbers of a session whose answers its
 // node awaits, with the lowest of them: every command carries it
 // (Command.first_pending) so that the group keeps the results of the
-// commands a retry may ask for again, and forgets the others.
+// commands a retry may ask for again, and forgets the others. Each number
+// counts its attempts, so that a number refused out of sequence can be
+// resent right behind its predecessor's next attempt.
 type awaiting struct {
-	set   map[uint64]struct{}
+	set   map[uint64]*attempts
 	first uint64 // the lowest number in set; 0 when set is empty
+}
+
+// attempts are the sends of one awaited number.
+type attempts struct {
+	sends    uint64        // attempts sent so far
+	predSent uint64        // the predecessor's sends when this number was last sent
+	next     chan struct{} // made by a waiter; closed at the next attempt or when the number is no longer awaited
+}
+
+// wake closes next, if a waiter made it.
+func (at *attempts) wake() {
+	if at.next != nil {
+		close(at.next)
+		at.next = nil
+	}
 }
 
 // add adds seq, the highest number given out so far, and returns the
 // lowest awaited.
 func (a *awaiting) add(seq uint64) uint64 {
 	if a.set == nil {
-		a.set = map[uint64]struct{}{}
+		a.set = map[uint64]*attempts{}
 	}
-	a.set[seq] = struct{}{}
+	a.set[seq] = &attempts{}
 	if a.first == 0 {
 		a.first = seq
 	}
 	return a.first
 }
 
-// remove removes seq; last is the highest number given out so far.
-func (a *awaiting) remove(seq, last uint64) {
-	if _, ok := a.set[seq]; !ok {
+// sent notes an attempt of seq, about to go to the leader.
+func (a *awaiting) sent(seq uint64) {
+	at := a.set[seq]
+	if at == nil {
 		return
 	}
+	at.sends++
+	at.predSent = 0
+	if pred := a.set[seq-1]; pred != nil {
+		at.predSent = pred.sends
+	}
+	at.wake()
+}
+
+// remove removes seq; last is the highest number given out so far.
+func (a *awaiting) remove(seq, last uint64) {
+	at, ok := a.set[seq]
+	if !ok {
+		return
+	}
+	at.wake()
 	delete(a.set, seq)
 	if seq != a.first {
 		return
@@ -375,6 +458,48 @@ func (a *awaiting) remove(seq, last uint64) {
 		if _, ok := a.set[s]; ok {
 			a.first = s
 			return
+		}
+	}
+}
+
+// clear wakes everyone waiting on a number of the set: the session is
+// dropped.
+func (a *awaiting) clear() {
+	for _, at := range a.set {
+		at.wake()
+	}
+}
+
+// awaitPredecessor returns once number seq of session may be resent
+// after the leader refused an attempt of it out of sequence: when its
+// predecessor has been sent again since seq's last attempt (unless
+// answered is set), or is no longer awaited (answered, or given up on),
+// or the session is no longer the node's. The leader takes a node's
+// requests in the order they are sent, so the two then arrive in order.
+func (c *client) awaitPredecessor(ctx context.Context, session, seq uint64, answered bool) error {
+	n := c.n
+	for {
+		c.mu.Lock()
+		if c.session != session {
+			c.mu.Unlock()
+			return nil
+		}
+		me, pred := c.awaiting.set[seq], c.awaiting.set[seq-1]
+		if me == nil || pred == nil || (!answered && pred.sends > me.predSent) {
+			c.mu.Unlock()
+			return nil
+		}
+		if pred.next == nil {
+			pred.next = make(chan struct{})
+		}
+		ch := pred.next
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.ctx.Done():
+			return n.stoppedErr()
 		}
 	}
 }

@@ -93,7 +93,9 @@ type Options struct {
 	// of it. Default 4 (S2C's is 10).
 	MaxMissedHeartbeats int
 	// MaxConcurrentRequests bounds the state requests a leader holds at
-	// once; beyond it requests are refused with ErrBusy. Default 100.
+	// once; beyond it requests are refused with ErrBusy. A node numbers
+	// and sends at most as many of its commands at once; the others wait
+	// at the node. Default 100.
 	MaxConcurrentRequests int
 	// LeadershipDelay is the pause per rank before a follower attempts
 	// leadership, so the most up-to-date follower goes first. Default

@@ -183,8 +183,10 @@ func (l *leaderRun) finish(p *pending, r *rsmpb.StateResponse) {
 	c.Inc()
 	l.concurrent.Dec()
 	r.Term = l.term
-	p.reply(r)
+	// The token is back before the answer: a node that sends its next
+	// command on hearing this one is never refused BUSY for it.
 	<-l.count
+	p.reply(r)
 }
 
 // Events the workers report to the loop.

@@ -116,7 +116,7 @@ func newNode(h *Host, group string, machines map[string]StateMachine, opts Optio
 
 		incarnation: newNonceHex(),
 	}
-	n.client = &client{n: n}
+	n.client = &client{n: n, slots: make(chan struct{}, n.opts.MaxConcurrentRequests)}
 	n.fc = newFollowCore(h.cfg.ID, n.incarnation, opts.MaxMissedHeartbeats)
 	rep.onRefuse = n.refuse
 	n.rep = startReplica(rep)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/faultstore"
@@ -39,6 +40,9 @@ type Config struct {
 	// so that a node notices a partition quickly.
 	ConnectTimeout   time.Duration
 	HandshakeTimeout time.Duration
+	// Registerer receives every node's metrics (each series labelled
+	// with its node's ID). Default: none are registered.
+	Registerer prometheus.Registerer
 }
 
 // Cluster is a group of rsm nodes in one process: one host per node, each
@@ -164,8 +168,9 @@ func (c *Cluster) start(ctx context.Context, i int, probe bool) error {
 		ID: s.id, Addr: addr, Listener: lis,
 		Dialer:         c.net.dialer(i),
 		ConnectTimeout: c.cfg.ConnectTimeout, HandshakeTimeout: c.cfg.HandshakeTimeout,
-		Logger:    c.cfg.Logger.With("id", s.id),
-		SkipProbe: !probe,
+		Logger:     c.cfg.Logger.With("id", s.id),
+		SkipProbe:  !probe,
+		Registerer: c.cfg.Registerer,
 	})
 	if err != nil {
 		_ = lis.Close()

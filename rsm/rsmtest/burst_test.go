@@ -1,0 +1,126 @@
+package rsmtest_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenure-io/tenure/rsm/rsmtest"
+)
+
+// TestBurstThroughOneNode: far more concurrent commands through one node
+// than the leader holds at once (MaxConcurrentRequests) all succeed
+// within the request timeout, each applied exactly once, through a
+// follower and through the leader, and the leader refuses each at most
+// twice out of sequence: the node does not number more commands than the
+// leader holds, and a number refused ahead of its predecessor is resent
+// behind it instead of retrying in a storm. Through every node at once,
+// the nodes together send more than the leader holds: some are refused
+// BUSY, and the numbers behind them must not storm either.
+func TestBurstThroughOneNode(t *testing.T) {
+	const burst = 450
+	o := fastOptions()
+	o.RequestTimeout = 20 * time.Second
+	reg := prometheus.NewRegistry()
+	c := rsmtest.Start(t, rsmtest.Config{Options: o, Machines: counterMachines, Logger: nodeLogger(t), Registerer: reg})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	l, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := (l + 1) % c.Len()
+	var total uint64
+	for _, tc := range []struct {
+		name  string
+		nodes []int
+	}{{"follower", []int{f}}, {"leader", []int{l}}, {"every node", []int{0, 1, 2}}} {
+		burst := burst * len(tc.nodes)
+		before := handled(t, reg, "REQUEST_OUT_OF_SEQUENCE")
+		seen := make(map[uint64]bool, burst)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		errs := make(chan error, burst)
+		for i := range burst {
+			node := tc.nodes[i%len(tc.nodes)]
+			wg.Go(func() {
+				// Each call has the request timeout, as a caller without a
+				// deadline of its own gets.
+				res, err := c.Node(node).Command(context.Background(), "counter", nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				v, err := decodeCount(res)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if seen[v] {
+					t.Errorf("%s: two commands answered total %d", tc.name, v)
+				}
+				seen[v] = true
+			})
+		}
+		wg.Wait()
+		close(errs)
+		failed := 0
+		for err := range errs {
+			if failed < 5 {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			failed++
+		}
+		if failed > 0 {
+			t.Fatalf("%s: %d of %d commands failed", tc.name, failed, burst)
+		}
+		total += uint64(burst)
+		got, err := c.Node(l).Read(ctx, "counter", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := decodeCount(got); err != nil || v != total {
+			t.Fatalf("%s: counter %d (%v), want %d: a command was applied twice or not at all", tc.name, v, err, total)
+		}
+		oos := handled(t, reg, "REQUEST_OUT_OF_SEQUENCE") - before
+		t.Logf("%s: %d commands, %v refused out of sequence", tc.name, burst, oos)
+		// A number refused BUSY (the leader holds requests of other
+		// nodes, or has not yet taken the last ones off its queue) makes
+		// those behind it out of sequence, each at most twice: the
+		// second time it waits for its predecessor's answer. Retrying at
+		// once refuses them over and over, many times each.
+		bound := float64(2 * burst)
+		if oos > bound {
+			t.Errorf("%s: the leader refused %v of %d commands out of sequence, want at most %v", tc.name, oos, burst, bound)
+		}
+	}
+}
+
+// handled is the number of requests the nodes' leaders answered with
+// status outcome so far.
+func handled(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != "tenure_rsm_handled_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "outcome" && lp.GetValue() == outcome {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
