@@ -3,6 +3,7 @@ package rsmtest_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -76,6 +77,16 @@ func TestIsolatedFollowerDoesNotDepose(t *testing.T) {
 	}
 	term := c.Node(l).Status().Term
 	iso, other := (l+1)%c.Len(), (l+2)%c.Len()
+	// The guarantee is for a follower the leader's heartbeats have listed
+	// (docs/rsm.md, "Limits": one not yet listed may take the leadership
+	// once): cut it off only once it has heard itself listed.
+	listedBy := time.Now().Add(20 * time.Second)
+	for !slices.ContainsFunc(c.Node(iso).Status().Members, func(m rsm.MemberStatus) bool { return m.ID == c.ID(iso) }) {
+		if time.Now().After(listedBy) {
+			t.Fatalf("node %d not listed by the leader's heartbeats within 20 s: %+v", iso, c.Node(iso).Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	c.Isolate(iso)
 	// Long enough for the cut-off follower to give up on the leader a few
 	// times over.
