@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -121,10 +120,11 @@ type etcdctlGet struct {
 }
 
 // TestEtcdctl runs etcdctl 3.7, then Debian's etcdctl 3.4, against three
-// tenure etcd serve processes sharing a directory: the acceptance test of
-// the etcd front end.
+// tenure etcd serve processes sharing a MinIO bucket: the acceptance test
+// of the etcd front end.
 func TestEtcdctl(t *testing.T) {
 	bin := buildTenure(t)
+	minio := testutil.MinIO(t)
 	for _, v := range []struct {
 		name string
 		find func(testing.TB) string
@@ -132,20 +132,20 @@ func TestEtcdctl(t *testing.T) {
 		{"3.7", testutil.Etcdctl},
 		{"3.4", testutil.Etcdctl34},
 	} {
-		t.Run(v.name, func(t *testing.T) { testEtcdctl(t, bin, v.find(t), v.name) })
+		t.Run(v.name, func(t *testing.T) { testEtcdctl(t, bin, minio, v.find(t), v.name) })
 	}
 }
 
 // testEtcdctl is TestEtcdctl's scenario on the tenure at bin, with the
 // etcdctl at ctl of version (major.minor); where 3.4 prints differently
 // it checks 3.4's output.
-func testEtcdctl(t *testing.T, bin, ctl, version string) {
-	dir := t.TempDir()
+func testEtcdctl(t *testing.T, bin string, minio testutil.S3Server, ctl, version string) {
+	env, storeURL := awsEnv(t, minio), minio.URL("etcdctl-"+randomSuffix())
 	var eps []string
 	var procs []*kvProcess
 	for i := range 3 {
 		client := freeTCPAddr(t)
-		p := startProcess(t, bin, nil, client, "etcd", "serve", "--store", "file://"+filepath.Join(dir, "data"),
+		p := startProcess(t, bin, env, client, "etcd", "serve", "--store", storeURL,
 			"--id", fmt.Sprintf("n%d", i), "--peer-listen", "127.0.0.1:0", "--peer-plaintext",
 			"--listen-client-urls", "http://"+client, "--flush-interval", "5ms", "--log-level", "warn")
 		waitProbe(t, p, "http://"+client+"/readyz", http.StatusOK, "")
