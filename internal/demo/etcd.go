@@ -14,9 +14,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
-	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm/kv/etcdserver"
-	"github.com/tenure-io/tenure/store"
 	"github.com/tenure-io/tenure/store/faultstore"
 )
 
@@ -78,25 +76,11 @@ func (d *demo) runEtcd(ctx context.Context, url string) error {
 	fmt.Fprintf(d.out, "\ntenure demo, part %d: three nodes serve etcd's v3 API (group %q, its log in %s);\n", d.nextPart(), demoEtcdGroup, url)
 	fmt.Fprintf(d.out, "         the etcd Go client (go.etcd.io/etcd/client/v3) is given every node's endpoint\n\n")
 
-	ca, err := tlsutil.NewCA("tenure demo etcd")
+	dk, err := d.newDemoKV(ctx, url, demoEtcdGroup)
 	if err != nil {
 		return err
 	}
-	dk := &demoKV{demo: d, group: demoEtcdGroup}
-	if dk.serverTLS, err = ca.ServerConfig(true, "127.0.0.1"); err != nil {
-		return err
-	}
-	if dk.clientTLS, err = ca.ClientConfig(true); err != nil {
-		return err
-	}
-	if dk.st, err = store.Open(ctx, url); err != nil {
-		return err
-	}
-	defer dk.st.Close()
-	if _, err := store.Probe(ctx, dk.st, 1); err != nil {
-		return err
-	}
-	defer dk.closeAll()
+	defer dk.close()
 	ports := map[*demoKVNode]*etcdPort{}
 	defer func() {
 		for _, p := range ports {

@@ -135,6 +135,37 @@ func (d *demoKV) groupName() string {
 	return d.group
 }
 
+// newDemoKV opens the store at url for a demo part's nodes of group (""
+// for the kv part's), with a CA of its own for their TLS. close closes
+// the nodes and the store.
+func (d *demo) newDemoKV(ctx context.Context, url, group string) (*demoKV, error) {
+	dk := &demoKV{demo: d, group: group}
+	ca, err := tlsutil.NewCA("tenure " + dk.groupName())
+	if err != nil {
+		return nil, err
+	}
+	if dk.serverTLS, err = ca.ServerConfig(true, "127.0.0.1"); err != nil {
+		return nil, err
+	}
+	if dk.clientTLS, err = ca.ClientConfig(true); err != nil {
+		return nil, err
+	}
+	if dk.st, err = store.Open(ctx, url); err != nil {
+		return nil, err
+	}
+	if _, err := store.Probe(ctx, dk.st, 1); err != nil {
+		dk.st.Close()
+		return nil, err
+	}
+	return dk, nil
+}
+
+// close closes every node, then the store.
+func (d *demoKV) close() {
+	d.closeAll()
+	d.st.Close()
+}
+
 func (d *demoKV) closeAll() {
 	for _, n := range d.nodes {
 		if !n.closed {
@@ -182,25 +213,11 @@ func (d *demo) runKV(ctx context.Context, url string, writes int) error {
 	fmt.Fprintf(d.out, "         followers check the store after %d missed heartbeats of %v, then wait %v per rank\n\n",
 		o.MaxMissedHeartbeats, o.HeartbeatInterval, o.LeadershipDelay)
 
-	ca, err := tlsutil.NewCA("tenure demo kv")
+	dk, err := d.newDemoKV(ctx, url, "")
 	if err != nil {
 		return err
 	}
-	dk := &demoKV{demo: d}
-	if dk.serverTLS, err = ca.ServerConfig(true, "127.0.0.1"); err != nil {
-		return err
-	}
-	if dk.clientTLS, err = ca.ClientConfig(true); err != nil {
-		return err
-	}
-	if dk.st, err = store.Open(ctx, url); err != nil {
-		return err
-	}
-	defer dk.st.Close()
-	if _, err := store.Probe(ctx, dk.st, 1); err != nil {
-		return err
-	}
-	defer dk.closeAll()
+	defer dk.close()
 	ids := []string{"kv1", "kv2", "kv3"}
 	for _, id := range ids {
 		if _, err := dk.start(ctx, id); err != nil {
