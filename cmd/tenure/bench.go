@@ -281,8 +281,9 @@ func runBenchKV(ctx context.Context, e *env, args []string) error {
 		"random keys), separating puts that ran while a snapshot was being taken; counts the store's bytes\n"+
 		"and requests per put and the snapshots' time and size; reads the process's RSS and live heap; then\n"+
 		"stops the node and times a fresh one on the same store to its first linearizable read. When an etcd\n"+
-		"binary is installed ($TENURE_ETCD_BIN, the test-server cache, PATH or /usr/bin/etcd), it runs one\n"+
-		"etcd on the same disk and times the same puts through the official client, at the same sizes.")
+		"binary is installed ($TENURE_ETCD_BIN, else the newest etcd-vX.Y.Z in the test-server cache, else its\n"+
+		"etcd, PATH or /usr/bin/etcd), it runs one etcd on the same disk and times the same puts through the\n"+
+		"official client, at the same sizes; the output names its version and binary.")
 	storeURL := fs.String("store", "", "store URL (default: file:// in a new directory under --dir, removed afterwards); the bench uses a group of its own and deletes it")
 	dir := fs.String("dir", "", "directory for the temporary store and etcd's data, on the disk to measure (default the system's temporary directory)")
 	sizes := fs.String("sizes", "1000,10000,100000", "state sizes in keys, ascending, comma-separated")

@@ -176,6 +176,7 @@ type KVResult struct {
 	Tenure      []kvTenureSize `json:"tenure"`
 	Etcd        []kvEtcdSize   `json:"etcd,omitempty"`
 	EtcdVersion string         `json:"etcdVersion,omitempty"`
+	EtcdBin     string         `json:"etcdBin,omitempty"`
 	EtcdSkipped string         `json:"etcdSkipped,omitempty"`
 	Ratios      []kvRatio      `json:"ratios,omitempty"`
 	// Kept is, with --keep, the group left in the store and the command
@@ -277,7 +278,7 @@ func benchKV(ctx context.Context, cfg kvBenchConfig) (*KVResult, error) {
 
 	var etcdSrv *etcdlaunch.Server
 	if cfg.Etcd {
-		etcdSrv, res.EtcdVersion, res.EtcdSkipped = startBenchEtcd(cfg)
+		etcdSrv, res.EtcdBin, res.EtcdVersion, res.EtcdSkipped = startBenchEtcd(cfg)
 		if etcdSrv != nil {
 			defer etcdSrv.Stop()
 		} else {
@@ -1041,29 +1042,32 @@ func readObjects(ctx context.Context, st *store.Store, prefix string, par int) (
 
 // ---- etcd ----
 
-// startBenchEtcd starts etcd on the disk of cfg.Dir, or says why not.
-func startBenchEtcd(cfg kvBenchConfig) (srv *etcdlaunch.Server, version, skipped string) {
+// startBenchEtcd starts etcd on the disk of cfg.Dir, or says why not. It
+// takes the newest etcd at hand (etcdlaunch.FindNewest): $TENURE_ETCD_BIN,
+// else the cache's newest etcd-vX.Y.Z, else the etcd the tests use.
+func startBenchEtcd(cfg kvBenchConfig) (srv *etcdlaunch.Server, bin, version, skipped string) {
 	cache := ""
 	if d := os.Getenv("TENURE_CACHE"); d != "" {
 		cache = d + "/bin"
 	} else if home, err := os.UserHomeDir(); err == nil {
 		cache = home + "/.cache/tenure/bin"
 	}
-	bin, err := etcdlaunch.Find(cache)
+	var err error
+	bin, err = etcdlaunch.FindNewest(cache)
 	if err != nil {
-		return nil, "", err.Error()
+		return nil, "", "", err.Error()
 	}
 	if version, err = etcdlaunch.Version(bin); err != nil {
-		return nil, "", err.Error()
+		return nil, "", "", err.Error()
 	}
 	// A bigger backend quota than the default 2 GiB leaves room for the
 	// revisions of the largest sizes (nothing compacts them).
 	srv, err = etcdlaunch.Launch(bin, version, etcdlaunch.Options{ParentDir: cfg.Dir, ExtraArgs: []string{"--quota-backend-bytes", strconv.Itoa(8 << 30)}})
 	if err != nil {
-		return nil, "", err.Error()
+		return nil, "", "", err.Error()
 	}
 	cfg.progress("etcd %s: %s, data in %s", version, bin, srv.DataDir)
-	return srv, version, ""
+	return srv, bin, version, ""
 }
 
 type kvEtcdBench struct {
@@ -1219,7 +1223,7 @@ func (r *KVResult) Print(w io.Writer) error {
 		fmt.Fprintf(w, "load      %s at the start, %s at the end (1, 5, 15 min)\n", r.LoadBefore, r.LoadAfter)
 	}
 	if r.EtcdVersion != "" {
-		fmt.Fprintf(w, "etcd      %s, same disk, official Go client, default settings (no compaction)\n", r.EtcdVersion)
+		fmt.Fprintf(w, "etcd      %s (%s), same disk, official Go client, default settings (no compaction)\n", r.EtcdVersion, r.EtcdBin)
 	} else {
 		fmt.Fprintf(w, "etcd      not measured: %s\n", r.EtcdSkipped)
 	}

@@ -74,6 +74,44 @@ func Find(cacheDir string) (string, error) {
 	return "", fmt.Errorf("%w: etcd not found in $%s, %s (on Debian and Ubuntu: apt-get install etcd-server)", ErrMissing, BinEnv, where)
 }
 
+// cachedVersioned matches the versioned binaries scripts/k8s-storage --etcd
+// builds into the cache, etcd-v3.7.3 and the like.
+var cachedVersioned = regexp.MustCompile(`^etcd-v(\d+)\.(\d+)\.(\d+)$`)
+
+// FindNewest is Find for a reference measurement, which should be made
+// against the newest etcd at hand: $TENURE_ETCD_BIN when set, then the
+// newest versioned binary in cacheDir (etcd-vX.Y.Z, as scripts/k8s-storage
+// --etcd builds it), then whatever Find finds. The tests keep to Find, so
+// a cached newer etcd does not change the server they run against.
+func FindNewest(cacheDir string) (string, error) {
+	if os.Getenv(BinEnv) != "" || cacheDir == "" {
+		return Find(cacheDir)
+	}
+	entries, _ := os.ReadDir(cacheDir)
+	best, bestV := "", [3]int{}
+	for _, e := range entries {
+		m := cachedVersioned.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		var v [3]int
+		for i := range v {
+			v[i], _ = strconv.Atoi(m[i+1])
+		}
+		p := filepath.Join(cacheDir, e.Name())
+		if isExecutable(p) != nil {
+			continue
+		}
+		if best == "" || v[0] > bestV[0] || v[0] == bestV[0] && (v[1] > bestV[1] || v[1] == bestV[1] && v[2] > bestV[2]) {
+			best, bestV = p, v
+		}
+	}
+	if best != "" {
+		return best, nil
+	}
+	return Find(cacheDir)
+}
+
 func isExecutable(p string) error {
 	fi, err := os.Stat(p)
 	if err != nil {

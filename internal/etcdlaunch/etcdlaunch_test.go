@@ -48,6 +48,45 @@ func TestFind(t *testing.T) {
 	}
 }
 
+func TestFindNewest(t *testing.T) {
+	t.Setenv(BinEnv, "")
+	dir := t.TempDir()
+	for _, name := range []string{"etcd", "etcd-v3.6.9", "etcd-v3.7.3", "etcd-v3.10.0-rc.1", "etcd-v3.7.10.bak"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\ntrue\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Not executable: passed over.
+	if err := os.WriteFile(filepath.Join(dir, "etcd-v3.9.0"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := FindNewest(dir); err != nil || got != filepath.Join(dir, "etcd-v3.7.3") {
+		t.Errorf("FindNewest = %q, %v; want the cache's etcd-v3.7.3", got, err)
+	}
+	// Find, which the tests use, still takes the plain etcd.
+	if got, err := Find(dir); err != nil || got != filepath.Join(dir, "etcd") {
+		t.Errorf("Find = %q, %v; want the cache's etcd", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etcd-v3.10.1"), []byte("#!/bin/sh\ntrue\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := FindNewest(dir); err != nil || got != filepath.Join(dir, "etcd-v3.10.1") {
+		t.Errorf("FindNewest = %q, %v; want etcd-v3.10.1, newer than 3.7.3 by number", got, err)
+	}
+	// An explicit binary wins over the cache.
+	bin := script(t, "true")
+	t.Setenv(BinEnv, bin)
+	if got, err := FindNewest(dir); err != nil || got != bin {
+		t.Errorf("FindNewest with %s set = %q, %v; want %q", BinEnv, got, err, bin)
+	}
+	// No versioned binary: Find's answer.
+	t.Setenv(BinEnv, "")
+	plain := filepath.Dir(script(t, "true"))
+	if got, err := FindNewest(plain); err != nil || got != filepath.Join(plain, "etcd") {
+		t.Errorf("FindNewest(%s) = %q, %v; want its etcd", plain, got, err)
+	}
+}
+
 func TestLaunch(t *testing.T) {
 	bin, err := Find("")
 	if err != nil {
