@@ -135,7 +135,7 @@ func (n *Node) start() {
 func (n *Node) Status() Status {
 	n.mu.Lock()
 	s := Status{Group: n.group, ID: n.host.cfg.ID, State: n.state.String(), Role: n.role.String(), Term: n.fc.term,
-		LeaderID: n.fc.leaderID, LeaderAddr: n.fc.leaderAddr, SnapshotIndex: n.snapIndex,
+		PeerAuth: n.host.mode.String(), LeaderID: n.fc.leaderID, LeaderAddr: n.fc.leaderAddr, SnapshotIndex: n.snapIndex,
 		SnapshotBaseBytes: n.snapStats.Base, SnapshotSegmentBytes: n.snapStats.Segs, SnapshotSegments: n.snapStats.Count}
 	l := n.leader
 	var members []MemberStatus

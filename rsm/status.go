@@ -45,6 +45,11 @@ type Status struct {
 	Term       uint64 `json:"term"`
 	LeaderID   string `json:"leaderID,omitempty"`
 	LeaderAddr string `json:"leaderAddr,omitempty"`
+	// PeerAuth is how the group's peer RPCs are protected, the same on
+	// every node of a group: "peer keys" (TLS with keys published in the
+	// store, the default), "mutual TLS" (a configured CA) or "plaintext"
+	// (PlaintextLoopback).
+	PeerAuth string `json:"peerAuth"`
 	// ApplyIndex is the last log index applied to this node's machines.
 	ApplyIndex uint64 `json:"applyIndex"`
 	// SnapshotIndex is the end index of the snapshot this node last loaded

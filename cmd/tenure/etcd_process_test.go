@@ -297,11 +297,26 @@ func testEtcdctl(t *testing.T, bin string, minio testutil.S3Server, ctl, version
 			ID         uint64   `json:"ID"`
 			Name       string   `json:"name"`
 			ClientURLs []string `json:"clientURLs"`
+			PeerURLs   []string `json:"peerURLs"`
 		} `json:"members"`
 	}
 	c.json(&ml, "member", "list")
 	if len(ml.Members) == 0 || ml.Members[0].ID == 0 || len(ml.Members[0].ClientURLs) != 1 {
 		t.Fatalf("member list: %+v", ml)
+	}
+	// The nodes run --peer-plaintext: their peer URLs say http://, not
+	// the https:// of TLS peers.
+	peers := 0
+	for _, m := range ml.Members {
+		for _, u := range m.PeerURLs {
+			if !strings.HasPrefix(u, "http://127.0.0.1:") {
+				t.Errorf("member %s has peer URL %s; its peers speak plaintext on loopback", m.Name, u)
+			}
+			peers++
+		}
+	}
+	if peers == 0 {
+		t.Errorf("member list gives no peer URL: %+v", ml)
 	}
 
 	// The leader stops (SIGTERM: it steps down); etcdctl goes on through

@@ -680,6 +680,9 @@ func runKVStatus(ctx context.Context, e *env, args []string) error {
 	if s.LeaderID != "" {
 		fmt.Fprintf(w, "leader\t%s at %s\n", s.LeaderID, s.LeaderAddr)
 	}
+	if s.PeerAuth != "" {
+		fmt.Fprintf(w, "peer auth\t%s\n", s.PeerAuth)
+	}
 	fmt.Fprintf(w, "apply index\t%d\n", s.ApplyIndex)
 	fmt.Fprintf(w, "snapshot index\t%d\n", s.SnapshotIndex)
 	if s.SnapshotBaseBytes > 0 || s.SnapshotSegments > 0 {

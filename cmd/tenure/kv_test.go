@@ -348,6 +348,7 @@ func TestKVStatusSnapshotSizes(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, want := range []string{
+		"peer auth          peer keys\n", // kv serve's default
 		fmt.Sprintf("snapshot index     %d\n", again.SnapshotIndex),
 		fmt.Sprintf("snapshot base      %d bytes\n", again.SnapshotBaseBytes),
 		fmt.Sprintf("snapshot segments  %d, %d bytes\n", again.SnapshotSegments, again.SnapshotSegmentBytes),

@@ -112,7 +112,7 @@ func (c *clusterService) MemberList(context.Context, *pb.MemberListRequest) (*pb
 		seen[id] = true
 		m := &pb.Member{ID: MemberID(st.Group, id), Name: id, ClientURLs: urls}
 		if addr != "" {
-			m.PeerURLs = []string{peerURL(addr)}
+			m.PeerURLs = []string{peerURL(addr, st.PeerAuth)}
 		}
 		members = append(members, m)
 	}
@@ -141,13 +141,18 @@ func splitURLs(s string) []string {
 	return strings.Split(s, ",")
 }
 
-// peerURL is a peer address as a URL: the group's RPCs are gRPC over TLS.
-func peerURL(addr string) string {
+// peerURL is a peer address as a URL: the group's RPCs are gRPC over TLS,
+// or in clear when the group runs with plaintext peers (auth, rsm's
+// Status.PeerAuth).
+func peerURL(addr, auth string) string {
 	if strings.Contains(addr, "://") {
 		return addr
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return addr
+	}
+	if auth == "plaintext" {
+		return "http://" + addr
 	}
 	return "https://" + addr
 }
