@@ -80,6 +80,39 @@ func LeaseExpireCommand(id int64) []byte {
 	return b
 }
 
+// DecodeEtcdCommand decodes a command of etcd's API as the group's log
+// holds it: the request of PutCommand, DeleteRangeCommand, TxnCommand,
+// CompactCommand, LeaseGrantCommand or LeaseRevokeCommand, as a
+// *pb.PutRequest, *pb.DeleteRangeRequest, *pb.TxnRequest,
+// *pb.CompactionRequest, *pb.LeaseGrantRequest or *pb.LeaseRevokeRequest;
+// expired is true for the *pb.LeaseRevokeRequest of LeaseExpireCommand,
+// the leader's when a lease lapses. It is for tools that read a group's
+// history (rsm.Replay). A command of Client's (put, delete, compare-and-
+// swap) or one that does not decode is ErrMalformed.
+func DecodeEtcdCommand(cmd []byte) (req proto.Message, expired bool, err error) {
+	if len(cmd) == 0 || !isEtcdCommand(cmd[0]) {
+		return nil, false, fmt.Errorf("%w: not a command of etcd's API", ErrMalformed)
+	}
+	switch cmd[0] {
+	case tagEtcdPut:
+		req = &pb.PutRequest{}
+	case tagEtcdDelete:
+		req = &pb.DeleteRangeRequest{}
+	case tagEtcdTxn:
+		req = &pb.TxnRequest{}
+	case tagCompact:
+		req = &pb.CompactionRequest{}
+	case tagLeaseGrant:
+		req = &pb.LeaseGrantRequest{}
+	case tagLeaseRevoke, tagLeaseExpire:
+		req, expired = &pb.LeaseRevokeRequest{}, cmd[0] == tagLeaseExpire
+	}
+	if err := unmarshal(req, cmd[1:]); err != nil {
+		return nil, false, fmt.Errorf("decoding command 0x%02x: %w", cmd[0], err)
+	}
+	return req, expired, nil
+}
+
 // RangeQuery is the query that answers an etcd Range at the revision the
 // node reads at.
 func RangeQuery(r *pb.RangeRequest) ([]byte, error) { return tagged(tagRange, r) }
