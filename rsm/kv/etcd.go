@@ -212,13 +212,15 @@ func (m *Machine) applyEtcd(cmd []byte) ([]byte, []*mvccpb.Event) {
 	observe := m.observer != nil
 	switch tag {
 	case tagEtcdPut:
+		p, err := decodePut(body)
+		if err == nil {
+			err = p.check()
+		}
+		if err != nil {
+			return errorReply(err), nil
+		}
 		var r pb.PutRequest
-		if err := unmarshal(&r, body); err != nil {
-			return errorReply(err), nil
-		}
-		if err := checkPutRequest(&r); err != nil {
-			return errorReply(err), nil
-		}
+		p.fill(&r)
 		if err := m.checkPutState(&r); err != nil {
 			return errorReply(err), nil
 		}

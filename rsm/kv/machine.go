@@ -12,7 +12,6 @@ import (
 	"github.com/google/btree"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/rsm"
 )
@@ -338,16 +337,12 @@ type prepared struct {
 // applies it.
 func (m *Machine) Prepare(cmd []byte) any {
 	if len(cmd) > 0 && cmd[0] == tagEtcdPut {
-		var r pb.PutRequest
-		if err := proto.Unmarshal(cmd[1:], &r); err != nil || checkPutRequest(&r) != nil ||
-			r.Lease != 0 || r.PrevKv || r.IgnoreValue || r.IgnoreLease {
+		p, ok := parsePut(cmd[1:])
+		if !ok || p.check() != nil || p.lease != 0 || p.prevKV || p.ignoreValue || p.ignoreLease {
 			return &prepared{apply: true}
 		}
-		if r.Value == nil {
-			r.Value = []byte{}
-		}
-		// Unmarshal copied the value: the machine keeps that copy.
-		return &prepared{c: command{op: tagPut, key: string(r.Key), value: r.Value}, etcd: true}
+		// The key and the value are slices of cmd: the machine keeps copies.
+		return &prepared{c: command{op: tagPut, key: string(p.key), value: ownValue(p.value)}, etcd: true}
 	}
 	if len(cmd) > 0 && isEtcdCommand(cmd[0]) {
 		return &prepared{apply: true}
