@@ -92,10 +92,11 @@ type Options struct {
 	// and drops from the membership a follower it cannot reach for half
 	// of it. Default 4 (S2C's is 10).
 	MaxMissedHeartbeats int
-	// MaxConcurrentRequests bounds the state requests a leader holds at
-	// once; beyond it requests are refused with ErrBusy. A node numbers
-	// and sends at most as many of its commands at once; the others wait
-	// at the node. Default 100.
+	// MaxConcurrentRequests bounds the commands a leader holds at once,
+	// and separately its reads; beyond it requests are refused with
+	// ErrBusy. A node numbers and sends at most as many of its commands
+	// at once; the others wait at the node, and its reads do not take
+	// their room at the leader. Default 100.
 	MaxConcurrentRequests int
 	// LeadershipDelay is the pause per rank before a follower attempts
 	// leadership, so the most up-to-date follower goes first. Default

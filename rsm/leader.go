@@ -60,7 +60,12 @@ type leaderRun struct {
 	qmu    sync.Mutex
 	closed bool
 	reqs   chan *pending
-	count  chan struct{} // MaxConcurrentRequests tokens
+	// MaxConcurrentRequests tokens for commands, and as many for reads:
+	// a node numbers and sends up to MaxConcurrentRequests commands at
+	// once (client.slots), and reads in flight beside them must not
+	// make the leader refuse one of those BUSY, for the numbers after
+	// it would then be refused out of sequence and resent.
+	count, readCount chan struct{}
 
 	events  chan any
 	follows chan followReq
@@ -94,8 +99,9 @@ func newLeaderRun(n *Node, term uint64, ls leaderState, version string) *leaderR
 	l := &leaderRun{
 		n: n, term: term, ctx: ctx, cancel: cancel,
 		w:          newWindow(term, n.opts),
-		reqs:       make(chan *pending, n.opts.MaxConcurrentRequests),
+		reqs:       make(chan *pending, 2*n.opts.MaxConcurrentRequests),
 		count:      make(chan struct{}, n.opts.MaxConcurrentRequests),
+		readCount:  make(chan struct{}, n.opts.MaxConcurrentRequests),
 		events:     make(chan any, 4*n.opts.PipelineDepth+16),
 		follows:    make(chan followReq),
 		dupLogged:  map[string]string{},
@@ -150,7 +156,7 @@ func (l *leaderRun) enqueue(p *pending) {
 		return
 	}
 	select {
-	case l.count <- struct{}{}:
+	case l.tokens(p) <- struct{}{}:
 	default:
 		p.reply(&rsmpb.StateResponse{Status: rsmpb.Status_BUSY, Message: "too many pending requests"})
 		return
@@ -185,8 +191,16 @@ func (l *leaderRun) finish(p *pending, r *rsmpb.StateResponse) {
 	r.Term = l.term
 	// The token is back before the answer: a node that sends its next
 	// command on hearing this one is never refused BUSY for it.
-	<-l.count
+	<-l.tokens(p)
 	p.reply(r)
+}
+
+// tokens is the pool p's request takes its token from.
+func (l *leaderRun) tokens(p *pending) chan struct{} {
+	if p.req.Type == rsmpb.RequestType_READ {
+		return l.readCount
+	}
+	return l.count
 }
 
 // Events the workers report to the loop.

@@ -3,6 +3,7 @@ package rsmtest_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,4 +124,88 @@ func handled(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestReadsBesideCommandsThroughOneNode: a node keeping as many commands
+// in flight as the leader holds (MaxConcurrentRequests), with reads in
+// flight beside them, as an etcd node serving writers and listers does,
+// through the leader and through a follower. The reads must not take the
+// commands' room at the leader: it refuses none of them out of sequence
+// (a command refused BUSY would make every number behind it out of
+// sequence, to be resent), and every command is applied once.
+func TestReadsBesideCommandsThroughOneNode(t *testing.T) {
+	const (
+		bound   = 16
+		each    = 40 // commands per committer
+		readers = 4
+	)
+	o := fastOptions()
+	o.MaxConcurrentRequests = bound
+	reg := prometheus.NewRegistry()
+	c := rsmtest.Start(t, rsmtest.Config{Options: o, Machines: counterMachines, Logger: nodeLogger(t), Registerer: reg})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	l, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total uint64
+	for _, tc := range []struct {
+		name string
+		node int
+	}{{"leader", l}, {"follower", (l + 1) % c.Len()}} {
+		before := handled(t, reg, "REQUEST_OUT_OF_SEQUENCE")
+		n := c.Node(tc.node)
+		done := make(chan struct{})
+		var readersWG, committers sync.WaitGroup
+		var reads, readErrs atomic.Int64
+		for range readers {
+			readersWG.Go(func() {
+				for {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					if _, err := n.Read(ctx, "counter", nil); err != nil {
+						readErrs.Add(1)
+					}
+					reads.Add(1)
+				}
+			})
+		}
+		errs := make(chan error, bound*each)
+		for range bound {
+			committers.Go(func() {
+				for range each {
+					if _, err := n.Command(ctx, "counter", nil); err != nil {
+						errs <- err
+					}
+				}
+			})
+		}
+		committers.Wait()
+		close(done)
+		readersWG.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("%s: a command failed: %v", tc.name, err)
+		}
+		total += bound * each
+		got, err := n.Read(ctx, "counter", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := decodeCount(got); err != nil || v != total {
+			t.Fatalf("%s: counter %d (%v), want %d: a command was applied twice or not at all", tc.name, v, err, total)
+		}
+		oos := handled(t, reg, "REQUEST_OUT_OF_SEQUENCE") - before
+		t.Logf("%s: %d commands beside %d reads (%d failed), %v refused out of sequence", tc.name, bound*each, reads.Load(), readErrs.Load(), oos)
+		if reads.Load() == 0 {
+			t.Fatalf("%s: no read ran beside the commands", tc.name)
+		}
+		if oos != 0 {
+			t.Errorf("%s: the leader refused %v commands out of sequence, want none: reads took the commands' room", tc.name, oos)
+		}
+	}
 }
