@@ -73,7 +73,8 @@ type Options struct {
 	// FlushInterval: a partial batch is cut at the latest this long after
 	// its first request, and earlier whenever the pipeline has room for its
 	// write (so a lone command is written at once; what arrives while the
-	// pipeline is full is batched). Default 2 s (S2C's).
+	// pipeline is full is batched). A read batch is cut whenever a
+	// confirmation round can be issued for it. Default 2 s (S2C's).
 	FlushInterval time.Duration
 	// BatchMinCount: a batch is cut at once when it holds this many
 	// requests. A batch is also cut before its log entry would exceed what

@@ -357,6 +357,10 @@ func (l *leaderRun) loop() {
 			stop(cmdTimer) // cut because the pipeline had room
 			cmdC = nil
 		}
+		if len(w.reads) == 0 && readC != nil {
+			stop(readTimer) // cut because a round had room
+			readC = nil
+		}
 		if at := l.lingerUntil; !at.IsZero() && !at.Equal(lingerAt) {
 			stop(lingerTimer)
 			lingerAt = at
@@ -594,6 +598,7 @@ func (l *leaderRun) progress() {
 			l.report(writeResult{index: e.Index, found: found, err: err, took: took})
 		})
 	}
+	l.answerReads(w.readsIfRoom())
 	if r := w.startRound(); r != nil {
 		id := r.id
 		l.goWork(func() { l.report(roundResult{id: id, err: l.confirmRound()}) })

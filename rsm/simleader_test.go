@@ -400,6 +400,10 @@ func (l *simLeader) progress() {
 			l.post(func() { l.wrote(e.Index, found, err, took) })
 		})
 	}
+	if b := w.readsIfRoom(); b != nil {
+		l.readT = false
+		l.answerReads(b)
+	}
 	if r := w.startRound(); r != nil {
 		id := r.id
 		n.spawn(func(p *simProc) {

@@ -279,6 +279,19 @@ func (w *window) cutReads() []*pending {
 	return b
 }
 
+// readsIfRoom closes the read batch if a confirmation round can be issued
+// for it now (fewer than PipelineDepth in flight), so a lone read is
+// answered after one store read instead of waiting out FlushInterval, and
+// reads that arrive while the rounds are busy share the next one. Rule 6
+// holds either way: the round that releases them is issued after their
+// answers are computed.
+func (w *window) readsIfRoom() []*pending {
+	if len(w.reads) == 0 || len(w.rounds) >= w.depth {
+		return nil
+	}
+	return w.cutReads()
+}
+
 // nextWrite gives the oldest cut batch the next log index, if fewer than
 // PipelineDepth writes are in flight: rule 4, each batch is one
 // create-if-absent of the next index. The caller stamps the nonce and

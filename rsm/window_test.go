@@ -120,6 +120,39 @@ func TestWindowWriteOutcome(t *testing.T) {
 
 // Rounds release their waiters in issue order; a failed round stops the
 // release, and it and every later round stay to be failed.
+// A read batch is cut as soon as a confirmation round can be issued for
+// it, not at FlushInterval: a lone read waits for one store read. While
+// PipelineDepth rounds are in flight, reads gather into one batch for the
+// next round.
+func TestWindowReadsIfRoom(t *testing.T) {
+	w := testWindow(1, 100)
+	if b := w.readsIfRoom(); b != nil {
+		t.Fatal("cut a read batch with no reads")
+	}
+	w.take(rd(), time.Time{})
+	b := w.readsIfRoom()
+	if len(b) != 1 || len(w.reads) != 0 {
+		t.Fatalf("a lone read with a free round: cut %d, left %d; want 1 cut at once", len(b), len(w.reads))
+	}
+	w.wait(waiter{batch: b, answers: []*rsmpb.StateResponse{{}}})
+	r := w.startRound()
+	if r == nil || len(r.ws) != 1 {
+		t.Fatal("the read's round was not issued")
+	}
+	w.take(rd(), time.Time{})
+	w.take(rd(), time.Time{})
+	if b := w.readsIfRoom(); b != nil {
+		t.Fatalf("cut %d reads while PipelineDepth 1 round is in flight", len(b))
+	}
+	w.roundDone(r.id, nil)
+	if out, err := w.released(time.Time{}); err != nil || len(out) != 1 {
+		t.Fatalf("released %d rounds (%v), want 1", len(out), err)
+	}
+	if b := w.readsIfRoom(); len(b) != 2 {
+		t.Fatalf("after the round: cut %d reads, want the 2 that waited, in one batch", len(b))
+	}
+}
+
 func TestWindowRounds(t *testing.T) {
 	w := testWindow(2, 1)
 	if w.startRound() != nil {
@@ -961,5 +994,59 @@ func TestLoopClosedLoopClientsShareOneWrite(t *testing.T) {
 		if len(perIndex) > rounds+4 || full < rounds-4 {
 			t.Fatalf("%d commands took %d writes, %d of them with all %d clients; want about one write per round (%d)", clients*rounds, len(perIndex), full, clients, rounds)
 		}
+	})
+}
+
+// A lone read is answered after one confirmation read, however long
+// FlushInterval is; reads sent while a round is in flight are answered by
+// the next round, together.
+func TestLoopLoneReadWaitsOneRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := faultstore.New(memstore.New())
+		const get = 10 * time.Millisecond
+		fs.SetLatency(faultstore.OpGet, faultstore.Fixed(get))
+		opts := testOptions()
+		opts.BatchMinCount, opts.FlushInterval, opts.PipelineDepth = 100, time.Minute, 1
+		opts.RequestTimeout = 10 * time.Minute
+		a := newTestNode(t, fs, "a", opts)
+		ls, version, _ := a.gs.readLeaderState(t.Context())
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			_ = a.lead(ls, version)
+		}()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		l := leaderOf(t, a)
+		read := func() *pending {
+			p := &pending{req: &rsmpb.StateRequest{Type: rsmpb.RequestType_READ, Machine: "c"},
+				start: time.Now(), done: make(chan *rsmpb.StateResponse, 1)}
+			l.enqueue(p)
+			return p
+		}
+		start := time.Now()
+		r := <-read().done
+		if r.Status != rsmpb.Status_OK {
+			t.Fatalf("read: %v %s", r.Status, r.Message)
+		}
+		if took := time.Since(start); took != get {
+			t.Fatalf("a lone read took %v of virtual time, want one confirmation read (%v), not FlushInterval (%v)", took, get, opts.FlushInterval)
+		}
+		// Three reads: the first opens a round, the other two arrive
+		// while it is in flight and share the next one.
+		start = time.Now()
+		first := read()
+		synctest.Wait()
+		second, third := read(), read()
+		for i, p := range []*pending{first, second, third} {
+			if r := <-p.done; r.Status != rsmpb.Status_OK {
+				t.Fatalf("read %d: %v %s", i, r.Status, r.Message)
+			}
+		}
+		if took := time.Since(start); took != 2*get {
+			t.Fatalf("three reads took %v of virtual time, want two rounds (%v)", took, 2*get)
+		}
+		a.Node.cancel()
+		a.wg.Wait()
 	})
 }
