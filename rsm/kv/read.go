@@ -116,6 +116,10 @@ func (v *ReadView) Leases() []Lease {
 	return ls
 }
 
+// LeaseTTL reports lease id's TTL and whether it exists, without listing
+// its keys.
+func (v *ReadView) LeaseTTL(id int64) (ttl int64, ok bool) { return v.s.leaseOf(id) }
+
 // Lease reports lease id's TTL and keys (in key order), and whether it
 // exists.
 func (v *ReadView) Lease(id int64) (l Lease, keys []string, ok bool) {

@@ -139,16 +139,38 @@ func (k *keeper) keepAlive(id int64) (ttl int64, err error) {
 	now := k.s.clock.Now()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.sync(term, now)
-	l, _, ok := k.s.m.ReadView().Lease(id)
+	k.lead(term, now)
+	ttl, ok := k.s.m.ReadView().LeaseTTL(id)
 	if !ok {
 		return 0, nil
 	}
-	if d, ok := k.deadlines[id]; ok && !now.Before(d) {
+	if !now.Before(k.deadline(id, ttl, now)) {
 		return 0, nil // lapsed: its expiry is proposed, or will be
 	}
-	k.deadlines[id] = now.Add(ttlDuration(l.TTL))
-	return l.TTL, nil
+	k.deadlines[id] = now.Add(ttlDuration(ttl))
+	return ttl, nil
+}
+
+// lead starts timing every lease afresh when this node began to lead term
+// (sync); otherwise a keep-alive or a time-to-live looks at its own lease
+// only, so that its cost does not grow with the number of leases: check
+// drops the deadlines of leases that are gone. Under k.mu.
+func (k *keeper) lead(term uint64, now time.Time) {
+	if term != k.term {
+		k.sync(term, now)
+	}
+}
+
+// deadline is lease id's deadline, which starts now, with its full TTL,
+// if the lease has none yet (granted while this node did not look), as
+// sync would give it. Under k.mu, while leading.
+func (k *keeper) deadline(id, ttl int64, now time.Time) time.Time {
+	d, ok := k.deadlines[id]
+	if !ok {
+		d = now.Add(ttlDuration(ttl))
+		k.deadlines[id] = d
+	}
+	return d
 }
 
 // granted starts lease id's TTL now, if this node leads: the machine
@@ -177,13 +199,13 @@ func (k *keeper) timeToLive(id int64, withKeys bool) (ttlAnswer, error) {
 	now := k.s.clock.Now()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.sync(term, now)
+	k.lead(term, now)
 	l, keys, ok := k.s.m.ReadView().Lease(id)
 	if !ok {
 		return ttlAnswer{}, nil
 	}
 	a := ttlAnswer{Found: true, Granted: l.TTL, TTL: 0}
-	if d, ok := k.deadlines[id]; ok && now.Before(d) {
+	if d := k.deadline(id, l.TTL, now); now.Before(d) {
 		a.TTL = int64((d.Sub(now) + time.Second - 1) / time.Second)
 	}
 	if withKeys {
