@@ -36,6 +36,10 @@ var benchmarks = []struct {
 	{"kv", kvBenchSynopsis + "\n" +
 		"      `tenure kv serve` as a child process against the size of its state: put latency during snapshots, store bytes per put, memory, cold start; etcd alongside",
 		runBenchKV},
+	{"etcd", etcdBenchSynopsis + "\n" +
+		"      `tenure etcd serve` nodes as child processes driven with Kubernetes-shaped traffic through the etcd client: writes/s,\n" +
+		"      latency of each kind of request, conflicts, watch lag, store requests per write, RSS",
+		runBenchEtcd},
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
@@ -46,6 +50,14 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		}
 		defer stop()
 		return runKVServe(ctx, e, serveArgs)
+	}
+	if len(args) > 0 && args[0] == bench.EtcdNodeCommand { // bench etcd's child, not listed
+		serveArgs, stop, err := bench.StartKVNode(args[1:], e.stdout)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		return runEtcdServe(ctx, e, serveArgs)
 	}
 	for _, b := range benchmarks {
 		if len(args) > 0 && args[0] == b.name {
@@ -338,6 +350,75 @@ func runBenchKV(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("finding this program to run the node: %w", err)
 	}
 	res, err := bench.KV(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printIndentedJSON(e, res)
+	}
+	return res.Print(e.stdout)
+}
+
+const etcdBenchSynopsis = "bench etcd --store URL [--latency 20ms] [--nodes 1,3] [--writers 100] [--listers 4] [--watchers 3] [--objects 3000] [--duration D] [--json] [-- ETCD-SERVE-FLAGS]"
+
+func runBenchEtcd(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "bench etcd", etcdBenchSynopsis+"\n\n"+
+		"Runs a group of `tenure etcd serve` nodes (each group size of --nodes in turn) with their default options as\n"+
+		"child processes on the store, --latency added before each of their store calls, and drives them with the\n"+
+		"requests kube-apiserver's etcd3 store makes, through the etcd client's Kubernetes interface: objects of 1-4 KiB\n"+
+		"under /registry/<resource>/<namespace>/<name>; writers making creates, optimistic updates and deletes\n"+
+		"(Txn If mod_revision = R Then Put or DeleteRange Else Get), retrying a conflict with the object the Txn\n"+
+		"returned; listers reading a resource in pages of 500 at one revision, then counting it; watchers on each\n"+
+		"resource's prefix with progress notifications, which must see every committed write once, in order.\n"+
+		"Clients are spread over the nodes. Writes/s counts the write Txns that succeeded. Before the groups it\n"+
+		"times the store's own create-if-absent puts under the same latency, the reference a log write costs.\n"+
+		"Flags after -- are given to every node's tenure etcd serve.")
+	storeURL := fs.String("store", "", "store URL (required), e.g. s3://bucket/prefix?endpoint=… or file:///var/tmp/tenure-bench; each group size runs in a group of its own, deleted afterwards")
+	latency := fs.Duration("latency", 20*time.Millisecond, "latency added before every store call of the nodes (and of the reference puts)")
+	nodes := fs.String("nodes", "1,3", "group sizes to run, comma-separated")
+	writers := fs.Int("writers", 100, "writer clients")
+	listers := fs.Int("listers", 4, "lister clients")
+	watchers := fs.Int("watchers", 3, "watches, one resource prefix each")
+	objects := fs.Int("objects", 3000, "objects in the working set, spread over pods, leases and configmaps")
+	duration := fs.Duration("duration", 20*time.Second, "how long the clients run, per group size")
+	refDur := fs.Duration("ref-duration", 3*time.Second, "how long the store's own puts are timed (at least 20 puts)")
+	listEvery := fs.Duration("list-interval", time.Second, "each lister starts a list this often (at once if the last one took longer)")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	verbose := fs.Bool("verbose", false, "copy the nodes' logs to stderr")
+	profile := fs.String("profile", "", "write each node's CPU profile over the measured phase to this directory (etcd-nN-node-I.cpu.pprof)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	usage := func(format string, args ...any) error {
+		fmt.Fprintf(e.stderr, "tenure bench etcd: "+format+"\n", args...)
+		fs.Usage()
+		return errUsage
+	}
+	cfg := bench.EtcdConfig{Store: *storeURL, Latency: *latency, Writers: *writers, Listers: *listers, Watchers: *watchers,
+		Objects: *objects, Duration: *duration, RefDuration: *refDur, ListInterval: *listEvery, Verbose: *verbose, Profile: *profile, Stderr: e.stderr,
+		ServeFlags: pos}
+	if cfg.Nodes, err = parseInts(*nodes, 1, 5); err != nil {
+		return usage("--nodes: %v", err)
+	}
+	switch {
+	case *storeURL == "":
+		return usage("--store is required")
+	case *latency < 0:
+		return usage("--latency must not be negative, got %v", *latency)
+	case *writers < 1 || *listers < 0 || *watchers < 0:
+		return usage("--writers must be at least 1, --listers and --watchers at least 0")
+	case *objects < 1:
+		return usage("--objects must be at least 1, got %d", *objects)
+	case *duration <= 0 || *refDur <= 0 || *listEvery <= 0:
+		return usage("--duration, --ref-duration and --list-interval must be positive")
+	}
+	cfg.Options = fmt.Sprintf("tenure etcd serve defaults: FlushInterval 20ms, BatchMinCount %d, PipelineDepth %d, SnapshotThreshold %d, MaxConcurrentRequests %d",
+		rsm.DefaultBatchMinCount, kvPipelineDepth(*storeURL), rsm.DefaultSnapshotThreshold, rsm.DefaultMaxConcurrentRequests)
+	if cfg.Exe, err = os.Executable(); err != nil {
+		return fmt.Errorf("finding this program to run the nodes: %w", err)
+	}
+	res, err := bench.Etcd(ctx, cfg)
 	if err != nil {
 		return err
 	}

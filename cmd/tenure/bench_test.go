@@ -113,3 +113,30 @@ func TestBenchKVKeep(t *testing.T) {
 		t.Fatalf("the node on the kept group exited %d:\n%s", code, output)
 	}
 }
+
+func TestBenchEtcdRefusesBadFlags(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		says string
+	}{
+		{"no store", nil, "--store is required"},
+		{"negative latency", []string{"--store", "mem://", "--latency", "-1ms"}, "--latency must not be negative"},
+		{"nodes", []string{"--store", "mem://", "--nodes", "1,9"}, "--nodes"},
+		{"no writers", []string{"--store", "mem://", "--writers", "0"}, "--writers must be at least 1"},
+		{"no objects", []string{"--store", "mem://", "--objects", "0"}, "--objects must be at least 1"},
+		{"no duration", []string{"--store", "mem://", "--duration", "0s"}, "must be positive"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, errs := runCmd(t, append([]string{"bench", "etcd"}, c.args...)...)
+			if code != 2 || !strings.Contains(errs, c.says) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errs, c.says)
+			}
+		})
+	}
+	// Three processes cannot share one process's memory.
+	if code, _, errs := runCmd(t, "bench", "etcd", "--store", "mem://", "--nodes", "3"); code != 1 || !strings.Contains(errs, "separate processes") {
+		t.Fatalf("mem:// with three nodes: exit %d, %q", code, errs)
+	}
+}

@@ -536,8 +536,25 @@ func (b *kvTenureBench) start(ctx context.Context, profile bool) (*kvChild, erro
 		args = append(args, kvNodeProfileNow)
 	}
 	args = append(args, kvServeArgs(CountURL(b.cfg.Store), b.group, b.cfg.KVFlags)[2:]...)
+	var logw io.Writer
+	if b.cfg.Verbose {
+		logw = b.cfg.stderr
+	}
+	c, err := startNodeChild(ctx, b.cfg.Exe, args, kvAPILine, b.client, logw)
+	if err != nil {
+		return nil, err
+	}
+	b.node = c
+	return c, nil
+}
+
+// startNodeChild runs exe with args, a node that prints its API's URL in
+// a line apiLine matches and its counts' in one kvStatsLine matches, and
+// returns once its /readyz answers 200. logw, if not nil, gets a copy of
+// its stderr.
+func startNodeChild(ctx context.Context, exe string, args []string, apiLine *regexp.Regexp, client *http.Client, logw io.Writer) (*kvChild, error) {
 	c := &kvChild{exited: make(chan struct{})}
-	c.cmd = exec.Command(b.cfg.Exe, args...)
+	c.cmd = exec.Command(exe, args...)
 	c.cmd.SysProcAttr = memberProcAttr()
 	stdout, err := c.cmd.StdoutPipe()
 	if err != nil {
@@ -554,10 +571,6 @@ func (b *kvTenureBench) start(ctx context.Context, profile bool) (*kvChild, erro
 	lines := make(chan string, 4)
 	var readers sync.WaitGroup
 	readers.Go(func() { c.read(stdout, lines, nil) })
-	var logw io.Writer
-	if b.cfg.Verbose {
-		logw = b.cfg.stderr
-	}
 	readers.Go(func() { c.read(stderr, nil, logw) })
 	go func() {
 		// Read the output to its end before Wait, as os/exec requires.
@@ -570,7 +583,7 @@ func (b *kvTenureBench) start(ctx context.Context, profile bool) (*kvChild, erro
 	for c.api == "" || c.stats == "" {
 		select {
 		case line := <-lines:
-			if m := kvAPILine.FindStringSubmatch(line); m != nil {
+			if m := apiLine.FindStringSubmatch(line); m != nil {
 				c.api, c.serving = m[1], time.Since(c.started)
 			}
 			if m := kvStatsLine.FindStringSubmatch(line); m != nil {
@@ -594,7 +607,7 @@ func (b *kvTenureBench) start(ctx context.Context, profile bool) (*kvChild, erro
 			c.kill()
 			return nil, err
 		}
-		if resp, err := b.client.Do(req); err == nil {
+		if resp, err := client.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -614,7 +627,6 @@ func (b *kvTenureBench) start(ctx context.Context, profile bool) (*kvChild, erro
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	b.node = c
 	return c, nil
 }
 

@@ -34,7 +34,10 @@ import (
 const (
 	// KVNodeCommand is tenure bench's hidden subcommand that runs the node
 	// tenure bench kv measures; see StartKVNode.
-	KVNodeCommand    = "kv-node"
+	KVNodeCommand = "kv-node"
+	// EtcdNodeCommand is the same for tenure bench etcd's nodes, which
+	// run tenure etcd serve; see StartKVNode.
+	EtcdNodeCommand  = "etcd-node"
 	kvCountScheme    = "benchkv"
 	kvNodeProfileNow = "--cpu-profile-now"
 )
@@ -43,6 +46,15 @@ const (
 // kv's node makes to the store inner.
 func CountURL(inner string) string {
 	return kvCountScheme + ":///?url=" + url.QueryEscape(inner)
+}
+
+// LatencyCountURL is CountURL with latency added before every call to
+// inner, as tenure bench rsm --latency adds it.
+func LatencyCountURL(inner string, latency time.Duration) string {
+	if latency == 0 {
+		return CountURL(inner)
+	}
+	return CountURL(inner) + "&latency=" + latency.String()
 }
 
 // CountedStore returns the store URL that storeURL counts the calls of,
@@ -65,12 +77,12 @@ var (
 // StartKVNode makes this process the node tenure bench kv measures, from
 // the arguments after KVNodeCommand: --stats ADDR [--cpu-profile-now],
 // then the flags of tenure kv serve, which it returns for the caller to
-// serve with. It registers the counting store's URL scheme, serves the
+// serve with (after EtcdNodeCommand, those of tenure etcd serve). It registers the counting store's URL scheme, serves the
 // counts on ADDR, and with --cpu-profile-now starts the CPU profile (a
 // cold start's). stop stops serving the counts.
 func StartKVNode(args []string, stdout io.Writer) (serveArgs []string, stop func(), err error) {
 	if len(args) < 2 || args[0] != "--stats" {
-		return nil, nil, fmt.Errorf("tenure bench %s: want --stats ADDR [--cpu-profile-now] then the flags of tenure kv serve", KVNodeCommand)
+		return nil, nil, errors.New("tenure bench kv-node and etcd-node: want --stats ADDR [--cpu-profile-now] then the flags of tenure kv serve or etcd serve")
 	}
 	addr := args[1]
 	args = args[2:]
@@ -117,9 +129,19 @@ func openCountedStore(ctx context.Context, u *url.URL, _ store.OpenOptions) (dri
 	if err != nil {
 		return nil, err
 	}
+	var latency time.Duration
+	if l := u.Query().Get("latency"); l != "" {
+		if latency, err = time.ParseDuration(l); err != nil || latency < 0 {
+			base.Close()
+			return nil, fmt.Errorf("benchkv: latency %q: want a duration of zero or more", l)
+		}
+	}
 	t := &kvTracker{logEnd: map[uint64]int64{}}
 	// The fault store owns the counting driver, which owns the inner one.
 	t.fst = faultstore.New(&countingDriver{inner: base.Driver(), t: t})
+	if latency > 0 {
+		t.fst.SetLatency(faultstore.AllOps, faultstore.Fixed(latency))
+	}
 	kvNodeTracker.Store(t)
 	return t.fst, nil
 }
