@@ -25,6 +25,9 @@ type kvService struct {
 func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	s := k.s
 	if r.Serializable {
+		if err := s.current(ctx); err != nil {
+			return nil, err
+		}
 		resp, err := s.m.ReadView().Range(r)
 		if err != nil {
 			return nil, toGRPC(err)
@@ -207,6 +210,11 @@ func (k *kvService) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServ
 	ctx := stream.Context()
 	if err := kv.CheckRangeStream(r); err != nil {
 		return toGRPC(err)
+	}
+	if r.Serializable {
+		if err := s.current(ctx); err != nil {
+			return err
+		}
 	}
 	view := s.m.ReadView()
 	if !r.Serializable {

@@ -22,8 +22,15 @@ type maintenanceService struct {
 // size of the group's snapshot in the store as the database size (1
 // before the first snapshot), the
 // leader's member ID, the applied log index and the term.
-func (m *maintenanceService) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
+func (m *maintenanceService) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	s := m.s
+	// A node that refuses to serve says why at once; another answers
+	// once its revision is not behind one it answered before.
+	if s.node.Status().Problem == "" {
+		if err := s.current(ctx); err != nil {
+			return nil, err
+		}
+	}
 	st := s.node.Status()
 	s.term.Store(st.Term)
 	// At least 1: etcdctl's endpoint status divides by it.

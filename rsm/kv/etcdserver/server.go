@@ -116,6 +116,9 @@ type Server struct {
 
 	hub    *hub
 	leases *keeper
+	// caughtUp is set once this node has applied the group's revision
+	// as of a read after the server started (current).
+	caughtUp atomic.Bool
 	// term is the group's term last seen, for headers made where the
 	// node may not be asked.
 	term atomic.Uint64
@@ -303,6 +306,48 @@ var errRequestTimeout = errors.New("etcdserver: request timed out")
 // another endpoint before its own deadline.
 func (s *Server) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeoutCause(ctx, s.node.RequestTimeout(), errRequestTimeout)
+}
+
+// current waits until this node's own state may be answered from
+// (Status, serializable reads, a watch's history): until the node has
+// caught up with its group since the server started, and with every
+// revision the server has handed out, which a deposed leader falls
+// below when it empties its state to apply the group's log again. So a
+// node that restarts or catches up never answers from a state older
+// than one it answered from before: its revision never goes back, as an
+// etcd member's does not (its state is on its disk). Past the request
+// timeout it answers etcd's request-timed-out error, so that clients
+// turn to another endpoint.
+func (s *Server) current(ctx context.Context) error {
+	bctx, cancel := s.bound(ctx)
+	defer cancel()
+	rev := s.hub.handedOut()
+	if !s.caughtUp.Load() {
+		// A cheap linearizable read: its header is the group's revision
+		// now, which holds everything this node answered before it
+		// restarted.
+		q, err := kv.RangeQuery(&pb.RangeRequest{Key: []byte{0}, CountOnly: true})
+		if err != nil {
+			return toGRPC(err)
+		}
+		res, err := s.node.Read(bctx, s.name, q)
+		if err != nil {
+			return s.toGRPC(bctx, err)
+		}
+		at, err := decode(s, res, func(r *pb.RangeResponse) **pb.ResponseHeader { return &r.Header })
+		if err != nil {
+			return err
+		}
+		rev = max(rev, at.Header.Revision)
+	}
+	if !s.hub.waitApplied(bctx, rev) {
+		if err := bctx.Err(); err != nil {
+			return s.toGRPC(bctx, err)
+		}
+		return rpctypes.ErrGRPCStopped
+	}
+	s.caughtUp.Store(true)
+	return nil
 }
 
 // toGRPC is toGRPC(err) for an error of a wait under bctx (from bound):

@@ -69,7 +69,14 @@ func newHub(s *Server) *hub {
 func (h *hub) observe(rev int64, evs []*mvccpb.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed || rev <= h.rev {
+	if h.closed {
+		return
+	}
+	if rev <= h.rev {
+		// The state catching up again below what was handed out (a
+		// deposed leader's, rebuilt from the store): waitApplied waits
+		// for it.
+		h.wake()
 		return
 	}
 	if evs == nil {
@@ -90,8 +97,44 @@ func (h *hub) observe(rev int64, evs []*mvccpb.Event) {
 // advance sets h.rev to rev and wakes waitRev. Under h.mu.
 func (h *hub) advance(rev int64) {
 	h.rev = rev
+	h.wake()
+}
+
+// wake wakes waitRev and waitApplied. Under h.mu.
+func (h *hub) wake() {
 	close(h.advanced)
 	h.advanced = make(chan struct{})
+}
+
+// handedOut is the last revision whose events the hub handed out.
+func (h *hub) handedOut() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.rev
+}
+
+// waitApplied waits until the machine's state is at revision rev or
+// later, or ctx ends or the hub closes, and reports whether it is. The
+// state can be below what the hub handed out: a deposed leader empties
+// its state and applies the group's log again.
+func (h *hub) waitApplied(ctx context.Context, rev int64) bool {
+	for {
+		h.mu.Lock()
+		closed, ch := h.closed, h.advanced
+		h.mu.Unlock()
+		// Read after taking ch: an apply after the read closes it.
+		if apiRev(h.s.m.ReadView()) >= rev {
+			return true
+		}
+		if closed {
+			return false
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // waitRev waits until the hub has handed out revision rev, or ctx ends
@@ -253,6 +296,12 @@ type watchService struct {
 
 func (ws *watchService) Watch(srv pb.Watch_WatchServer) error {
 	s := ws.s
+	// A node that has not caught up would report progress at a
+	// revision below one the client had: its clients turn to another
+	// endpoint meanwhile.
+	if err := s.current(srv.Context()); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancelCause(srv.Context())
 	defer cancel(nil)
 	st := &watchStream{s: s, srv: srv, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
@@ -418,6 +467,11 @@ func (st *watchStream) create(cr *pb.WatchCreateRequest) {
 		refuse(errEmptyRange)
 		return
 	}
+	if cr.StartRevision < 0 {
+		// etcd 3.7 refuses a negative start as compacted away.
+		refuse(rpctypes.ErrCompacted.Error())
+		return
+	}
 	id := cr.WatchId
 	if id != 0 {
 		if st.watchers[id] != nil {
@@ -456,6 +510,12 @@ func (st *watchStream) create(cr *pb.WatchCreateRequest) {
 // CompactRevision set, as etcd does.
 func (st *watchStream) catchUp(w *watcher, R int64, hdr func(int64) *pb.ResponseHeader) {
 	h := st.s.hub
+	if !h.waitApplied(st.ctx, R) {
+		// The state fell below R (a deposed leader's, applied again)
+		// and did not come back before the stream ended.
+		st.fail(rpctypes.ErrGRPCStopped)
+		return
+	}
 	view := st.s.m.ReadView()
 	evs, err := view.Events(w.key, w.end, w.minRev)
 	if err != nil {

@@ -234,3 +234,30 @@ func TestWatchCancel(t *testing.T) {
 		}
 	}
 }
+
+// A watch from a negative revision is refused as compacted, as etcd 3.7
+// refuses it (its robustness traffic starts watches from the current
+// revision minus up to 100, which is below 1 early on), not taken for a
+// watch from now.
+func TestWatchNegativeStartRefused(t *testing.T) {
+	g := startGroup(t, nil)
+	f := g.follower()
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := g.client(f).Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	wc, err := pb.NewWatchClient(g.client(f).ActiveConnection()).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wc.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{Key: []byte("k"), StartRevision: -5}}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := wc.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Created || !r.Canceled || r.WatchId != clientv3.InvalidWatchID || r.CancelReason != rpctypes.ErrCompacted.Error() || len(r.Events) != 0 {
+		t.Fatalf("watch from revision -5: %v; want created and cancelled, watch ID -1, %q", r, rpctypes.ErrCompacted.Error())
+	}
+}
