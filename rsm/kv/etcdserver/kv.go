@@ -35,6 +35,10 @@ func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 		s.fill(&resp.Header) // the response is new; only its values are the view's
 		return resp, nil
 	}
+	if len(r.RangeEnd) > 0 && !r.CountOnly {
+		// A list: only its count is read on the leader (localRange).
+		return k.localRange(ctx, r)
+	}
 	q, err := kv.RangeQuery(r)
 	if err != nil {
 		return nil, toGRPC(err)
@@ -43,7 +47,7 @@ func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 	defer cancel()
 	res, err := s.node.Read(bctx, s.name, q)
 	if errors.Is(err, rsm.ErrTooLarge) {
-		return k.largeRange(ctx, r)
+		return k.localRange(ctx, r)
 	}
 	if err != nil {
 		return nil, s.toGRPC(bctx, err)
@@ -51,13 +55,17 @@ func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 	return decode(s, res, func(r *pb.RangeResponse) **pb.ResponseHeader { return &r.Header })
 }
 
-// largeRange answers a linearizable Range whose answer is larger than the
-// group carries (its MaxMessageSize, set by --max-request-bytes), as etcd
-// answers one: its count only is read on the leader, which gives the
-// revision that holds every write acknowledged before (and the Range's
-// errors: a compacted or future revision); once this node has applied
-// that revision, it answers from its own state.
-func (k *kvService) largeRange(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+// localRange answers a linearizable Range over a key range, or one whose
+// answer is larger than the group carries (its MaxMessageSize, set by
+// --max-request-bytes), as etcd answers a linearizable read: its count
+// only is read on the leader, which gives the revision that holds every
+// write acknowledged before (and the Range's errors: a compacted or
+// future revision); once this node has applied that revision, it
+// answers from its own state. The leader's loop, which computes the
+// answers of the group's reads between its writes, counts the keys
+// instead of copying their values, and a follower's list does not cross
+// the peer connection.
+func (k *kvService) localRange(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	s := k.s
 	c := proto.Clone(r).(*pb.RangeRequest)
 	c.CountOnly, c.KeysOnly, c.Limit = true, false, 0

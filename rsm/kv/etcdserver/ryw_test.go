@@ -62,3 +62,48 @@ func TestReadYourWritesOnNode(t *testing.T) {
 		})
 	}
 }
+
+// TestListOnNodeSeesAcknowledgedWrites: a linearizable list (a Range over
+// a prefix, paginated with a limit, as kube-apiserver lists) on the
+// leader or a follower holds every write the leader acknowledged before
+// it was sent, under the write's revision, with a header revision at
+// least the write's and a count of every key under the prefix.
+func TestListOnNodeSeesAcknowledgedWrites(t *testing.T) {
+	g := startGroup(t, nil)
+	ctx := ctxT(t, 90*time.Second)
+	writer := g.client(g.leader())
+	for _, tc := range []struct {
+		name string
+		node int
+	}{{"leader", g.leader()}, {"follower", g.follower()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := g.client(tc.node)
+			prefix := "list/" + tc.name + "/"
+			for i := range 30 {
+				key := fmt.Sprintf("%s%03d", prefix, i)
+				put, err := writer.Put(ctx, key, fmt.Sprintf("v%d", i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rev := put.Header.Revision
+				// The newest key is last: a page of 10 from it holds it.
+				from := fmt.Sprintf("%s%03d", prefix, max(0, i-9))
+				page, err := c.Get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithLimit(10))
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := len(page.Kvs)
+				if n == 0 || string(page.Kvs[n-1].Key) != key || page.Kvs[n-1].ModRevision != rev || page.Header.Revision < rev {
+					t.Fatalf("list from %s after a put of %s at revision %d: header %d, kvs %v", from, key, rev, page.Header.Revision, page.Kvs)
+				}
+				all, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithLimit(5))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if all.Count != int64(i+1) || len(all.Kvs) != min(5, i+1) || all.More != (i+1 > 5) {
+					t.Fatalf("list of %s after %d puts: count %d, %d kvs, more %v", prefix, i+1, all.Count, len(all.Kvs), all.More)
+				}
+			}
+		})
+	}
+}
