@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/kv"
@@ -148,7 +149,15 @@ func runEtcdServe(ctx context.Context, e *env, args []string) error {
 			if err != nil {
 				return nil, nil, err
 			}
-			h, stop := s.Handler(grpc.MaxRecvMsgSize(*maxRequest+etcdGRPCOverhead), grpc.MaxSendMsgSize(math.MaxInt32))
+			h, stop := s.Handler(grpc.MaxRecvMsgSize(*maxRequest+etcdGRPCOverhead), grpc.MaxSendMsgSize(math.MaxInt32),
+				// etcd's defaults (--grpc-keepalive-min-time, -interval,
+				// -timeout, --max-concurrent-streams): gRPC's own
+				// transport serves the port in clear, and its default
+				// would send away a client pinging more often than every
+				// 5 minutes, as Kubernetes' does every 30 s.
+				grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second}),
+				grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
+				grpc.MaxConcurrentStreams(math.MaxUint32))
 			return h, stop, nil
 		},
 	})

@@ -506,16 +506,30 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // resets every gRPC call's HTTP/2 stream (a write deadline in the past),
 // which fails such writes, then stops the gRPC server, which cancels the
 // calls, and then closes s, which waits for the calls' goroutines.
+//
+// h has the method GRPCServer, which gives the gRPC server: a caller that
+// owns the port may also serve connections on it with gRPC's own
+// transport (grpc.Server.Serve), as etcd serves its port without TLS;
+// stop closes those connections too.
 func (s *Server) Handler(opts ...grpc.ServerOption) (h http.Handler, stop func()) {
 	g := grpc.NewServer(opts...)
 	s.Register(g)
 	c := &grpcCalls{g: g, ws: map[*http.ResponseWriter]struct{}{}}
-	return Mux(c, s.HTTP()), func() {
+	return grpcHandler{Mux(c, s.HTTP()), g}, func() {
 		c.stop()
 		g.Stop()
 		_ = s.Close()
 	}
 }
+
+// grpcHandler is Handler's handler, which also gives its gRPC server.
+type grpcHandler struct {
+	http.Handler
+	g *grpc.Server
+}
+
+// GRPCServer is the gRPC server whose calls the handler serves.
+func (h grpcHandler) GRPCServer() *grpc.Server { return h.g }
 
 // grpcCalls serves gRPC calls with g, and knows their response writers,
 // to reset them when it stops.

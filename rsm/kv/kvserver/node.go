@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/tenure-io/tenure/internal/opsserver"
 	"github.com/tenure-io/tenure/rsm"
@@ -56,7 +57,11 @@ type NodeConfig struct {
 	// serving, before it lets other requests finish: a gRPC API's
 	// streams would hold the port open, so its calls in flight end. The
 	// API port then also speaks HTTP/2, over TLS and in clear (h2c), as
-	// gRPC needs.
+	// gRPC needs. If h has a method GRPCServer() *grpc.Server and the
+	// port is plain HTTP, the connections that open with HTTP/2's preface
+	// once the API serves go to that server's own transport, as etcd
+	// serves its port without TLS (gRPC through net/http costs about
+	// twice the CPU a call); stop must stop that server.
 	API func(node *rsm.Node, m *kv.Machine, apiURL string) (h http.Handler, stop func(), err error)
 }
 
@@ -139,8 +144,13 @@ func Run(ctx context.Context, c NodeConfig) error {
 		}
 	}
 	apiLn, scheme := httpLn, "http"
-	if apiTLS != nil {
+	var split *splitListener
+	switch {
+	case apiTLS != nil:
 		apiLn, scheme = tls.NewListener(httpLn, apiTLS), "https"
+	case c.API != nil:
+		split = newSplitListener(httpLn)
+		apiLn = split
 	}
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(apiLn) }()
@@ -200,6 +210,14 @@ func Run(ctx context.Context, c NodeConfig) error {
 	if err != nil {
 		stopHTTP()
 		return err
+	}
+	if gs, ok := h.(interface{ GRPCServer() *grpc.Server }); ok && split != nil {
+		grpcDone := make(chan struct{})
+		go func() {
+			defer close(grpcDone)
+			_ = gs.GRPCServer().Serve(split.h2()) // ends when stopAPI stops it
+		}()
+		defer func() { <-grpcDone }()
 	}
 	status := node.Status
 	ko.node.Store(&status)
