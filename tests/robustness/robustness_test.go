@@ -2,10 +2,12 @@ package robustness
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -77,10 +79,7 @@ func TestRobustness(t *testing.T) {
 			res := validate.ValidateAndReturnVisualize(lg, validate.Config{ExpectRevisionUnique: tf.traffic.ExpectUniqueRevision()}, reports, persisted, 5*time.Minute)
 			logResult(t, reports, persisted, res)
 			if err := res.Error(); err != nil {
-				if dir, derr := os.MkdirTemp("", "tenure-robustness-"); derr == nil {
-					_ = res.Linearization.Visualize(lg, filepath.Join(dir, "history.html"))
-					t.Logf("the checker's visualization, if any, is in %s", dir)
-				}
+				keepFailure(t, lg, g, tf.traffic, reports, persisted, res)
 				t.Fatalf("etcd's checker: %v", err)
 			}
 			for name, r := range map[string]validate.Result{"assumptions": res.Assumptions, "linearization": res.Linearization.Result, "watch": res.Watch, "serializable": res.Serializable} {
@@ -101,6 +100,23 @@ func TestRobustness(t *testing.T) {
 			t.Logf("with a write left out of the history: %v", res.Error())
 		})
 	}
+}
+
+// roundsEnv repeats the faults, traffic flowing throughout, for a longer
+// run than scripts/test's: TENURE_ROBUSTNESS_ROUNDS=5 runs them five
+// times over (about 15 s each).
+const roundsEnv = "TENURE_ROBUSTNESS_ROUNDS"
+
+func rounds(t *testing.T) int {
+	v := os.Getenv(roundsEnv)
+	if v == "" {
+		return 1
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive number", roundsEnv, v)
+	}
+	return n
 }
 
 // runTraffic runs the traffic while it injects the faults into the
@@ -134,7 +150,9 @@ func runTraffic(t *testing.T, g *group, tf traffic.Traffic) []report.ClientRepor
 			Lg: lg, Endpoints: hosts, MaxRevisionChan: maxRevision, ClientSet: watchSet,
 		})
 	})
-	injectFaults(g)
+	for range rounds(t) {
+		injectFaults(g)
+	}
 	close(finish)
 	if err := eg.Wait(); err != nil {
 		t.Fatalf("collecting watch events: %v", err)
@@ -272,4 +290,36 @@ func dropWrite(t *testing.T, persisted []model.EtcdRequest) []model.EtcdRequest 
 	}
 	i := writes[len(writes)/2]
 	return slices.Delete(slices.Clone(persisted), i, i+1)
+}
+
+// keepFailure saves what a failed validation was given, for
+// report.LoadClientReports and a second look: the clients' reports, the
+// persisted requests, the checker's visualization and each node's
+// output, in a directory it names.
+func keepFailure(t *testing.T, lg *zap.Logger, g *group, tf traffic.Traffic, reports []report.ClientReport, persisted []model.EtcdRequest, res validate.RobustnessResult) {
+	dir, err := os.MkdirTemp("", "tenure-robustness-")
+	if err != nil {
+		t.Logf("keeping the failed run: %v", err)
+		return
+	}
+	r, err := report.NewTestReport(lg, filepath.Join(dir, "report"), nil, &report.TrafficDetail{ExpectUniqueRevision: tf.ExpectUniqueRevision()})
+	if err == nil {
+		r.SetClientReports(reports)
+		err = r.SaveEtcdData()
+	}
+	if err != nil {
+		t.Logf("saving the clients' reports: %v", err)
+	}
+	if b, err := json.Marshal(persisted); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, "persisted.json"), b, 0o644)
+	}
+	if m := res.Linearization.Model; m.Step != nil || m.StepContext != nil {
+		_ = res.Linearization.Visualize(lg, filepath.Join(dir, "history.html"))
+	}
+	for i, p := range g.nodes {
+		if p != nil {
+			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("n%d.log", i)), []byte(p.output()), 0o644)
+		}
+	}
+	t.Logf("the failed run's reports, history and node logs are in %s", dir)
 }
