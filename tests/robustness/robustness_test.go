@@ -92,7 +92,7 @@ func TestRobustness(t *testing.T) {
 			}
 			// The checker fails a history that is not the group's: the
 			// same reports against the log with one write left out.
-			wrong := dropWrite(t, persisted)
+			wrong := dropWrite(t, reports, persisted)
 			res = validate.ValidateAndReturnVisualize(zap.NewNop(), validate.Config{ExpectRevisionUnique: tf.traffic.ExpectUniqueRevision()}, reports, wrong, time.Minute)
 			if res.Error() == nil {
 				t.Fatal("etcd's checker passed the history with a write left out")
@@ -276,17 +276,42 @@ func logResult(t *testing.T, reports []report.ClientReport, persisted []model.Et
 	t.Logf("assumptions: %v; linearization: %v; watch: %v; serializable: %v", res.Assumptions, res.Linearization.Result, res.Watch, res.Serializable)
 }
 
-// dropWrite returns persisted without its middle write.
-func dropWrite(t *testing.T, persisted []model.EtcdRequest) []model.EtcdRequest {
+// dropWrite returns persisted without the middle one of the writes a
+// client saw succeed (a put whose value a successful response
+// acknowledged): each made a revision, so leaving one out moves every
+// later revision of the history. A write that failed (a Txn whose
+// condition did not hold, a put with a lease gone) changes nothing, and
+// the checker rightly passes a history without it.
+func dropWrite(t *testing.T, reports []report.ClientReport, persisted []model.EtcdRequest) []model.EtcdRequest {
 	t.Helper()
+	acked := map[model.ValueOrHash]bool{}
+	for _, r := range reports {
+		for _, op := range r.KeyValue {
+			req, resp := op.Input.(model.EtcdRequest), op.Output.(model.MaybeEtcdResponse)
+			if req.Type != model.Txn || resp.Error != "" || resp.Txn == nil || resp.Txn.Failure {
+				continue
+			}
+			for _, o := range req.Txn.OperationsOnSuccess {
+				if o.Type == model.PutOperation {
+					acked[o.Put.Value] = true
+				}
+			}
+		}
+	}
 	var writes []int
 	for i, r := range persisted {
-		if r.Type == model.Txn && !r.IsRead() {
-			writes = append(writes, i)
+		if r.Type != model.Txn {
+			continue
+		}
+		for _, o := range r.Txn.OperationsOnSuccess {
+			if o.Type == model.PutOperation && acked[o.Put.Value] {
+				writes = append(writes, i)
+				break
+			}
 		}
 	}
 	if len(writes) == 0 {
-		t.Fatal("no write in the history")
+		t.Fatal("no acknowledged write in the history")
 	}
 	i := writes[len(writes)/2]
 	return slices.Delete(slices.Clone(persisted), i, i+1)
