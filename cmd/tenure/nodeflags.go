@@ -63,7 +63,7 @@ func addNodeFlags(fs *flag.FlagSet, group string) *nodeFlags {
 		tlsCA:         fs.String("tls-ca", "", "CA that signs every node's certificate (PEM)"),
 		peerPlain:     fs.Bool("peer-plaintext", false, "serve and call the peer RPCs in clear and unauthenticated: only with loopback --peer-listen and --advertise, and never with --token-file or --http-client-ca (default: peers authenticate with keys published in the store)"),
 		metricsAddr:   fs.String("metrics-http", "", "also serve Prometheus /metrics on this address, plain HTTP and without token or client certificate"),
-		gcPercent:     fs.Int("gc-percent", 0, "the Go collector's GOGC for this process: between collections the heap grows this many percent above the live state (Go's default is 100); -1 turns the collector off; 0 (the default): 10% above the live heap (25% from 512 MiB of it) and at least 4 MiB, set as the state grows (the state's values hold no pointers, so a small state is collected often at little cost). Without this flag, a GOGC environment variable wins"),
+		gcPercent:     fs.Int("gc-percent", 0, "the Go collector's GOGC for this process: between collections the heap grows this many percent above the live state (Go's default is 100); -1 turns the collector off; 0 (the default): 10% above the live heap (25% from 512 MiB of it) and at least 16 MiB, set as the state grows (the state's values hold no pointers, so a small state is collected often at little cost). Without this flag, a GOGC environment variable wins"),
 		logLevel:      fs.String("log-level", "info", "log level: debug, info, warn or error"),
 		logFormat:     fs.String("log-format", "text", "log format: text or json (json: every line on stdout and stderr is JSON, gRPC's included)"),
 	}

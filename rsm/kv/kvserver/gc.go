@@ -17,7 +17,10 @@ import (
 // fixed GOGC the headroom grows with the state (25% of a 1 GiB state is
 // 256 MiB more memory); this policy lets the heap grow kvGCGrowth percent
 // above the live heap, and at least kvGCFloor bytes, so that a small state
-// is not collected every few requests (docs/BENCHMARKS.md). From
+// is not collected every few requests (docs/BENCHMARKS.md): under a
+// thousand etcd clients a node's heap is mostly their streams and
+// requests, and with 4 MiB of headroom it was collected every thousand
+// puts or so, its collector a fifth of its CPU. From
 // kvLoadLargeFrom of live heap it lets it grow kvGCGrowthLarge percent: a
 // collection then marks millions of keys and values, some 300 ms of CPU
 // for a million, and at 10% a node under writes spent a fifth of its time
@@ -46,10 +49,10 @@ import (
 // below twice the data, and a gigabyte load is collected about half as
 // often. The policy comes back when the load ends.
 const (
-	kvGCGrowth      = 10      // percent of the live heap
-	kvGCGrowthLarge = 25      // percent, from kvLoadLargeFrom
-	kvGCFloor       = 4 << 20 // bytes of headroom at least
-	kvGCMaxPercent  = 100     // Go's default, for the smallest heaps
+	kvGCGrowth      = 10       // percent of the live heap
+	kvGCGrowthLarge = 25       // percent, from kvLoadLargeFrom
+	kvGCFloor       = 16 << 20 // bytes of headroom at least
+	kvGCMaxPercent  = 100      // Go's default, for the smallest heaps
 	kvGCEvery       = 10 * time.Millisecond
 
 	kvLoadGrowth      = 20        // percent of the live heap, during a load

@@ -17,16 +17,16 @@ func TestKVGCPercentFor(t *testing.T) {
 		want int
 	}{
 		{0, 100},
-		{1 << 20, 100},        // 4 MiB of headroom would be 400%: Go's default at most
-		{8 << 20, 50},         // 4 MiB
-		{40 << 20, 10},        // 10% is 4 MiB
-		{100 << 20, 10},       // 10 MiB
+		{1 << 20, 100},        // 16 MiB of headroom would be 1600%: Go's default at most
+		{32 << 20, 50},        // 16 MiB
+		{160 << 20, 10},       // 10% is 16 MiB
+		{100 << 20, 16},       // 16 MiB
 		{(512 << 20) - 1, 10}, // 51 MiB
 		{512 << 20, 25},       // 128 MiB: a large state
 		{1 << 30, 25},         // 256 MiB
-		{(40 << 20) - 1, 11},  // just under: the floor, rounded up
+		{(160 << 20) - 1, 11}, // just under: the floor, rounded up
 		{1<<40 + 12345, 25},   // no overflow
-		{3 << 20, 100},        // the cap
+		{12 << 20, 100},       // the cap
 	} {
 		if got := kvGCPercentFor(c.live); got != c.want {
 			t.Errorf("kvGCPercentFor(%d) = %d, want %d", c.live, got, c.want)

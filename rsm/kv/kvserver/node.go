@@ -42,7 +42,7 @@ type NodeConfig struct {
 	Logger *slog.Logger
 	// TuneGC sets the Go collector's policy for the node's state, for
 	// the whole process, while Run runs: the heap may grow 10% above the
-	// live heap (25% from 512 MiB of it) and at least 4 MiB, and while the
+	// live heap (25% from 512 MiB of it) and at least 16 MiB, and while the
 	// node loads a snapshot the collector waits under a memory limit
 	// instead (see gc.go).
 	TuneGC bool
