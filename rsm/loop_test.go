@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,7 +116,25 @@ func TestDeposedAnswersEveryRequest(t *testing.T) {
 	a := newTestNode(t, detachedPuts{mem}, "a", opts)
 	a.leadInBackground(t)
 	l := leaderOf(t, a)
-	reached, release := blockPut(a, logKey(testGroup, 2))
+	// The log write of index 2 and every read of leader_state.json (a
+	// read batch's confirmation round) are held in the store until the
+	// answers are in: the read is cut into a round as soon as one can be
+	// issued, so without holding its round it could be confirmed, and
+	// rightly answered, before leadership ends.
+	reached, release := make(chan struct{}), make(chan struct{})
+	roundHeld := make(chan struct{})
+	var reachedOnce, roundOnce sync.Once
+	a.hooks.set(func(_ context.Context, k string) {
+		if k == logKey(testGroup, 2) {
+			reachedOnce.Do(func() { close(reached) })
+			<-release
+		}
+	}, func(k string) {
+		if k == testGroup+"/"+leaderStateKey {
+			roundOnce.Do(func() { close(roundHeld) })
+			<-release
+		}
+	})
 	var ps []*pending
 	for i := uint64(1); i <= 10; i++ { // a batch in flight, one queued, two commands batching
 		p := newCommand("t#1", i)
@@ -126,6 +145,7 @@ func TestDeposedAnswersEveryRequest(t *testing.T) {
 	l.enqueue(read)
 	ps = append(ps, read)
 	<-reached
+	<-roundHeld
 	l.depose(errors.New("deposed by the test"))
 	for i, r := range answersBeforeRelease(t, ps, release) {
 		if r.Status == rsmpb.Status_OK {

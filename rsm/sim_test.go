@@ -740,9 +740,9 @@ func TestSimulationFamilies(t *testing.T) {
 		{"a follower refused by a leader not serving yet, waiting", 4, func(c simCoverage) int { return c.followWaits }},
 		{"a follower told to catch up from the store, joining again", 1, func(c simCoverage) int { return c.rejoins }},
 		{"a node dropped by its leader, not attempting", 1, func(c simCoverage) int { return c.signDropped }},
-		{"a node finding a newer leader listing others, not attempting", 4, func(c simCoverage) int { return c.signNewer }},
+		{"a node finding a newer leader listing others, not attempting", 31, func(c simCoverage) int { return c.signNewer }},
 		{"a node seeing the log grow, not attempting", 5, func(c simCoverage) int { return c.grew }},
-		{"an attempt waiting behind a follower more up to date", 4, func(c simCoverage) int { return c.ranked }},
+		{"an attempt waiting behind a follower more up to date", 32, func(c simCoverage) int { return c.ranked }},
 		{"a leader dropping a follower it no longer reaches", 1, func(c simCoverage) int { return c.drops }},
 		{"a leader's crash outlasting the failover bound", 1, func(c simCoverage) int { return c.longCrashes }},
 	} {
