@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 func electConfigFromFlags(t *testing.T, args ...string) (map[string]any, error) {
@@ -83,7 +85,7 @@ func TestElectListensWhereAdvertiseSays(t *testing.T) {
 		t.Skipf("this host has no 127.0.0.2 to test with: %v", err)
 	}
 	probe.Close()
-	advertise := freeTCPAddr(t)
+	advertise := testutil.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(advertise)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int, 1)

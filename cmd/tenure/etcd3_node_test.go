@@ -152,7 +152,7 @@ func TestEtcd3Node(t *testing.T) {
 	var eps []string
 	var procs []*kvProcess
 	for i := range 3 {
-		client := freeTCPAddr(t)
+		client := testutil.FreeAddr(t)
 		// The demo's timings: a follower takes over about a second after
 		// the leader dies.
 		p := startProcess(t, bin, env, client, "etcd", "serve", "--store", storeURL,

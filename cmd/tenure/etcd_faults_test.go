@@ -141,10 +141,10 @@ func TestEtcdFaults(t *testing.T) {
 	// comes back.
 	l = g.leader(nil)
 	t.Logf("%v: store black hole for the leader n%d", time.Since(start).Round(time.Millisecond), l)
-	g.proxies[l].blackHole(t)
+	g.proxies[l].BlackHole(t)
 	g.waitLeader(l)
 	progress("writes while the old leader's store is black-holed", 10, false)
-	g.proxies[l].setUp(t, true)
+	g.proxies[l].SetUp(t, true)
 
 	progress("writes and acquisitions after the faults", 10, true)
 	t.Logf("%v: faults done; stopping the clients", time.Since(start).Round(time.Millisecond))
@@ -234,7 +234,7 @@ type faultGroup struct {
 	bin     string
 	env     []string
 	eps     []string // client host:port, stable across restarts
-	proxies []*tcpProxy
+	proxies []*testutil.Proxy
 	urls    []string // each node's store URL, through its proxy
 	nodes   []*kvProcess
 	began   time.Time // for the log
@@ -244,13 +244,13 @@ func startFaultGroup(t *testing.T, bin string, minio testutil.S3Server) *faultGr
 	g := &faultGroup{t: t, bin: bin, env: awsEnv(t, minio), began: time.Now()}
 	prefix := "etcdfaults-" + randomSuffix()
 	for range 3 {
-		p := newTCPProxy(t, strings.TrimPrefix(minio.Endpoint, "http://"))
-		p.setUp(t, true)
+		p := testutil.NewProxy(t, strings.TrimPrefix(minio.Endpoint, "http://"))
+		p.SetUp(t, true)
 		s3 := minio
-		s3.Endpoint = "http://" + p.addr
+		s3.Endpoint = "http://" + p.Addr()
 		g.proxies = append(g.proxies, p)
 		g.urls = append(g.urls, s3.URL(prefix))
-		g.eps = append(g.eps, freeTCPAddr(t))
+		g.eps = append(g.eps, testutil.FreeAddr(t))
 	}
 	g.nodes = make([]*kvProcess, 3)
 	t.Cleanup(func() {

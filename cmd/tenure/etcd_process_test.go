@@ -144,7 +144,7 @@ func testEtcdctl(t *testing.T, bin string, minio testutil.S3Server, ctl, version
 	var eps []string
 	var procs []*kvProcess
 	for i := range 3 {
-		client := freeTCPAddr(t)
+		client := testutil.FreeAddr(t)
 		p := startProcess(t, bin, env, client, "etcd", "serve", "--store", storeURL,
 			"--id", fmt.Sprintf("n%d", i), "--peer-listen", "127.0.0.1:0", "--peer-plaintext",
 			"--listen-client-urls", "http://"+client, "--flush-interval", "5ms", "--log-level", "warn")

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -100,9 +99,9 @@ func TestKVServeProcess(t *testing.T) {
 	// when the store goes away again it stops being ready.
 	t.Run("store unreachable", func(t *testing.T) {
 		minio := testutil.MinIO(t)
-		proxy := newTCPProxy(t, strings.TrimPrefix(minio.Endpoint, "http://"))
+		proxy := testutil.NewProxy(t, strings.TrimPrefix(minio.Endpoint, "http://"))
 		s3 := minio
-		s3.Endpoint = "http://" + proxy.addr
+		s3.Endpoint = "http://" + proxy.Addr()
 		p := startKVProcess(t, bin, awsEnv(t, minio), "--store", s3.URL("kvops-"+strings.ReplaceAll(t.Name(), "/", "-")+"-"+randomSuffix()),
 			"--id", "n1", "--request-timeout", "3s", "--heartbeat", "500ms")
 		base := "http://" + p.listen
@@ -110,12 +109,12 @@ func TestKVServeProcess(t *testing.T) {
 		if code, _ := httpGet(t, base+"/livez", ""); code != http.StatusOK {
 			t.Errorf("/livez while the store is unreachable: %d; want 200", code)
 		}
-		proxy.setUp(t, true)
+		proxy.SetUp(t, true)
 		waitProbe(t, p, base+"/readyz", http.StatusOK, "")
 		if code, out, errs := runCmd(t, "kv", "put", "k", "v", "--server", base); code != 0 || out != "revision 1\n" {
 			t.Fatalf("put: exit %d, stdout %q, stderr %q", code, out, errs)
 		}
-		proxy.setUp(t, false)
+		proxy.SetUp(t, false)
 		// A write makes the leader call the store.
 		_, _, _ = runCmd(t, "kv", "put", "k", "w", "--server", base, "--timeout", "5s")
 		waitProbe(t, p, base+"/readyz", http.StatusServiceUnavailable, "")
@@ -449,7 +448,7 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // kills it at the end of the test if it still runs.
 func startKVProcess(t *testing.T, bin string, env []string, args ...string) *kvProcess {
 	t.Helper()
-	listen := freeTCPAddr(t)
+	listen := testutil.FreeAddr(t)
 	return startProcess(t, bin, env, listen, append([]string{"kv", "serve", "--http", listen, "--peer-listen", "127.0.0.1:0", "--flush-interval", "5ms"}, args...)...)
 }
 
@@ -477,16 +476,6 @@ func startProcess(t *testing.T, bin string, env []string, listen string, args ..
 		}
 	})
 	return p
-}
-
-func freeTCPAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // waitProbe polls url until it answers want with a body containing
@@ -561,115 +550,4 @@ func awsEnv(t *testing.T, s testutil.S3Server) []string {
 	none := filepath.Join(t.TempDir(), "none")
 	return []string{"AWS_ACCESS_KEY_ID=" + s.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s.SecretKey, "AWS_SESSION_TOKEN=",
 		"AWS_PROFILE=", "AWS_CONFIG_FILE=" + none, "AWS_SHARED_CREDENTIALS_FILE=" + none}
-}
-
-// tcpProxy forwards connections to a target while up; while down it
-// refuses them and has closed those it had; while black-holed it accepts
-// them and never answers, as a frozen server does.
-type tcpProxy struct {
-	addr   string
-	target string
-	mu     sync.Mutex
-	ln     net.Listener
-	hold   bool // black-holed
-	conns  map[net.Conn]bool
-	wg     sync.WaitGroup
-}
-
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
-	p := &tcpProxy{addr: freeTCPAddr(t), target: target, conns: map[net.Conn]bool{}}
-	t.Cleanup(func() {
-		p.setUp(t, false)
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *tcpProxy) setUp(t *testing.T, up bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.hold = false
-	p.closeConnsLocked()
-	if !up {
-		if p.ln != nil {
-			_ = p.ln.Close()
-			p.ln = nil
-		}
-		return
-	}
-	p.listenLocked(t)
-}
-
-// blackHole makes the proxy accept connections and never answer on them;
-// the connections it forwarded are closed, so their clients connect again.
-func (p *tcpProxy) blackHole(t *testing.T) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.hold = true
-	p.closeConnsLocked()
-	p.listenLocked(t)
-}
-
-func (p *tcpProxy) closeConnsLocked() {
-	for c := range p.conns {
-		_ = c.Close()
-		delete(p.conns, c)
-	}
-}
-
-func (p *tcpProxy) listenLocked(t *testing.T) {
-	if p.ln != nil {
-		return
-	}
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		t.Fatalf("proxy: %v", err)
-	}
-	p.ln = ln
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				p.forward(c)
-			}()
-		}
-	}()
-}
-
-func (p *tcpProxy) forward(c net.Conn) {
-	p.mu.Lock()
-	hold := p.hold
-	if hold {
-		p.conns[c] = true // closed when the proxy changes mode
-	}
-	p.mu.Unlock()
-	if hold {
-		return
-	}
-	up, err := net.Dial("tcp", p.target)
-	if err != nil {
-		c.Close()
-		return
-	}
-	p.mu.Lock()
-	p.conns[c], p.conns[up] = true, true
-	p.mu.Unlock()
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
-	<-done
-	c.Close()
-	up.Close()
-	<-done
-	p.mu.Lock()
-	delete(p.conns, c)
-	delete(p.conns, up)
-	p.mu.Unlock()
 }

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/grpclog"
 
 	"github.com/tenure-io/tenure/internal/grpcslog"
+	"github.com/tenure-io/tenure/internal/testutil"
 	"github.com/tenure-io/tenure/internal/tlsutil"
 	"github.com/tenure-io/tenure/rsm/kv"
 	"github.com/tenure-io/tenure/store"
@@ -157,7 +158,7 @@ func TestKVServeMetricsHTTP(t *testing.T) {
 	if err := os.WriteFile(token, []byte("correct-horse-battery-staple\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	metricsAddr := freeTCPAddr(t)
+	metricsAddr := testutil.FreeAddr(t)
 	addr, _ := startKVServe(t, "--store", tempStore(t), "--token-file", token, "--metrics-http", metricsAddr)
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if code, _, _ := kvGet(addr+"/readyz", nil); code == http.StatusOK {

@@ -78,7 +78,7 @@ func TestLongRunningProbes(t *testing.T) {
 	for _, c := range append(opsCommands(), kvServe) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := "file://" + filepath.Join(t.TempDir(), "store")
-			listen := freeTCPAddr(t)
+			listen := testutil.FreeAddr(t)
 			p := startProcess(t, bin, nil, listen, c.args(dir, listen)...)
 			base := "http://" + listen
 			waitProbe(t, p, base+"/readyz", http.StatusOK, `"ready":true`)
@@ -146,20 +146,20 @@ func TestLongRunningStoreUnreachable(t *testing.T) {
 	minio := testutil.MinIO(t)
 	for _, c := range opsCommands() {
 		t.Run(c.name, func(t *testing.T) {
-			proxy := newTCPProxy(t, strings.TrimPrefix(minio.Endpoint, "http://"))
+			proxy := testutil.NewProxy(t, strings.TrimPrefix(minio.Endpoint, "http://"))
 			s3 := minio
-			s3.Endpoint = "http://" + proxy.addr
+			s3.Endpoint = "http://" + proxy.Addr()
 			url := s3.URL("ops-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + randomSuffix())
-			listen := freeTCPAddr(t)
+			listen := testutil.FreeAddr(t)
 			p := startProcess(t, bin, awsEnv(t, minio), listen, c.args(url, listen)...)
 			base := "http://" + listen
 			waitProbe(t, p, base+"/readyz", http.StatusServiceUnavailable, "store unreachable")
 			if code, _ := httpGet(t, base+"/livez", ""); code != http.StatusOK {
 				t.Errorf("/livez while the store is unreachable: %d; want 200", code)
 			}
-			proxy.setUp(t, true)
+			proxy.SetUp(t, true)
 			waitProbe(t, p, base+"/readyz", http.StatusOK, `"ready":true`)
-			proxy.blackHole(t)
+			proxy.BlackHole(t)
 			waitProbe(t, p, base+"/readyz", http.StatusServiceUnavailable, "store unreachable")
 			if code, body := httpGet(t, base+"/healthz", ""); code != http.StatusServiceUnavailable {
 				t.Errorf("/healthz while the store is frozen: %d %s; want 503", code, body)
@@ -194,7 +194,7 @@ func TestLongRunningPermanentStoreError(t *testing.T) {
 			{"unknown scheme", "ftp://example/x", `unknown URL scheme "ftp"`, minio},
 		} {
 			t.Run(c.name+"/"+u.name, func(t *testing.T) {
-				listen := freeTCPAddr(t)
+				listen := testutil.FreeAddr(t)
 				p := startProcess(t, bin, awsEnv(t, u.creds), listen, c.args(u.url, listen)...)
 				select {
 				case <-p.done:

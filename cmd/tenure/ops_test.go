@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/internal/opsserver"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // tenure elect in this process, its endpoint read from several goroutines
 // while it starts, leads and stops (run with -race).
 func TestElectEndpointInProcess(t *testing.T) {
-	listen := freeTCPAddr(t)
+	listen := testutil.FreeAddr(t)
 	base := "http://" + listen
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int, 1)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,7 +41,7 @@ type group struct {
 	urls    []string // each node's store URL, through its proxy
 	store   string   // the store URL, direct
 	eps     []string // client endpoints, host:port
-	proxies []*tcpProxy
+	proxies []*testutil.Proxy
 	nodes   []*process
 	began   time.Time
 }
@@ -54,12 +53,13 @@ func startGroup(t *testing.T, bin string, minio testutil.S3Server, prefix string
 	g := &group{t: t, bin: bin, store: minio.URL(prefix), began: time.Now(),
 		env: []string{"AWS_ACCESS_KEY_ID=" + minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + minio.SecretKey, "AWS_SESSION_TOKEN=", "AWS_PROFILE="}}
 	for range 3 {
-		p := newTCPProxy(t, minio.Endpoint[len("http://"):])
+		p := testutil.NewProxy(t, minio.Endpoint[len("http://"):])
+		p.SetUp(t, true)
 		s3 := minio
-		s3.Endpoint = "http://" + p.addr
+		s3.Endpoint = "http://" + p.Addr()
 		g.proxies = append(g.proxies, p)
 		g.urls = append(g.urls, s3.URL(prefix))
-		g.eps = append(g.eps, freeTCPAddr(t))
+		g.eps = append(g.eps, testutil.FreeAddr(t))
 	}
 	g.nodes = make([]*process, 3)
 	t.Cleanup(func() {
@@ -219,107 +219,4 @@ func waitReady(t *testing.T, p *process, url string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("%s not ready within 60 s:\n%s", url, p.output())
-}
-
-func freeTCPAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// tcpProxy forwards connections to a target; black-holed, it accepts
-// connections and never answers on them, as a store that stopped
-// answering does, and closes those it had forwarded.
-type tcpProxy struct {
-	addr   string
-	target string
-	ln     net.Listener
-	mu     sync.Mutex
-	hold   bool
-	conns  map[net.Conn]bool
-	wg     sync.WaitGroup
-}
-
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]bool{}}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				p.forward(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.setHold(false)
-		p.mu.Lock()
-		p.closeConnsLocked()
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-// setHold black-holes the proxy (true) or heals it (false); either way
-// the connections it had are closed, so their clients connect again.
-func (p *tcpProxy) setHold(hold bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.hold = hold
-	p.closeConnsLocked()
-}
-
-func (p *tcpProxy) closeConnsLocked() {
-	for c := range p.conns {
-		_ = c.Close()
-		delete(p.conns, c)
-	}
-}
-
-func (p *tcpProxy) forward(c net.Conn) {
-	p.mu.Lock()
-	hold := p.hold
-	if hold {
-		p.conns[c] = true // closed when the proxy heals
-	}
-	p.mu.Unlock()
-	if hold {
-		return
-	}
-	up, err := net.Dial("tcp", p.target)
-	if err != nil {
-		c.Close()
-		return
-	}
-	p.mu.Lock()
-	p.conns[c], p.conns[up] = true, true
-	p.mu.Unlock()
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
-	<-done
-	c.Close()
-	up.Close()
-	<-done
-	p.mu.Lock()
-	delete(p.conns, c)
-	delete(p.conns, up)
-	p.mu.Unlock()
 }

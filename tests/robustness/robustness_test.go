@@ -228,9 +228,9 @@ func injectFaults(g *group) {
 
 	l = g.leader()
 	g.logf("black hole of the leader n%d's store", l)
-	g.proxies[l].setHold(true)
+	g.proxies[l].BlackHole(t)
 	time.Sleep(faultPause)
-	g.proxies[l].setHold(false)
+	g.proxies[l].SetUp(t, true)
 	g.logf("n%d's store healed", l)
 	g.waitNewLeader(l)
 	settle()
