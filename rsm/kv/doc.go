@@ -69,7 +69,9 @@
 // Out of the legacy era, every version of every key is kept, deletes as
 // tombstones, until a compaction command (CompactCommand) drops those before its revision:
 // each key keeps its versions after it and its latest at or before it,
-// unless that is a delete. Ranges read at any revision from the compact
+// unless that is a delete made before it. As in etcd 3.7, a delete made
+// at the compact revision stays, with what follows it, so that a watch
+// from that revision starts with it; the next compaction drops it. Ranges read at any revision from the compact
 // revision to the current one; before it they fail with
 // rpctypes.ErrGRPCCompacted, after the current one with ErrGRPCFutureRev.
 // Memory and snapshots grow with the history kept: whoever runs the group

@@ -314,10 +314,23 @@ func (m *Machine) applyEtcd(cmd []byte) ([]byte, []*mvccpb.Event) {
 	}
 }
 
-// compactTo drops the history before rev, as etcd's compaction does: each
-// key keeps its versions after rev and its latest at or before rev unless
-// that is a delete. Reads and watches from before rev then fail with
-// ErrCompacted. It walks every key, on the goroutine that applies.
+// compactTo drops the history before rev, as etcd 3.7's compaction does:
+// each key keeps its versions after rev and its latest at or before rev
+// unless that is a delete made before rev (compactChain). Reads and
+// watches from before rev then fail with ErrCompacted. It walks every
+// key, on the goroutine that applies.
+//
+// Builds before etcd 3.7's rule dropped a delete made at rev too, and
+// the command is the same: a group whose replicas run both builds
+// during an upgrade may differ only in those deletes (tombstones, and in
+// a Txn that deleted a key and put it again at rev, the delete before
+// the put). Reads at every revision, counts, HashKV, leases and every
+// event after rev are alike; a watch from exactly rev served by an
+// older replica misses the deletes made at rev, as it always did. The
+// snapshot format holds either state, and every build reads a key whose
+// oldest version, or only one, is a delete; the next compaction, which
+// drops those deletes everywhere, makes the states equal again. So the
+// rule needs neither a new command nor a new snapshot version.
 func (m *Machine) compactTo(rev int64) error {
 	switch {
 	case rev <= int64(m.compact):

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -114,5 +115,142 @@ func TestEventPrevKVBeforeRevision(t *testing.T) {
 				t.Errorf("%s event %d: %v\nwant %v", name, i, ev, want[i])
 			}
 		}
+	}
+}
+
+// TestCompactKeepsDeleteAtCompactRevision: as etcd 3.7, a compaction at
+// revision R keeps a delete made at R, so a watch from R, which the
+// compaction still allows, starts with it (with no PrevKv: the revision
+// before R is compacted); Range at R reads the key as absent all the
+// same, a snapshot keeps the delete, and the next compaction past R
+// drops it. Of a Txn that put a key and deleted it at R the delete
+// stays; of one that deleted and put it again, both.
+func TestCompactKeepsDeleteAtCompactRevision(t *testing.T) {
+	m := New()
+	apply := func(cmd []byte, err error) {
+		t.Helper()
+		if _, err := DecodeResult(m.Apply(must(cmd, err))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fromKey := func(k string) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(k), RangeEnd: []byte{0}}}}
+	}
+	put := func(k, v string) { t.Helper(); apply(PutCommand(&pb.PutRequest{Key: []byte(k), Value: []byte(v)})) }
+	put("k", "v2")                                                                               // 2
+	put("k", "v3")                                                                               // 3
+	put("g", "g4")                                                                               // 4
+	apply(DeleteRangeCommand(&pb.DeleteRangeRequest{Key: []byte("g"), RangeEnd: []byte("l")}))   // 5: g and k
+	put("k", "v6")                                                                               // 6
+	put("x", "x7")                                                                               // 7
+	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{putOp("x", "x8"), fromKey("x")}}))  // 8
+	put("y", "y9")                                                                               // 9
+	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{fromKey("y"), putOp("y", "y10")}})) // 10
+	put("z", "z11")                                                                              // 11
+
+	kv := func(key, value string, create, mod, ver int64) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte(key), Value: []byte(value), CreateRevision: create, ModRevision: mod, Version: ver}
+	}
+	del := func(key string, mod int64) *mvccpb.Event {
+		return &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: mod}}
+	}
+	later := []*mvccpb.Event{ // the changes from 7 on, as the history holds them
+		{Kv: kv("x", "x7", 7, 7, 1)},
+		{Kv: kv("x", "x8", 7, 8, 2), PrevKv: kv("x", "x7", 7, 7, 1)},
+		{Type: mvccpb.DELETE, Kv: del("x", 8).Kv, PrevKv: kv("x", "x7", 7, 7, 1)},
+		{Kv: kv("y", "y9", 9, 9, 1)},
+		{Type: mvccpb.DELETE, Kv: del("y", 10).Kv, PrevKv: kv("y", "y9", 9, 9, 1)},
+		{Kv: kv("y", "y10", 10, 10, 1)},
+		{Kv: kv("z", "z11", 11, 11, 1)},
+	}
+	checkEvents := func(m *Machine, from int64, want []*mvccpb.Event) {
+		t.Helper()
+		evs, err := m.ReadView().Events([]byte{0}, []byte{0}, from)
+		if err != nil {
+			t.Fatalf("events from %d: %v", from, err)
+		}
+		if len(evs) != len(want) {
+			t.Fatalf("events from %d: %v\nwant %v", from, evs, want)
+		}
+		for i, ev := range evs {
+			if !proto.Equal(ev, want[i]) {
+				t.Fatalf("events from %d: event %d is %v\nwant %v", from, i, ev, want[i])
+			}
+		}
+	}
+	checkRange := func(m *Machine, rev int64, want ...*mvccpb.KeyValue) {
+		t.Helper()
+		resp, err := m.ReadView().Range(&pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: rev})
+		if err != nil {
+			t.Fatalf("range at %d: %v", rev, err)
+		}
+		if len(resp.Kvs) != len(want) || resp.Count != int64(len(want)) {
+			t.Fatalf("range at %d: %v; want %v", rev, resp.Kvs, want)
+		}
+		for i, kv := range resp.Kvs {
+			if !proto.Equal(kv, want[i]) {
+				t.Fatalf("range at %d: %v; want %v", rev, resp.Kvs, want)
+			}
+		}
+	}
+	compact := func(rev int64) { t.Helper(); apply(CompactCommand(&pb.CompactionRequest{Revision: rev})) }
+	restored := func() *Machine {
+		t.Helper()
+		var b, again bytes.Buffer
+		if err := m.Snapshot(&b); err != nil {
+			t.Fatal(err)
+		}
+		n := New()
+		if err := n.Restore(bytes.NewReader(b.Bytes())); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Snapshot(&again); err != nil || !bytes.Equal(again.Bytes(), b.Bytes()) {
+			t.Fatalf("a restored machine writes another snapshot (%v)", err)
+		}
+		return n
+	}
+
+	compact(5)
+	atFive := append([]*mvccpb.Event{del("g", 5), del("k", 5), {Kv: kv("k", "v6", 6, 6, 1)}}, later...)
+	for _, m := range []*Machine{m, restored()} {
+		checkEvents(m, 5, atFive)
+		checkEvents(m, 6, atFive[2:])
+		checkRange(m, 5)
+		checkRange(m, 6, kv("k", "v6", 6, 6, 1))
+		if m.ReadView().Len() != 3 {
+			t.Fatalf("%d live keys; want 3 (k, y, z)", m.ReadView().Len())
+		}
+	}
+	if _, err := m.ReadView().Events([]byte{0}, []byte{0}, 4); !errors.Is(err, rpctypes.ErrGRPCCompacted) {
+		t.Fatalf("events from 4: %v; want %v", err, rpctypes.ErrGRPCCompacted)
+	}
+
+	compact(6) // drops the deletes at 5
+	if _, err := m.ReadView().Events([]byte{0}, []byte{0}, 5); !errors.Is(err, rpctypes.ErrGRPCCompacted) {
+		t.Fatalf("events from 5 compacted at 6: %v; want %v", err, rpctypes.ErrGRPCCompacted)
+	}
+	if m.tree.Has(entry{key: "g"}) {
+		t.Fatal("the delete of g at 5 outlives the compaction at 6")
+	}
+	checkEvents(m, 6, atFive[2:])
+
+	compact(8) // the put of x at 8 goes, its delete stays
+	checkEvents(m, 8, append([]*mvccpb.Event{del("x", 8)}, later[3:]...))
+	checkRange(m, 8, kv("k", "v6", 6, 6, 1))
+
+	compact(10) // x goes; y's delete and put at 10 stay
+	if m.tree.Has(entry{key: "x"}) {
+		t.Fatal("the delete of x at 8 outlives the compaction at 10")
+	}
+	for _, m := range []*Machine{m, restored()} {
+		checkEvents(m, 10, []*mvccpb.Event{del("y", 10), {Kv: kv("y", "y10", 10, 10, 1)}, later[6]})
+		checkRange(m, 10, kv("k", "v6", 6, 6, 1), kv("y", "y10", 10, 10, 1))
+	}
+
+	compact(11)
+	checkEvents(m, 11, later[6:])
+	checkRange(m, 11, kv("k", "v6", 6, 6, 1), kv("y", "y10", 10, 10, 1), kv("z", "z11", 11, 11, 1))
+	if n := m.tree.Len(); n != 3 {
+		t.Fatalf("%d keys in the tree after the compaction at 11; want 3", n)
 	}
 }

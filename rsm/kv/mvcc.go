@@ -361,32 +361,51 @@ func eventOf(key string, v *version) *mvccpb.Event {
 	return ev
 }
 
-// compactChain is e's chain after a compaction at rev: the versions after
-// rev, and the latest at or before it unless that is a tombstone. keep
-// false means nothing is left; changed false that the chain is as it was.
+// compactChain is e's chain after a compaction at rev, as etcd 3.7
+// compacts a key's index: if a delete made at rev ends one of the key's
+// generations, the oldest such delete and every version after it;
+// otherwise the versions after rev, and the latest at or before it
+// unless that is a delete. The delete at rev stays so that a watch from
+// rev, which the compaction still allows, sees it; Range at rev and
+// after reads the key as absent all the same, and the next compaction
+// past rev drops it. keep false means nothing is left; changed false
+// that the chain is as it was.
 func compactChain(e *entry, rev uint64) (out version, keep, changed bool) {
-	var above []*version
+	var kept []*version // newest first
 	v := &e.version
 	for v != nil && v.mod > rev {
-		above = append(above, v)
+		kept = append(kept, v)
 		v = v.prev
 	}
-	if v == nil || (!v.tomb && v.prev == nil) {
+	// The versions at rev, newest first: a Txn may change a key more than
+	// once in one revision.
+	n := len(kept)
+	oldestTomb := -1
+	for p := v; p != nil && p.mod == rev; p = p.prev {
+		kept = append(kept, p)
+		if p.tomb {
+			oldestTomb = len(kept) - 1
+		}
+	}
+	switch {
+	case oldestTomb >= 0:
+		kept = kept[:oldestTomb+1]
+	case v != nil && !v.tomb:
+		kept = append(kept[:n], v) // the latest at or before rev, a put
+	default:
+		kept = kept[:n]
+	}
+	if len(kept) == 0 {
+		return version{}, false, true
+	}
+	if kept[len(kept)-1].prev == nil {
 		return e.version, true, false
 	}
 	var tail *version
-	if !v.tomb {
-		c := *v
-		c.prev = nil
-		tail = &c
-	}
-	for i := len(above) - 1; i >= 0; i-- {
-		c := *above[i]
+	for i := len(kept) - 1; i >= 0; i-- {
+		c := *kept[i]
 		c.prev = tail
 		tail = &c
-	}
-	if tail == nil {
-		return version{}, false, true
 	}
 	return *tail, true, true
 }

@@ -440,9 +440,11 @@ func (r *refModel) execTxn(t *pb.TxnRequest, plan map[*pb.TxnRequest]bool) *pb.T
 }
 
 // eventsFrom is what a watch from revision from catches up with: every
-// change since, except what compaction drops (at the compact revision, a
-// delete or a version a later one of the same revision replaced; the
-// previous version of a change at it).
+// change since, except what compaction drops at the compact revision, as
+// etcd 3.7 does: a delete at it and every change after that delete stay
+// (a Txn may put a key and delete it in one revision, or delete it and
+// put it); the put before such a delete goes. No change at the compact
+// revision has its previous version.
 func (r *refModel) eventsFrom(from int64) []*mvccpb.Event {
 	type ev struct {
 		mod int64
@@ -452,12 +454,20 @@ func (r *refModel) eventsFrom(from int64) []*mvccpb.Event {
 	var evs []ev
 	for _, k := range r.sortedKeys() {
 		h := r.hist[k]
+		// The first delete at the compact revision, which etcd keeps
+		// with every change after it; len(h) if none.
+		tomb := len(h)
 		for i, v := range h {
-			// Compaction keeps a key's latest version at or before the
-			// compact revision unless it is a delete; a Txn that put and
-			// deleted the key at that revision leaves neither.
+			if v.mod == r.compact && v.kv == nil {
+				tomb = i
+				break
+			}
+		}
+		for i, v := range h {
+			// Otherwise compaction keeps a key's latest version at or
+			// before the compact revision unless it is a delete.
 			latest := i+1 == len(h) || h[i+1].mod > r.compact
-			if v.mod < from || (v.mod <= r.compact && (v.kv == nil || !latest)) {
+			if v.mod < from || (v.mod <= r.compact && i < tomb && (v.kv == nil || !latest)) {
 				continue
 			}
 			e := &mvccpb.Event{Type: mvccpb.PUT, Kv: cloneKV(v.kv)}

@@ -28,7 +28,10 @@ import (
 // order, each key's versions in decreasing revision order, leases in
 // increasing ID order, and a big-endian CRC-32C (Castagnoli) of
 // everything before it. Which keys a lease holds follows from the keys'
-// latest versions.
+// latest versions. A key's oldest version, or its only one, may be a
+// delete: one made at the compact revision, which compaction keeps as
+// etcd 3.7 does. Every build that reads format 2 reads such a key (the
+// builds before that rule never wrote one but read it alike).
 //
 // Version 1, which the kv machine wrote before it kept history, is
 //

@@ -12,10 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -58,11 +60,6 @@ import (
 //     depending on whether the backend got there (etcd delivered three
 //     deletes at the compact revision 7 that tenure, which compacts at
 //     once, did not). Every Compact asks for physical.
-//   - Watches from the compact revision itself. etcd 3.7 keeps a
-//     delete made at the compact revision in its history, and a watch
-//     from that revision delivers it (seed 3: the delete of a/7 at the
-//     compact revision 36); tenure's compaction drops it. A watch from
-//     the compact revision starts one later.
 //   - Watches, serializable ranges and lease reads go to tenure's
 //     leader: a follower may not have applied the last acknowledged
 //     write yet, as on an etcd follower (docs/etcd.md). Writes and
@@ -98,10 +95,20 @@ func TestDiff(t *testing.T) {
 		runSeed(t, seed, ops)
 		return
 	}
-	for seed := range uint64(envInt(t, "TENURE_ETCDDIFF_SEEDS", defaultSeeds)) {
+	seeds := envInt(t, "TENURE_ETCDDIFF_SEEDS", defaultSeeds)
+	// Deletes a watch from the compact revision saw made at it, over
+	// every seed: the default run must reach that case.
+	var atCompact atomic.Int64
+	t.Cleanup(func() {
+		t.Logf("watches from the compact revision saw %d deletes made at it", atCompact.Load())
+		if !t.Failed() && seeds >= defaultSeeds && ops >= defaultOps && atCompact.Load() == 0 {
+			t.Error("no watch from the compact revision saw a delete made at it: the workload no longer reaches that case")
+		}
+	})
+	for seed := range uint64(seeds) {
 		t.Run(fmt.Sprintf("seed=%d", seed+1), func(t *testing.T) {
 			t.Parallel()
-			runSeed(t, seed+1, ops)
+			atCompact.Add(runSeed(t, seed+1, ops))
 		})
 	}
 }
@@ -134,13 +141,21 @@ type runner struct {
 	last string // the last op run, as the failure reports it
 
 	// What the workload knows, from etcd's answers.
-	rev      int64
-	compact  int64
+	rev     int64
+	compact int64
+	// deleted is the revision of the last DeleteRange that deleted a
+	// key: compactions aim at it now and then, and watches start at the
+	// compact revision, so that they see a delete kept there.
+	deleted  int64
 	leases   []int64
 	expiries int
 }
 
-func runSeed(t *testing.T, seed uint64, ops int) {
+// runSeed runs one seed's workload on both sides and compares them. It
+// returns how many deletes etcd's watches from the compact revision
+// delivered at that revision (tenure's delivered the same, or the run
+// failed).
+func runSeed(t *testing.T, seed uint64, ops int) int64 {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	ec := startEtcd(t)
@@ -167,6 +182,22 @@ func runSeed(t *testing.T, seed uint64, ops int) {
 			return s.kv.Range(ctx, &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: rev})
 		})
 	}
+	var atCompact int64
+	for _, w := range r.etcd.watches {
+		if !w.fromCompact {
+			continue
+		}
+		w.mu.Lock()
+		for _, resp := range w.resps {
+			for _, ev := range resp.Events {
+				if ev.Type == mvccpb.DELETE && ev.Kv.ModRevision == w.req.StartRevision {
+					atCompact++
+				}
+			}
+		}
+		w.mu.Unlock()
+	}
+	return atCompact
 }
 
 // fail reports a mismatch with what replays it.
@@ -481,7 +512,10 @@ func (r *runner) step() {
 		r.do(fmt.Sprintf("put %v", q), func(s *side) (any, error) { return s.kv.Put(ctx, q) })
 	case n < 350:
 		q := r.deleteReq()
-		r.do(fmt.Sprintf("delete %v", q), func(s *side) (any, error) { return s.kv.DeleteRange(ctx, q) })
+		resp, err := r.do(fmt.Sprintf("delete %v", q), func(s *side) (any, error) { return s.kv.DeleteRange(ctx, q) })
+		if err == nil && resp.(*pb.DeleteRangeResponse).Deleted > 0 {
+			r.deleted = r.rev
+		}
 	case n < 520:
 		q := r.rangeReq(false)
 		r.do(fmt.Sprintf("range %v", q), func(s *side) (any, error) {
@@ -507,6 +541,9 @@ func (r *runner) step() {
 		// watch catch up first, as a client that watches does.
 		r.barrier()
 		q := &pb.CompactionRequest{Revision: max(r.compact-1, 1) + r.rnd.Int64N(r.rev+2-max(r.compact-1, 1)), Physical: true}
+		if r.deleted > r.compact && r.rnd.IntN(2) == 0 {
+			q.Revision = r.deleted // a delete at the compact revision
+		}
 		if _, err := r.do(fmt.Sprintf("compact %v", q), func(s *side) (any, error) { return s.kv.Compact(ctx, q) }); err == nil {
 			r.compact = q.Revision
 		}
@@ -545,8 +582,8 @@ func (r *runner) step() {
 			q.StartRevision = r.rev + 1 // from now; see the exclusions above
 		default:
 			q.StartRevision = r.pastRev()
-			if q.StartRevision == r.compact {
-				q.StartRevision++ // see the exclusions above
+			if r.compact > 0 && r.rnd.IntN(3) == 0 {
+				q.StartRevision = r.compact // with the deletes made there
 			}
 		}
 		if r.rnd.IntN(8) == 0 {
@@ -599,6 +636,8 @@ type watch struct {
 	op     int // the op that opened it
 	req    *pb.WatchCreateRequest
 	stream pb.Watch_WatchClient
+	// fromCompact: it started at the compact revision of its time.
+	fromCompact bool
 
 	mu       sync.Mutex
 	resps    []*pb.WatchResponse
@@ -641,7 +680,7 @@ func (r *runner) openWatch(q *pb.WatchCreateRequest) {
 		if err != nil {
 			r.fail(desc, "%s: %v", s.name, err)
 		}
-		w := &watch{op: r.i, req: q, stream: stream, changed: make(chan struct{})}
+		w := &watch{op: r.i, req: q, stream: stream, fromCompact: r.compact > 0 && q.StartRevision == r.compact, changed: make(chan struct{})}
 		if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: q}}); err != nil {
 			r.fail(desc, "%s: %v", s.name, err)
 		}

@@ -261,3 +261,57 @@ func TestWatchNegativeStartRefused(t *testing.T) {
 		t.Fatalf("watch from revision -5: %v; want created and cancelled, watch ID -1, %q", r, rpctypes.ErrCompacted.Error())
 	}
 }
+
+// TestWatchFromCompactRevisionSeesDelete: a watch from exactly the
+// compacted revision starts with a delete made at it, as on etcd 3.7,
+// with no PrevKv (the revision before is compacted), then what follows;
+// a Get at that revision finds the key gone. Once a later compaction
+// passes it, a watch from that revision is refused as compacted.
+func TestWatchFromCompactRevisionSeesDelete(t *testing.T) {
+	g := startGroup(t, nil)
+	// On the leader: a follower may not have applied the compaction yet.
+	c := g.client(g.leader())
+	ctx := ctxT(t, 60*time.Second)
+	for _, op := range []clientv3.Op{clientv3.OpPut("t/a", "1"), clientv3.OpPut("t/b", "2")} {
+		if _, err := c.Do(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := c.Delete(ctx, "t/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	R := d.Header.Revision
+	if _, err := c.Put(ctx, "t/b", "3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compact(ctx, R); err != nil {
+		t.Fatal(err)
+	}
+
+	evs := collect(t, c.Watch(ctx, "t/", clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(R)), 2)
+	if got, want := evString(evs), "DELETE t/a= PUT t/b=3 "; got != want {
+		t.Fatalf("events from the compact revision %d: %q, want %q", R, got, want)
+	}
+	if evs[0].Kv.ModRevision != R || evs[0].PrevKv != nil {
+		t.Fatalf("the delete at the compact revision %d: %v, prev kv %v; want revision %d, no prev kv", R, evs[0].Kv, evs[0].PrevKv, R)
+	}
+	if evs[1].Kv.ModRevision != R+1 || evs[1].PrevKv == nil || string(evs[1].PrevKv.Value) != "2" {
+		t.Fatalf("the put after the compact revision: %v, prev kv %v; want revision %d, prev value 2", evs[1].Kv, evs[1].PrevKv, R+1)
+	}
+	if r, err := c.Get(ctx, "t/", clientv3.WithPrefix(), clientv3.WithRev(R)); err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Key) != "t/b" {
+		t.Fatalf("get at the compact revision %d: %v, %v; want t/b alone", R, r, err)
+	}
+
+	if _, err := c.Compact(ctx, R+1); err != nil {
+		t.Fatal(err)
+	}
+	r := next(t, c.Watch(ctx, "t/", clientv3.WithPrefix(), clientv3.WithRev(R)), 10*time.Second)
+	if !errors.Is(r.Err(), rpctypes.ErrCompacted) || r.CompactRevision != R+1 || !r.Canceled {
+		t.Fatalf("watch from %d compacted at %d: %+v err %v", R, R+1, r, r.Err())
+	}
+	evs = collect(t, c.Watch(ctx, "t/", clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(R+1)), 1)
+	if got, want := evString(evs), "PUT t/b=3 "; got != want || evs[0].PrevKv != nil {
+		t.Fatalf("events from the compact revision %d: %q, prev kv %v; want %q, no prev kv", R+1, got, evs[0].PrevKv, want)
+	}
+}
