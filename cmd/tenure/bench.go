@@ -414,7 +414,7 @@ func runBenchEtcd(ctx context.Context, e *env, args []string) error {
 		return usage("--duration, --ref-duration and --list-interval must be positive")
 	}
 	cfg.Options = fmt.Sprintf("tenure etcd serve defaults: FlushInterval 20ms, BatchMinCount %d, PipelineDepth %d, SnapshotThreshold %d, MaxConcurrentRequests %d",
-		rsm.DefaultBatchMinCount, kvPipelineDepth(*storeURL), rsm.DefaultSnapshotThreshold, rsm.DefaultMaxConcurrentRequests)
+		rsm.DefaultBatchMinCount, kvPipelineDepth(*storeURL), rsm.DefaultSnapshotThreshold, kvMaxConcurrentRequests)
 	if cfg.Exe, err = os.Executable(); err != nil {
 		return fmt.Errorf("finding this program to run the nodes: %w", err)
 	}

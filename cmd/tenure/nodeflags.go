@@ -29,7 +29,7 @@ type nodeFlags struct {
 	flush, reqTimeout, heartbeat      *time.Duration
 	leadDelay                         *time.Duration
 	batchMin, pipeline, snapThreshold *int
-	missed, gcPercent                 *int
+	missed, gcPercent, maxConcurrent  *int
 	tlsDir, tlsCert, tlsKey, tlsCA    *string
 	peerPlain                         *bool
 	metricsAddr, logLevel, logFormat  *string
@@ -52,6 +52,7 @@ func addNodeFlags(fs *flag.FlagSet, group string) *nodeFlags {
 		flush:         fs.Duration("flush-interval", 20*time.Millisecond, "FlushInterval: a partial batch is committed this long after its first request (the library's default is S2C's 2s; the CLI's is 20ms, for latency)"),
 		batchMin:      fs.Int("batch-min", rsm.DefaultBatchMinCount, "BatchMinCount: a batch is committed at once when it holds this many requests"),
 		pipeline:      fs.Int("pipeline", 0, fmt.Sprintf("PipelineDepth: batches in flight to the store at once (default %d on file://, %d on other stores)", kvFilePipelineDepth, rsm.DefaultPipelineDepth)),
+		maxConcurrent: fs.Int("max-concurrent-requests", kvMaxConcurrentRequests, fmt.Sprintf("MaxConcurrentRequests: the commands the leader holds at once, and as many reads; a node sends at most as many of its commands at once, and the others wait at the node (the library's default is S2C's %d; the CLI's is %d, so that the many clients of an etcd or Kubernetes workload share each log write)", rsm.DefaultMaxConcurrentRequests, kvMaxConcurrentRequests)),
 		snapThreshold: fs.Int("snapshot-threshold", rsm.DefaultSnapshotThreshold, "SnapshotThreshold: snapshot and truncate the log after this many entries"),
 		reqTimeout:    fs.Duration("request-timeout", rsm.DefaultRequestTimeout, "RequestTimeout: bound on one command or read"),
 		heartbeat:     fs.Duration("heartbeat", rsm.DefaultHeartbeatInterval, "HeartbeatInterval: the leader synchronizes followers at least this often"),
@@ -68,6 +69,15 @@ func addNodeFlags(fs *flag.FlagSet, group string) *nodeFlags {
 		logFormat:     fs.String("log-format", "text", "log format: text or json (json: every line on stdout and stderr is JSON, gRPC's included)"),
 	}
 }
+
+// kvMaxConcurrentRequests is kv serve's and etcd serve's
+// MaxConcurrentRequests. With the library's 100, a leader on file:// (one
+// log write in flight) writes at most 100 commands a write however many
+// clients wait, and the fixed costs of a write (its sync, its
+// confirmation read, its apply) are shared by no more, so each command
+// costs more CPU than with 1,000 (docs/BENCHMARKS.md, etcd's benchmark
+// tool). A held command is at most a message (MaxMessageSize).
+const kvMaxConcurrentRequests = 1000
 
 // nodeSetup is what nodeFlags.setup makes of the flags.
 type nodeSetup struct {
@@ -138,6 +148,7 @@ func (f *nodeFlags) setup(ctx context.Context, log *slog.Logger, fail func(error
 		FlushInterval:  *f.flush, BatchMinCount: *f.batchMin, PipelineDepth: *f.pipeline,
 		SnapshotThreshold: *f.snapThreshold, RequestTimeout: *f.reqTimeout,
 		HeartbeatInterval: *f.heartbeat, MaxMissedHeartbeats: *f.missed, LeadershipDelay: *f.leadDelay,
+		MaxConcurrentRequests: *f.maxConcurrent,
 	}
 	if err := ns.opts.Validate(); err != nil {
 		return nil, fail(err)
