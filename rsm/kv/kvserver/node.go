@@ -170,6 +170,16 @@ func Run(ctx context.Context, c NodeConfig) error {
 	var stopAPI func()
 	stopHTTP := func() {
 		ops.SetStopping()
+		if split != nil {
+			// The port takes no new connection from here on. A client
+			// whose connection the API's stop below closes dials again
+			// at once; accepted now, its HTTP/2 connection would go to
+			// the HTTP server, whose Shutdown tells only the connections
+			// it has registered to go away, and waits for the others
+			// until its deadline (golang/go#81153): a SIGTERM would take
+			// the request timeout instead of a moment.
+			_ = split.Close()
+		}
 		if stopAPI != nil {
 			stopAPI()
 		}

@@ -107,3 +107,38 @@ func TestRunRefusesConfig(t *testing.T) {
 		t.Fatalf("%v; want the non-loopback address refused, named as --http", err)
 	}
 }
+
+// TestStopClosesPortBeforeAPI: once the node stops, its port takes no new
+// connection, before the API's stop closes the connections it serves. A
+// gRPC client reconnects at once when its connection closes, and a
+// connection accepted then went to the HTTP server after its Shutdown
+// had told the others to go away: the stop waited for it until the
+// request timeout, and a supervisor that allows a SIGTERM ten seconds
+// killed the node.
+func TestStopClosesPortBeforeAPI(t *testing.T) {
+	var apiAddr string
+	dialed := make(chan error, 1)
+	c := kvserver.NodeConfig{API: func(_ *rsm.Node, _ *kv.Machine, apiURL string) (http.Handler, func(), error) {
+		apiAddr = strings.TrimPrefix(apiURL, "http://")
+		stop := func() {
+			conn, err := net.DialTimeout("tcp", apiAddr, 2*time.Second)
+			if err == nil {
+				conn.Close()
+			}
+			dialed <- err
+		}
+		return http.NotFoundHandler(), stop, nil
+	}}
+	_, stop := runNode(t, t.TempDir(), c)
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	select {
+	case err := <-dialed:
+		if err == nil {
+			t.Fatalf("a dial of %s while the API stopped was accepted; want the port closed first", apiAddr)
+		}
+	default:
+		t.Fatal("the API's stop was not called")
+	}
+}
