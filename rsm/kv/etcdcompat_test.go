@@ -74,21 +74,13 @@ func TestEventPrevKVBeforeRevision(t *testing.T) {
 	m := New()
 	var live []*mvccpb.Event
 	m.SetObserver(func(_ int64, evs []*mvccpb.Event) { live = append(live, evs...) })
-	apply := func(cmd []byte, err error) {
-		t.Helper()
-		if _, err := DecodeResult(m.Apply(must(cmd, err))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	apply := applier(t, m)
 	// A range delete to "\x00" is no duplicate of a put in etcd's Txn
 	// checks, so a Txn may put and delete a key, or delete and put it.
-	fromKey := func(k string) *pb.RequestOp {
-		return &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(k), RangeEnd: []byte{0}}}}
-	}
-	apply(PutCommand(&pb.PutRequest{Key: []byte("a"), Value: []byte("a1")}))                    // 2
-	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{putOp("a", "a2"), fromKey("a")}})) // 3
-	apply(PutCommand(&pb.PutRequest{Key: []byte("b"), Value: []byte("b1")}))                    // 4
-	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{fromKey("b"), putOp("b", "b2")}})) // 5
+	apply(PutCommand(&pb.PutRequest{Key: []byte("a"), Value: []byte("a1")}))                          // 2
+	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{putOp("a", "a2"), delOp("a", "\x00")}})) // 3
+	apply(PutCommand(&pb.PutRequest{Key: []byte("b"), Value: []byte("b1")}))                          // 4
+	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{delOp("b", "\x00"), putOp("b", "b2")}})) // 5
 	hist, err := m.ReadView().Events([]byte{0}, []byte{0}, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -127,26 +119,18 @@ func TestEventPrevKVBeforeRevision(t *testing.T) {
 // stays; of one that deleted and put it again, both.
 func TestCompactKeepsDeleteAtCompactRevision(t *testing.T) {
 	m := New()
-	apply := func(cmd []byte, err error) {
-		t.Helper()
-		if _, err := DecodeResult(m.Apply(must(cmd, err))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fromKey := func(k string) *pb.RequestOp {
-		return &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(k), RangeEnd: []byte{0}}}}
-	}
+	apply := applier(t, m)
 	put := func(k, v string) { t.Helper(); apply(PutCommand(&pb.PutRequest{Key: []byte(k), Value: []byte(v)})) }
-	put("k", "v2")                                                                               // 2
-	put("k", "v3")                                                                               // 3
-	put("g", "g4")                                                                               // 4
-	apply(DeleteRangeCommand(&pb.DeleteRangeRequest{Key: []byte("g"), RangeEnd: []byte("l")}))   // 5: g and k
-	put("k", "v6")                                                                               // 6
-	put("x", "x7")                                                                               // 7
-	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{putOp("x", "x8"), fromKey("x")}}))  // 8
-	put("y", "y9")                                                                               // 9
-	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{fromKey("y"), putOp("y", "y10")}})) // 10
-	put("z", "z11")                                                                              // 11
+	put("k", "v2")                                                                                     // 2
+	put("k", "v3")                                                                                     // 3
+	put("g", "g4")                                                                                     // 4
+	apply(DeleteRangeCommand(&pb.DeleteRangeRequest{Key: []byte("g"), RangeEnd: []byte("l")}))         // 5: g and k
+	put("k", "v6")                                                                                     // 6
+	put("x", "x7")                                                                                     // 7
+	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{putOp("x", "x8"), delOp("x", "\x00")}}))  // 8
+	put("y", "y9")                                                                                     // 9
+	apply(TxnCommand(&pb.TxnRequest{Success: []*pb.RequestOp{delOp("y", "\x00"), putOp("y", "y10")}})) // 10
+	put("z", "z11")                                                                                    // 11
 
 	kv := func(key, value string, create, mod, ver int64) *mvccpb.KeyValue {
 		return &mvccpb.KeyValue{Key: []byte(key), Value: []byte(value), CreateRevision: create, ModRevision: mod, Version: ver}

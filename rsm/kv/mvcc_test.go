@@ -26,6 +26,17 @@ func must(b []byte, err error) []byte {
 	return b
 }
 
+// applier returns a function that applies an etcd command to m and fails
+// t if the command or its encoding fails.
+func applier(t *testing.T, m *Machine) func(cmd []byte, err error) {
+	return func(cmd []byte, err error) {
+		t.Helper()
+		if _, err := DecodeResult(m.Apply(must(cmd, err))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func putOp(k, v string) *pb.RequestOp {
 	return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), Value: []byte(v)}}}
 }

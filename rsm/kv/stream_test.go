@@ -19,12 +19,7 @@ import (
 func streamMachine(t *testing.T) (m *Machine, before int64) {
 	t.Helper()
 	m = New()
-	apply := func(cmd []byte, err error) {
-		t.Helper()
-		if _, err := DecodeResult(m.Apply(must(cmd, err))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	apply := applier(t, m)
 	apply(LeaseGrantCommand(&pb.LeaseGrantRequest{ID: 9, TTL: 60}))
 	for i := range 100 {
 		var lease int64
