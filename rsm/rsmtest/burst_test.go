@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenure-io/tenure/rsm"
 	"github.com/tenure-io/tenure/rsm/rsmtest"
 )
 
@@ -39,66 +40,118 @@ func TestBurstThroughOneNode(t *testing.T) {
 		name  string
 		nodes []int
 	}{{"follower", []int{f}}, {"leader", []int{l}}, {"every node", []int{0, 1, 2}}} {
-		burst := burst * len(tc.nodes)
-		before := handled(t, reg, "REQUEST_OUT_OF_SEQUENCE")
-		seen := make(map[uint64]bool, burst)
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		errs := make(chan error, burst)
-		for i := range burst {
-			node := tc.nodes[i%len(tc.nodes)]
-			wg.Go(func() {
-				// Each call has the request timeout, as a caller without a
-				// deadline of its own gets.
-				res, err := c.Node(node).Command(context.Background(), "counter", nil)
-				if err != nil {
-					errs <- err
-					return
-				}
-				v, err := decodeCount(res)
-				if err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if seen[v] {
-					t.Errorf("%s: two commands answered total %d", tc.name, v)
-				}
-				seen[v] = true
-			})
-		}
-		wg.Wait()
-		close(errs)
-		failed := 0
-		for err := range errs {
-			if failed < 5 {
-				t.Errorf("%s: %v", tc.name, err)
+		sendBurst(ctx, t, c, reg, l, tc.name, tc.nodes, burst*len(tc.nodes), &total)
+	}
+}
+
+// TestBurstThroughNodeHoldingMore: members on different settings, as a
+// rolling change of MaxConcurrentRequests leaves them. A follower that
+// numbers up to 1,000 commands at once, while the leader holds 100,
+// gets every one of a burst of 450 applied once within the request
+// timeout; the leader's BUSY refusals make the numbers behind them out
+// of sequence at most twice each, not in a storm.
+func TestBurstThroughNodeHoldingMore(t *testing.T) {
+	o := fastOptions()
+	o.RequestTimeout = 20 * time.Second
+	reg := prometheus.NewRegistry()
+	const leaderHolds, followerHolds = 100, 1000
+	c := rsmtest.Start(t, rsmtest.Config{Options: o, Machines: counterMachines, Logger: nodeLogger(t), Registerer: reg,
+		NodeOptions: func(i int) rsm.Options {
+			n := o
+			n.MaxConcurrentRequests = followerHolds
+			if i == 0 {
+				n.MaxConcurrentRequests = leaderHolds
 			}
-			failed++
+			return n
+		}})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	// Node 0, the one holding fewer, must lead: restart the others'
+	// leaders until it does.
+	l, err := c.WaitLeader(ctx)
+	for tries := 0; err == nil && l != 0; tries++ {
+		if tries == 10 {
+			t.Fatalf("node 0 did not lead after %d restarts of the leader", tries)
 		}
-		if failed > 0 {
-			t.Fatalf("%s: %d of %d commands failed", tc.name, failed, burst)
+		if err = c.Crash(l); err == nil {
+			err = c.Restart(ctx, l)
 		}
-		total += uint64(burst)
-		got, err := c.Node(l).Read(ctx, "counter", nil)
-		if err != nil {
-			t.Fatal(err)
+		if err == nil {
+			l, err = c.WaitLeader(ctx)
 		}
-		if v, err := decodeCount(got); err != nil || v != total {
-			t.Fatalf("%s: counter %d (%v), want %d: a command was applied twice or not at all", tc.name, v, err, total)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total uint64
+	sendBurst(ctx, t, c, reg, l, "follower holding more", []int{1}, 450, &total)
+}
+
+// sendBurst sends n commands at once through nodes (in turn) of c, whose
+// leader is l, each with the request timeout, and fails t unless every
+// one succeeds, each total the counter answers is new, the counter then
+// reads *total+n (which it becomes), and the leader refused at most 2n
+// out of sequence.
+func sendBurst(ctx context.Context, t *testing.T, c *rsmtest.Cluster, reg *prometheus.Registry, l int, name string, nodes []int, burst int, total *uint64) {
+	t.Helper()
+	before := handled(t, reg, "REQUEST_OUT_OF_SEQUENCE")
+	seen := make(map[uint64]bool, burst)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, burst)
+	for i := range burst {
+		node := nodes[i%len(nodes)]
+		wg.Go(func() {
+			// Each call has the request timeout, as a caller without a
+			// deadline of its own gets.
+			res, err := c.Node(node).Command(context.Background(), "counter", nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			v, err := decodeCount(res)
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if seen[v] {
+				t.Errorf("%s: two commands answered total %d", name, v)
+			}
+			seen[v] = true
+		})
+	}
+	wg.Wait()
+	close(errs)
+	failed := 0
+	for err := range errs {
+		if failed < 5 {
+			t.Errorf("%s: %v", name, err)
 		}
-		oos := handled(t, reg, "REQUEST_OUT_OF_SEQUENCE") - before
-		t.Logf("%s: %d commands, %v refused out of sequence", tc.name, burst, oos)
-		// A number refused BUSY (the leader holds requests of other
-		// nodes, or has not yet taken the last ones off its queue) makes
-		// those behind it out of sequence, each at most twice: the
-		// second time it waits for its predecessor's answer. Retrying at
-		// once refuses them over and over, many times each.
-		bound := float64(2 * burst)
-		if oos > bound {
-			t.Errorf("%s: the leader refused %v of %d commands out of sequence, want at most %v", tc.name, oos, burst, bound)
-		}
+		failed++
+	}
+	if failed > 0 {
+		t.Fatalf("%s: %d of %d commands failed", name, failed, burst)
+	}
+	*total += uint64(burst)
+	got, err := c.Node(l).Read(ctx, "counter", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := decodeCount(got); err != nil || v != *total {
+		t.Fatalf("%s: counter %d (%v), want %d: a command was applied twice or not at all", name, v, err, *total)
+	}
+	oos := handled(t, reg, "REQUEST_OUT_OF_SEQUENCE") - before
+	t.Logf("%s: %d commands, %v refused out of sequence", name, burst, oos)
+	// A number refused BUSY (the leader holds requests of other nodes,
+	// or has not yet taken the last ones off its queue) makes those
+	// behind it out of sequence, each at most twice: the second time it
+	// waits for its predecessor's answer. Retrying at once refuses them
+	// over and over, many times each.
+	bound := float64(2 * burst)
+	if oos > bound {
+		t.Errorf("%s: the leader refused %v of %d commands out of sequence, want at most %v", name, oos, burst, bound)
 	}
 }
 

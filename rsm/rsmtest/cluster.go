@@ -26,6 +26,9 @@ type Config struct {
 	Group string
 	// Options are every node's group options.
 	Options rsm.Options
+	// NodeOptions, if set, gives node i's options instead of Options, for
+	// members on different settings (a rolling change of one).
+	NodeOptions func(i int) rsm.Options
 	// Machines returns a fresh set of state machines for node i. It is
 	// called at every start and restart of the node. Required.
 	Machines func(i int) map[string]rsm.StateMachine
@@ -177,7 +180,11 @@ func (c *Cluster) start(ctx context.Context, i int, probe bool) error {
 		return fmt.Errorf("rsmtest: start node %d: %w", i, err)
 	}
 	machines := c.cfg.Machines(i)
-	n, err := h.Join(ctx, c.cfg.Group, machines, c.cfg.Options)
+	opts := c.cfg.Options
+	if c.cfg.NodeOptions != nil {
+		opts = c.cfg.NodeOptions(i)
+	}
+	n, err := h.Join(ctx, c.cfg.Group, machines, opts)
 	if err != nil {
 		_ = h.Close()
 		return fmt.Errorf("rsmtest: node %d joins %q: %w", i, c.cfg.Group, err)
