@@ -29,6 +29,14 @@ func IfAbsent() Cond { return Cond{Kind: driver.IfAbsent} }
 // IfMatch is the condition "the key exists with this version".
 func IfMatch(version string) Cond { return Cond{Kind: driver.IfMatch, Version: version} }
 
+// WithVisible returns ctx carrying visible, for a Put or Delete made under
+// it: a store whose writes become visible before they are durable (a
+// packed file:// log) calls it then, and the call still returns only once
+// the write is durable. See driver.WithVisible.
+func WithVisible(ctx context.Context, visible func()) context.Context {
+	return driver.WithVisible(ctx, visible)
+}
+
 // Store is the portable store every tenure component uses. It validates
 // arguments, classifies and wraps the driver's errors exactly once, and
 // tracks in-flight calls so that Close waits for them. A Store is safe for

@@ -336,3 +336,27 @@ type WatchEvent struct {
 	Version string
 	Deleted bool
 }
+
+type visibleKey struct{}
+
+// WithVisible returns ctx carrying visible, for a Put (or Delete) made
+// under it. A driver that can tell calls visible once the write is visible
+// but before it is durable: every read that starts after the call returns
+// what was written (or waits until it can), and the call still returns
+// only once the write is durable. A caller can so start what must follow
+// the write's visibility, a read of another object, while the write is
+// made durable (rsm's confirmation read, docs/rsm.md rule 5(b)).
+//
+// A driver calls visible at most once per call, and never for a write it
+// refused or did not make; most never call it, their writes becoming
+// visible and durable together. visible must not block: the driver may
+// hold its locks.
+func WithVisible(ctx context.Context, visible func()) context.Context {
+	return context.WithValue(ctx, visibleKey{}, visible)
+}
+
+// VisibleFunc returns the function WithVisible put in ctx, or nil.
+func VisibleFunc(ctx context.Context) func() {
+	f, _ := ctx.Value(visibleKey{}).(func())
+	return f
+}

@@ -383,7 +383,7 @@ func (s *Store) readOnce(ctx context.Context, key string, max int64, buf []byte)
 	if p := s.cachedPack(filepath.Dir(path)); p != nil {
 		return p.Get(key, max, buf)
 	}
-	f, err := os.Open(path)
+	f, err := fsys.OpenReader(path)
 	if notDir(err) {
 		p, perr := s.findPack(filepath.Dir(path))
 		if p != nil || perr != nil {
@@ -400,11 +400,7 @@ func (s *Store) readOnce(ctx context.Context, key string, max int64, buf []byte)
 		return nil, "", ioErr("read", err)
 	}
 	defer f.Close()
-	size := int64(-1)
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-		size = fi.Size()
-	}
-	data, err := driver.ReadLimitedInto(f, size, max, buf)
+	data, err := driver.ReadLimitedInto(f, f.Size(), max, buf)
 	if err != nil {
 		if driver.Classify(nil, err) == driver.TooLarge {
 			return nil, "", err

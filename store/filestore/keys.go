@@ -66,11 +66,25 @@ func encodeKey(key string) []string {
 	return comps
 }
 
-// encodedLen is the length of the relative path of key, separators included.
+// encodedLen is the length of the relative path of key, separators
+// included: what encodeKey gives, counted without building it (every call
+// checks it, CheckKey).
 func encodedLen(key string) int {
 	n := 0
-	for _, c := range encodeKey(key) {
-		n += len(c) + 1
+	for seg := range strings.SplitSeq(key, "/") {
+		chunk := 0
+		for i := 0; i < len(seg); i++ {
+			c := 3
+			if literal(seg[i]) {
+				c = 1
+			}
+			if chunk+c > maxChunk {
+				n += chunk + len(sufCont) + 1
+				chunk = 0
+			}
+			chunk += c
+		}
+		n += chunk + len(sufKey) + 1 // sufDir is as long
 	}
 	return n - 1
 }

@@ -924,3 +924,73 @@ func TestPackSegmentFilledWhileReaderLooks(t *testing.T) {
 	}
 	wantValue(t, w, packKey(1), val)
 }
+
+// TestPackReportsVisibleBeforeSync: a packed put under driver.WithVisible
+// says when its frame is visible, before its sync: another process's
+// Store reads the value then, while the writer is still in its sync, and
+// the put itself returns only after the sync. A refused put, and a delete
+// of nothing, report nothing.
+func TestPackReportsVisibleBeforeSync(t *testing.T) {
+	dir := t.TempDir()
+	a := newPacked(t, dir)
+	defer a.Close()
+	b := newDriver(t, dir) // its own flock, as another process's
+	defer b.Close()
+	var visibles atomic.Int32
+	visible := make(chan struct{}, 1)
+	ctx := driver.WithVisible(t.Context(), func() {
+		visibles.Add(1)
+		visible <- struct{}{}
+	})
+	inSync, resume := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	packHooks.BeforeSync = func() {
+		if first.Swap(true) {
+			return
+		}
+		close(inSync)
+		<-resume
+	}
+	defer func() { packHooks.BeforeSync = nil }()
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Put(ctx, packPrefix+"a", []byte("from a"), create)
+		done <- err
+	}()
+	<-inSync
+	select {
+	case <-visible:
+	default:
+		t.Error("the writer reached its sync without reporting its put visible")
+	}
+	wantValue(t, b, packPrefix+"a", "from a")
+	select {
+	case err := <-done:
+		t.Fatalf("the put returned before its sync (err %v)", err)
+	default:
+	}
+	close(resume)
+	if err := <-done; err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	if _, err := a.Put(ctx, packPrefix+"a", []byte("again"), create); driver.Classify(nil, err) != driver.PreconditionFailed {
+		t.Fatalf("a second create of the key: %v; want a precondition failure", err)
+	}
+	if err := a.Delete(ctx, packPrefix+"a", driver.Cond{Kind: driver.IfMatch, Version: "no such version"}); driver.Classify(nil, err) != driver.PreconditionFailed {
+		t.Fatalf("a delete on another version: %v; want a precondition failure", err)
+	}
+	if n := visibles.Load(); n != 1 {
+		t.Fatalf("visible reported %d times; want once, for the put that was made", n)
+	}
+	if err := a.Delete(ctx, packPrefix+"a", driver.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-visible:
+	default:
+		t.Error("the delete did not report visible")
+	}
+	if _, _, err := b.Get(t.Context(), packPrefix+"a"); driver.Classify(nil, err) != driver.NotFound {
+		t.Fatalf("get after the delete: %v; want not found", err)
+	}
+}

@@ -4,6 +4,7 @@ package fsys
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 
 	"github.com/tenure-io/tenure/store/driver"
@@ -22,6 +23,7 @@ func Unlock(int) error                 { return ErrUnsupported }
 func CloseFD(int) error                { return ErrUnsupported }
 func errnoKind(error) driver.Kind      { return driver.Unknown }
 func Unlinked(*os.File) bool           { return false }
+func UnlinkedInfo(fs.FileInfo) bool    { return false }
 
 // FileID identifies a file.
 type FileID struct{ dev, ino uint64 }

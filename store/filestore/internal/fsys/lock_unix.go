@@ -70,9 +70,12 @@ func CloseFD(fd int) error { return syscall.Close(fd) }
 // links to it any more): a name made since is another directory.
 func Unlinked(f *os.File) bool {
 	fi, err := f.Stat()
-	if err != nil {
-		return false
-	}
+	return err == nil && UnlinkedInfo(fi)
+}
+
+// UnlinkedInfo is Unlinked of the file fi describes, as it was when fi
+// was taken.
+func UnlinkedInfo(fi fs.FileInfo) bool {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	return ok && st.Nlink == 0
 }

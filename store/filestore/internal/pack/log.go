@@ -60,7 +60,11 @@ type Log struct {
 	segDir   string // the segments' directory
 	readOnly bool
 	headID   fsys.FileID // the head found; another file there is another pack
-	gone     func()      // forgets this pack, when its head is gone or replaced
+	headOK   bool        // headFD was found to be the head (lockHead)
+	// segGone: segment l.seg was removed when readSegment last looked
+	// (fsys.Unlinked).
+	segGone  bool
+	gone     func() // forgets this pack, when its head is gone or replaced
 	validKey func(string) bool
 	segMax   int64
 	prealloc bool
@@ -102,8 +106,11 @@ type packOp struct {
 	value []byte
 	del   bool
 	cond  driver.Cond
-	state atomic.Int32 // opQueued, opTaken, opAbandoned
-	done  chan struct{}
+	// visible, if not nil, is called once the op's record is appended and
+	// in the index, before the sync (driver.WithVisible).
+	visible func()
+	state   atomic.Int32 // opQueued, opTaken, opAbandoned
+	done    chan struct{}
 	// The outcome, set before done closes.
 	version string
 	err     error
@@ -248,7 +255,13 @@ func (l *Log) syncDir(dir string) error {
 }
 
 func (l *Log) segPath(n uint64) string {
-	return filepath.Join(l.segDir, fmt.Sprintf("%016x%s", n, segSuffix))
+	const digits = "0123456789abcdef"
+	var name [16]byte // %016x, without fmt: every batch asks for one
+	for i := len(name) - 1; i >= 0; i-- {
+		name[i] = digits[n&15]
+		n >>= 4
+	}
+	return filepath.Join(l.segDir, string(name[:])+segSuffix)
 }
 
 // Version is the version of data: a hash of its bytes, as S3's ETag is,
@@ -472,7 +485,9 @@ func (l *Log) catchUpOnce(writer bool) error {
 // made after the reader looked: isLast reports false, and no error, if
 // segment l.seg+1 is there now.
 func (l *Log) isLast(f *os.File, writer bool) (bool, error) {
-	if fsys.Unlinked(f) {
+	// Under the head's lock no one removes segments (reclaim), so a
+	// writer goes by what readSegment just saw; a reader looks again.
+	if (writer && l.segGone) || (!writer && fsys.Unlinked(f)) {
 		return false, errPackGap
 	}
 	if writer || l.off >= l.segMax {
@@ -522,6 +537,7 @@ func (l *Log) readSegment(f *os.File) (torn bool, err error) {
 	if err != nil {
 		return false, ioErr("stat pack segment", err)
 	}
+	l.segGone = fsys.UnlinkedInfo(fi)
 	size := fi.Size()
 	var buf []byte
 	whole := int64(0) // a frame's length that the last read cut
@@ -720,7 +736,7 @@ func (l *Log) Put(ctx context.Context, key string, data []byte, cond driver.Cond
 	if len(data) > ValueMax {
 		return "", driver.TooLargeError(int64(len(data)), ValueMax)
 	}
-	op := &packOp{key: key, value: data, cond: cond}
+	op := &packOp{key: key, value: data, cond: cond, visible: driver.VisibleFunc(ctx)}
 	l.do(ctx, op)
 	return op.version, op.err
 }
@@ -729,7 +745,7 @@ func (l *Log) Put(ctx context.Context, key string, data []byte, cond driver.Cond
 // returns once the deletion is durable. Deleting a missing key
 // unconditionally is no error.
 func (l *Log) Delete(ctx context.Context, key string, cond driver.Cond) error {
-	op := &packOp{key: key, del: true, cond: cond}
+	op := &packOp{key: key, del: true, cond: cond, visible: driver.VisibleFunc(ctx)}
 	l.do(ctx, op)
 	return op.err
 }
@@ -815,7 +831,7 @@ func (l *Log) lockHead(ctx context.Context) error {
 		if err != nil {
 			return ioErr("open pack head", err)
 		}
-		l.headFD = fd
+		l.headFD, l.headOK = fd, false
 	}
 	if _, err := fsys.WaitLock(ctx, l.headFD, fsys.TryLock); err != nil {
 		if se := (*os.SyscallError)(nil); errors.As(err, &se) {
@@ -824,7 +840,12 @@ func (l *Log) lockHead(ctx context.Context) error {
 		return err
 	}
 	// The lock is the head's, found by its path: a head replaced since
-	// (by hand) would be another lock, excluding no one.
+	// (by hand) would be another lock, excluding no one. Checked once a
+	// descriptor: an open file stays the file it is (catchUp checks that
+	// the path still names it).
+	if l.headOK {
+		return nil
+	}
 	if id, err := fsys.FDID(l.headFD); err != nil || id != l.headID {
 		_ = fsys.Unlock(l.headFD)
 		_ = fsys.CloseFD(l.headFD)
@@ -832,6 +853,7 @@ func (l *Log) lockHead(ctx context.Context) error {
 		l.forget()
 		return driver.Errorf(driver.Transient, "filestore: pack %s: %w", l.head, ErrGone)
 	}
+	l.headOK = true
 	return nil
 }
 
@@ -893,6 +915,14 @@ func (l *Log) writeBatch(ops []*packOp) {
 	l.seg, l.off = seg, end
 	l.reclaim(true)
 	release()
+	// Visible now: a Log of another process reads the frame (and syncs it
+	// before it answers, syncRead), and this one's readers wait for l.mu,
+	// held until the sync.
+	for _, op := range ops {
+		if op.err == nil && op.visible != nil {
+			op.visible()
+		}
+	}
 	if h := l.hooks.BeforeSync; h != nil {
 		h()
 	}
