@@ -14,6 +14,7 @@ import (
 	"github.com/tenure-io/tenure/rsm/internal/record"
 	"github.com/tenure-io/tenure/rsm/internal/rsmpb"
 	"github.com/tenure-io/tenure/rsm/internal/snapshot"
+	"github.com/tenure-io/tenure/store"
 )
 
 // errDeposed ends a leadership: a higher term exists, or this leader can no
@@ -211,7 +212,10 @@ type (
 		err   error
 		took  time.Duration
 	}
-	roundResult struct {
+	// visibleResult: the store reported the write of index visible, before
+	// it is durable (store.WithVisible).
+	visibleResult struct{ index uint64 }
+	roundResult   struct {
 		id  uint64
 		err error
 	}
@@ -446,6 +450,8 @@ func (l *leaderRun) handle(ev any) {
 				return
 			}
 		}
+	case visibleResult:
+		w.visible(ev.index)
 	case roundResult:
 		w.roundDone(ev.id, ev.err)
 		rounds, err := w.released(time.Now())
@@ -528,7 +534,10 @@ func (l *leaderRun) settled(wr *write) bool {
 	n.rep.do(func(r *replica) { _, results = r.apply(e) })
 	n.m.application.WithLabelValues(n.group, "COMMAND").Observe(time.Since(start).Seconds())
 	n.m.applyIndex.WithLabelValues(n.group).Set(float64(e.Index))
-	w.wait(waiter{batch: wr.batch, entry: e, results: results})
+	if wt, now := w.waitLanded(wr, results, time.Now()); now {
+		l.release(wt)
+		l.maybeSnapshot()
+	}
 	return true
 }
 
@@ -590,9 +599,20 @@ func (l *leaderRun) progress() {
 	for wr := w.nextWrite(); wr != nil; wr = w.nextWrite() {
 		wr.entry.Writer, wr.entry.Nonce, wr.entry.Group = n.host.cfg.ID, record.NewNonce(), n.group
 		e := wr.entry
+		// The store may say when the write is visible, before its sync: a
+		// confirmation round issued then runs beside the sync (rule 5(b),
+		// window.visible). The store may hold its locks while it says so:
+		// a full queue drops the news, and the write waits for a round
+		// issued after it lands, as with any store.
+		ctx := store.WithVisible(l.ctx, func() {
+			select {
+			case l.events <- visibleResult{index: e.Index}:
+			default:
+			}
+		})
 		l.goWork(func() {
 			start := time.Now()
-			found, err := n.gs.createEntry(l.ctx, e)
+			found, err := n.gs.createEntry(ctx, e)
 			took := time.Since(start)
 			n.m.logAppend.WithLabelValues(n.group).Observe(took.Seconds())
 			l.report(writeResult{index: e.Index, found: found, err: err, took: took})

@@ -57,10 +57,14 @@ func (c *protoCounter) Restore(r io.Reader) error {
 // hookStore runs hooks before calls reach the inner store.
 type hookStore struct {
 	driver.Store
-	mu     sync.Mutex
-	onPut  func(ctx context.Context, key string)
-	onGet  func(key string)
-	landed map[string]int // successful puts by key
+	mu    sync.Mutex
+	onPut func(ctx context.Context, key string)
+	onGet func(key string)
+	// onLanded runs after a put landed, before it returns: a store that
+	// shows a write before it is durable (store.WithVisible) is one whose
+	// hook calls driver.VisibleFunc, then syncs.
+	onLanded func(ctx context.Context, key string)
+	landed   map[string]int // successful puts by key
 }
 
 func (h *hookStore) hooks() (func(context.Context, string), func(string)) {
@@ -80,7 +84,11 @@ func (h *hookStore) Put(ctx context.Context, key string, data []byte, cond drive
 			h.landed = map[string]int{}
 		}
 		h.landed[key]++
+		f := h.onLanded
 		h.mu.Unlock()
+		if f != nil {
+			f(ctx, key)
+		}
 	}
 	return v, err
 }
@@ -544,6 +552,17 @@ func TestInterruptedTruncationIsFinished(t *testing.T) {
 // acknowledges; and no replica applies the entry, because readers start
 // after the snapshot's end index.
 func TestDelayedCreateOnTruncatedSlot(t *testing.T) {
+	// On a store that shows the create before it is durable
+	// (store.WithVisible), the round issued then sees the newer term: the
+	// create syncs until a's round read leader_state.json (or a gave up).
+	for _, shows := range []bool{false, true} {
+		t.Run(map[bool]string{false: "store answers once durable", true: "store shows the write before its sync"}[shows], func(t *testing.T) {
+			delayedCreateOnTruncatedSlot(t, shows)
+		})
+	}
+}
+
+func delayedCreateOnTruncatedSlot(t *testing.T, shows bool) {
 	mem := memstore.New()
 	opts := testOptions()
 	opts.SnapshotThreshold = 4
@@ -552,6 +571,15 @@ func TestDelayedCreateOnTruncatedSlot(t *testing.T) {
 	mustCommand(t, a, 1)
 	mustCommand(t, a, 2) // seal 1, registration 2, commands 3, 4
 	slot := uint64(5)
+	read := make(chan struct{}, 1)
+	if shows {
+		showLanded(a, func(k string) bool { return k == logKey(testGroup, slot) }, func() {
+			select {
+			case <-read:
+			case <-time.After(10 * time.Second):
+			}
+		})
+	}
 	reached, release := blockPut(a, logKey(testGroup, slot))
 	staleDone := make(chan error, 1)
 	go func() {
@@ -580,7 +608,16 @@ func TestDelayedCreateOnTruncatedSlot(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	close(release) // a's create now lands on the emptied slot
+	lsKey := a.gs.key(leaderStateKey)
+	a.hooks.set(nil, func(k string) {
+		if k == lsKey {
+			select {
+			case read <- struct{}{}:
+			default:
+			}
+		}
+	})
+	close(release) // a's create now lands on the emptied slot (and is shown)
 	if err := <-staleDone; err == nil {
 		t.Fatal("the stale leader acknowledged a command written to a truncated slot")
 	}

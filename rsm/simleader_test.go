@@ -127,7 +127,7 @@ func (l *simLeader) seal(p *simProc, from uint64) (index uint64, ok, retry bool)
 		if n.rep.settings == nil {
 			seal.Settings = proto.Clone(n.rep.local).(*rsmpb.Settings)
 		}
-		found, err := n.createEntry(p, seal)
+		found, err := n.createEntry(p, seal, nil)
 		if err != nil {
 			return index, false, true
 		}
@@ -395,7 +395,7 @@ func (l *simLeader) progress() {
 		e := wr.entry
 		start := s.now
 		n.spawn(func(p *simProc) {
-			found, err := n.createEntry(p, e)
+			found, err := n.createEntry(p, e, func() { l.post(func() { l.w.visible(e.Index) }) })
 			took := time.Duration(s.now-start) * time.Millisecond
 			l.post(func() { l.wrote(e.Index, found, err, took) })
 		})
@@ -472,7 +472,13 @@ func (l *simLeader) settled(wr *write) bool {
 		return true
 	}
 	_, results := n.apply(wr.entry)
-	w.wait(waiter{batch: wr.batch, entry: wr.entry, results: results})
+	if wt, now := w.waitLanded(wr, results, s.clock()); now {
+		s.cover.earlyRounds++
+		l.release(wt)
+		l.snapshotIfDue()
+	} else if wr.visible && len(w.waiting) == 0 {
+		s.cover.earlyRounds++ // joined a round in flight
+	}
 	return true
 }
 
@@ -488,7 +494,14 @@ func (l *simLeader) roundDone(id uint64, err error) {
 		l.depose(rerr.Error())
 		return
 	}
-	if len(rounds) > 0 && l.w.snapshotDue() {
+	if len(rounds) > 0 {
+		l.snapshotIfDue()
+	}
+}
+
+// snapshotIfDue is leaderRun.maybeSnapshot.
+func (l *simLeader) snapshotIfDue() {
+	if l.w.snapshotDue() {
 		if !l.w.wantsBase() {
 			l.w.holdSegment()
 			return

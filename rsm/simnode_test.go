@@ -252,8 +252,9 @@ func (ls simLS) state() leaderState {
 // createEntry is groupStore.createEntry: nil if e landed, the entry found
 // in the slot otherwise; an answer lost is settled by reading the nonce
 // back, and is unknown if the slot is empty.
-func (n *simNode) createEntry(p *simProc, e *rsmpb.Entry) (*rsmpb.Entry, error) {
-	_, err := p.put(n, logKeyOf(e.Index), proto.Clone(e), 0)
+// shown, if not nil, is told when the store shows the entry (putShown).
+func (n *simNode) createEntry(p *simProc, e *rsmpb.Entry, shown func()) (*rsmpb.Entry, error) {
+	_, err := p.putShown(n, logKeyOf(e.Index), proto.Clone(e), 0, shown)
 	if err == nil {
 		return nil, nil
 	}

@@ -217,6 +217,12 @@ func simCtx(p *simProc) context.Context {
 
 // storeOp runs op on the store after a delay, as node n sees it.
 func (p *simProc) storeOp(n *simNode, write bool, op func() (any, int, error)) (any, int, error) {
+	return p.storeOpSynced(n, write, op, nil)
+}
+
+// storeOpSynced is storeOp whose answer waits *sync ticks more, as op
+// sets it: a write visible when applied and durable later.
+func (p *simProc) storeOpSynced(n *simNode, write bool, op func() (any, int, error), sync *int64) (any, int, error) {
 	s := p.s
 	var v any
 	var ver int
@@ -240,7 +246,11 @@ func (p *simProc) storeOp(n *simNode, write bool, op func() (any, int, error)) (
 					v, ver, err = nil, 0, errSimUnknown // applied, answer lost
 				}
 			}
-			s.after(s.between(1, 4), wake)
+			d := s.between(1, 4)
+			if sync != nil {
+				d += *sync
+			}
+			s.after(d, wake)
 		})
 	})
 	return v, ver, err
@@ -258,7 +268,17 @@ func (p *simProc) get(n *simNode, key string) (any, int, error) {
 
 // put writes v if the key's version is prev (0: absent).
 func (p *simProc) put(n *simNode, key string, v any, prev int) (int, error) {
-	_, ver, err := p.storeOp(n, true, func() (any, int, error) {
+	return p.putShown(n, key, v, prev, nil)
+}
+
+// putShown is put that calls shown when the write is applied (visible),
+// if the store says so (cfg.shows): the answer then comes after a sync.
+func (p *simProc) putShown(n *simNode, key string, v any, prev int, shown func()) (int, error) {
+	var sync *int64
+	if shown != nil && p.s.cfg.shows {
+		sync = new(int64)
+	}
+	_, ver, err := p.storeOpSynced(n, true, func() (any, int, error) {
 		st := &p.s.st
 		o, ok := st.objs[key]
 		if (prev == 0 && ok) || (prev != 0 && (!ok || o.ver != prev)) {
@@ -272,8 +292,12 @@ func (p *simProc) put(n *simNode, key string, v any, prev int) (int, error) {
 		}
 		st.ver++
 		st.objs[key] = simObject{v: v, ver: st.ver}
+		if sync != nil {
+			*sync = p.s.between(1, 12)
+			shown()
+		}
 		return nil, st.ver, nil
-	})
+	}, sync)
 	return ver, err
 }
 

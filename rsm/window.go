@@ -38,11 +38,15 @@ type window struct {
 	waiting []waiter // registered since the last round was issued
 	rounds  []*round // issued, in order
 	roundID uint64
-	probe   bool // a round is wanted even with no waiter (idle check, follower saw a newer term)
-	issued  int  // rounds issued since the last idle tick
-	taken   int  // commands taken since the last idle tick
-	ticked  bool // an idle tick came in this leadership
-	calm    bool // no command was taken in the last whole idle period
+	lastOut uint64 // the id of the last round released
+	probe   bool   // a round is wanted even with no waiter (idle check, follower saw a newer term)
+	// shown: a write was reported visible (window.visible) since the last
+	// round was issued; the next round confirms it before it is durable.
+	shown  bool
+	issued int  // rounds issued since the last idle tick
+	taken  int  // commands taken since the last idle tick
+	ticked bool // an idle tick came in this leadership
+	calm   bool // no command was taken in the last whole idle period
 
 	cache      map[uint64]*rsmpb.Entry
 	cacheLow   uint64
@@ -139,6 +143,11 @@ type write struct {
 	done  bool
 	found *rsmpb.Entry // another writer's entry in the slot
 	err   error        // the outcome is unknown
+	// visible: the store reported the write visible before it was durable
+	// (window.visible), when round after was the last issued; a round issued
+	// later confirms it (rule 5(b)).
+	visible bool
+	after   uint64
 }
 
 // waiter is released by the next confirmation round issued after it
@@ -317,15 +326,34 @@ func (w *window) wrote(index uint64, found *rsmpb.Entry, err error, d time.Durat
 	if err == nil && d > 0 {
 		w.lg.write = average(w.lg.write, d)
 	}
+	if wr := w.inFlight(index); wr != nil {
+		wr.done, wr.found, wr.err = true, found, err
+	}
+}
+
+// inFlight is the write of index in flight, if it is.
+func (w *window) inFlight(index uint64) *write {
 	if len(w.writes) == 0 || index < w.writes[0].entry.Index {
-		return
+		return nil
 	}
 	i := index - w.writes[0].entry.Index
 	if i >= uint64(len(w.writes)) {
+		return nil
+	}
+	return w.writes[i]
+}
+
+// visible records that the store reported the write of index visible,
+// before it is durable (driver.WithVisible): every read issued from now on
+// finds it, so a confirmation round issued from now on confirms it (rule
+// 5(b)), and one is wanted, to run while the write is made durable. The
+// write is still acknowledged only once it lands (waitLanded).
+func (w *window) visible(index uint64) {
+	wr := w.inFlight(index)
+	if wr == nil || wr.visible || wr.done {
 		return
 	}
-	wr := w.writes[i]
-	wr.done, wr.found, wr.err = true, found, err
+	wr.visible, wr.after, w.shown = true, w.roundID, true
 }
 
 // settle pops the oldest write if its result is in: results are handled
@@ -369,6 +397,31 @@ func (w *window) outcome(wr *write) writeOutcome {
 // wait registers a waiter with the next confirmation round.
 func (w *window) wait(wt waiter) { w.waiting = append(w.waiting, wt) }
 
+// waitLanded registers the waiter of a landed write, holding its results,
+// and reports whether it is confirmed already: rule 5(b) asks for a round
+// issued after the write landed. One whose store reported it visible
+// before it was durable (window.visible) is confirmed by a round issued after that:
+// it joins the last round in flight if that one was, or, with no round in
+// flight, is answered at once (true) if such a round came back. Either
+// only when no waiter waits for the next round, so that acknowledgements
+// keep log order. Any other waits for the next round.
+func (w *window) waitLanded(wr *write, results []result, now time.Time) (waiter, bool) {
+	wt := waiter{batch: wr.batch, entry: wr.entry, results: results}
+	if wr.visible && len(w.waiting) == 0 {
+		n := len(w.rounds)
+		switch {
+		case n > 0 && w.rounds[n-1].id > wr.after:
+			w.rounds[n-1].ws = append(w.rounds[n-1].ws, wt)
+			return wt, false
+		case n == 0 && w.lastOut > wr.after:
+			w.answered(len(wt.batch), now)
+			return wt, true
+		}
+	}
+	w.wait(wt)
+	return wt, false
+}
+
 // startRound issues a confirmation round holding every waiting waiter, if
 // there is one (or a probe is wanted) and fewer than PipelineDepth rounds
 // are in flight. The caller reads leader_state.json for it.
@@ -376,14 +429,16 @@ func (w *window) wait(wt waiter) { w.waiting = append(w.waiting, wt) }
 // Rule 5(b), acknowledgement (docs/rsm.md): an entry or a read is answered
 // only once a read of leader_state.json issued after it landed (or was
 // computed) still shows our term: one read per round confirms everything
-// waiting when it was issued.
+// waiting when it was issued. A write reported visible before it is
+// durable (window.visible) wants a round too, issued while it is made durable
+// (waitLanded).
 func (w *window) startRound() *round {
-	if (len(w.waiting) == 0 && !w.probe) || len(w.rounds) >= w.depth {
+	if (len(w.waiting) == 0 && !w.probe && !w.shown) || len(w.rounds) >= w.depth {
 		return nil
 	}
 	w.roundID++
 	r := &round{id: w.roundID, ws: w.waiting}
-	w.waiting, w.probe = nil, false
+	w.waiting, w.probe, w.shown = nil, false, false
 	w.rounds = append(w.rounds, r)
 	w.issued++
 	return r
@@ -411,6 +466,7 @@ func (w *window) released(now time.Time) ([]*round, error) {
 			return out, r.err
 		}
 		w.rounds = w.rounds[1:]
+		w.lastOut = r.id
 		out = append(out, r)
 		for _, wt := range r.ws {
 			if wt.entry != nil {
@@ -418,10 +474,20 @@ func (w *window) released(now time.Time) ([]*round, error) {
 			}
 		}
 	}
-	if answered > 0 {
-		w.lg.at, w.lg.expect, w.lg.back = now, answered, 0
-	}
+	w.answered(answered, now)
 	return out, nil
+}
+
+// answered starts a linger (cutIfRoom) for n committed commands released
+// at now.
+func (w *window) answered(n int, now time.Time) {
+	switch {
+	case n == 0:
+	case w.lg.at.Equal(now):
+		w.lg.expect += n
+	default:
+		w.lg.at, w.lg.expect, w.lg.back = now, n, 0
+	}
 }
 
 // confirm records a released write as acknowledged: it is cached for the

@@ -196,6 +196,117 @@ func TestWindowRounds(t *testing.T) {
 	}
 }
 
+// TestWindowShownWrite: a write the store shows before it is durable
+// (window.visible) wants a round, and is confirmed only by a round issued
+// after it was shown (rule 5(b)): it joins one still in flight, or is
+// answered at once if one came back, never by a round issued before, and
+// never ahead of a waiter registered before it.
+func TestWindowShownWrite(t *testing.T) {
+	landed := func(w *window, index uint64) *write {
+		t.Helper()
+		w.wrote(index, nil, nil, time.Millisecond)
+		wr := w.settle()
+		if wr == nil || wr.entry.Index != index || w.outcome(wr) != landed {
+			t.Fatalf("write of %d did not settle as landed", index)
+		}
+		return wr
+	}
+	write := func(w *window) *write {
+		t.Helper()
+		w.take(cmd(w.next), time.Time{})
+		w.cutCommands()
+		wr := w.nextWrite()
+		if wr == nil {
+			t.Fatal("no room for a write")
+		}
+		return wr
+	}
+
+	t.Run("joins the round issued after it was shown, not the one before", func(t *testing.T) {
+		w := testWindow(3, 1)
+		wr := write(w)
+		w.probe = true
+		before := w.startRound()
+		if w.startRound() != nil {
+			t.Fatal("a round with nothing to confirm")
+		}
+		w.visible(wr.entry.Index)
+		after := w.startRound()
+		if after == nil {
+			t.Fatal("a shown write got no round")
+		}
+		if _, now := w.waitLanded(landed(w, wr.entry.Index), nil, time.Time{}); now {
+			t.Fatal("answered before any round issued after it was shown came back")
+		}
+		if len(before.ws) != 0 || len(after.ws) != 1 {
+			t.Fatalf("waiters: %d in the round before it was shown, %d in the one after; want 0 and 1", len(before.ws), len(after.ws))
+		}
+		w.roundDone(before.id, nil)
+		if out, _ := w.released(time.Time{}); len(out) != 1 || len(out[0].ws) != 0 {
+			t.Fatal("the round issued before it was shown released it")
+		}
+		w.roundDone(after.id, nil)
+		if out, _ := w.released(time.Time{}); len(out) != 1 || len(out[0].ws) != 1 {
+			t.Fatal("the round issued after it was shown did not release it")
+		}
+	})
+
+	t.Run("answered at once when that round came back", func(t *testing.T) {
+		w := testWindow(1, 1)
+		wr := write(w)
+		w.visible(wr.entry.Index)
+		r := w.startRound()
+		w.roundDone(r.id, nil)
+		if out, _ := w.released(time.Time{}); len(out) != 1 {
+			t.Fatal("the round did not come back")
+		}
+		wt, now := w.waitLanded(landed(w, wr.entry.Index), nil, time.Time{})
+		if !now || wt.entry != wr.entry || len(w.waiting) != 0 {
+			t.Fatalf("answered at once %v (waiting %d); want at once", now, len(w.waiting))
+		}
+		if w.startRound() != nil {
+			t.Fatal("a round wanted after the write was confirmed")
+		}
+	})
+
+	t.Run("only a round issued after it was shown came back", func(t *testing.T) {
+		w := testWindow(2, 1)
+		w.probe = true
+		r := w.startRound()
+		wr := write(w)
+		w.visible(wr.entry.Index)
+		w.roundDone(r.id, nil)
+		w.released(time.Time{})
+		if _, now := w.waitLanded(landed(w, wr.entry.Index), nil, time.Time{}); now {
+			t.Fatal("answered on a round issued before it was shown")
+		}
+		if len(w.waiting) != 1 {
+			t.Fatalf("%d waiting for the next round, want 1", len(w.waiting))
+		}
+	})
+
+	t.Run("after a waiter registered before it", func(t *testing.T) {
+		w := testWindow(2, 1)
+		wr := write(w)
+		w.visible(wr.entry.Index)
+		r := w.startRound()
+		w.wait(waiter{batch: []*pending{rd()}, answers: []*rsmpb.StateResponse{{}}})
+		if _, now := w.waitLanded(landed(w, wr.entry.Index), nil, time.Time{}); now || len(r.ws) != 0 || len(w.waiting) != 2 {
+			t.Fatalf("at once %v, %d in the round, %d waiting; want it behind the read, in the next round", now, len(r.ws), len(w.waiting))
+		}
+	})
+
+	t.Run("not shown: the next round", func(t *testing.T) {
+		w := testWindow(2, 1)
+		wr := write(w)
+		w.probe = true
+		r := w.startRound()
+		if _, now := w.waitLanded(landed(w, wr.entry.Index), nil, time.Time{}); now || len(r.ws) != 0 || len(w.waiting) != 1 {
+			t.Fatal("a write never shown joined a round issued before it landed")
+		}
+	})
+}
+
 func TestWindowIdleProbe(t *testing.T) {
 	w := testWindow(1, 1)
 	w.idleTick()
