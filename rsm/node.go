@@ -131,6 +131,14 @@ func (n *Node) start() {
 	}()
 }
 
+// Term is Status().Term, the group's term as this node knows it, without
+// the rest of Status: a front end puts it in every answer.
+func (n *Node) Term() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.fc.term
+}
+
 // Status reports the node's view of its group.
 func (n *Node) Status() Status {
 	n.mu.Lock()

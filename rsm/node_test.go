@@ -112,9 +112,15 @@ func TestLeaderLeaveHandsOver(t *testing.T) {
 			rest = append(rest, n)
 		}
 	}
+	if got := leader.Term(); got != term {
+		t.Fatalf("Term() %d, Status().Term %d", got, term)
+	}
 	next := waitLeader(t, rest...)
 	if got := next.Status().Term; got <= term {
 		t.Fatalf("new leader's term %d, want above %d", got, term)
+	}
+	if got := next.Term(); got != next.Status().Term {
+		t.Fatalf("new leader: Term() %d, Status().Term %d", got, next.Status().Term)
 	}
 	res, err := next.Command(ctxT(t, 10*time.Second), "counter", nil)
 	if err != nil {

@@ -241,7 +241,7 @@ func (s *Server) header(rev int64) *pb.ResponseHeader { return s.headerFunc()(re
 // the group's term now. It asks the node: never under the hub's lock,
 // which the node's apply may wait for.
 func (s *Server) headerFunc() func(rev int64) *pb.ResponseHeader {
-	term := s.node.Status().Term
+	term := s.node.Term()
 	s.term.Store(term)
 	return func(rev int64) *pb.ResponseHeader {
 		return &pb.ResponseHeader{ClusterId: s.cluster, MemberId: s.member, Revision: rev, RaftTerm: term}
