@@ -400,11 +400,11 @@ func (w *window) wait(wt waiter) { w.waiting = append(w.waiting, wt) }
 // waitLanded registers the waiter of a landed write, holding its results,
 // and reports whether it is confirmed already: rule 5(b) asks for a round
 // issued after the write landed. One whose store reported it visible
-// before it was durable (window.visible) is confirmed by a round issued after that:
-// it joins the last round in flight if that one was, or, with no round in
-// flight, is answered at once (true) if such a round came back. Either
-// only when no waiter waits for the next round, so that acknowledgements
-// keep log order. Any other waits for the next round.
+// before it was durable (window.visible) is confirmed by a round issued
+// after that: it joins the last round in flight if that one was, or, with
+// no round in flight, is answered at once (true) if such a round came
+// back. Either only when no waiter waits for the next round, so that
+// acknowledgements keep log order. Any other waits for the next round.
 func (w *window) waitLanded(wr *write, results []result, now time.Time) (waiter, bool) {
 	wt := waiter{batch: wr.batch, entry: wr.entry, results: results}
 	if wr.visible && len(w.waiting) == 0 {
@@ -430,8 +430,8 @@ func (w *window) waitLanded(wr *write, results []result, now time.Time) (waiter,
 // only once a read of leader_state.json issued after it landed (or was
 // computed) still shows our term: one read per round confirms everything
 // waiting when it was issued. A write reported visible before it is
-// durable (window.visible) wants a round too, issued while it is made durable
-// (waitLanded).
+// durable (window.visible) wants a round too, issued while it is made
+// durable (waitLanded).
 func (w *window) startRound() *round {
 	if (len(w.waiting) == 0 && !w.probe && !w.shown) || len(w.rounds) >= w.depth {
 		return nil
