@@ -858,6 +858,22 @@ func TestPackLargeSegment(t *testing.T) {
 	}
 }
 
+// holdFirstSync holds the first writer that reaches its sync after its
+// append (packHooks.BeforeSync) until resume is closed; inSync is closed
+// when it is held. Later writers sync at once.
+func holdFirstSync(t *testing.T) (inSync, resume chan struct{}) {
+	inSync, resume = make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	packHooks.BeforeSync = func() {
+		if !first.Swap(true) {
+			close(inSync)
+			<-resume
+		}
+	}
+	t.Cleanup(func() { packHooks.BeforeSync = nil })
+	return inSync, resume
+}
+
 // TestPackWriterStoppedInSync: a writer stopped between its append and
 // its sync (SIGSTOP, a disk that takes seconds) holds no lock: another
 // process's writer appends meanwhile, after syncing the stopped one's
@@ -868,15 +884,7 @@ func TestPackWriterStoppedInSync(t *testing.T) {
 	defer a.Close()
 	b := newDriver(t, dir) // its own flock, as another process's
 	defer b.Close()
-	stopped, resume := make(chan struct{}), make(chan struct{})
-	var first atomic.Bool
-	packHooks.BeforeSync = func() {
-		if !first.Swap(true) { // a's; b's must not wait
-			close(stopped)
-			<-resume
-		}
-	}
-	defer func() { packHooks.BeforeSync = nil }()
+	stopped, resume := holdFirstSync(t) // a's; b's must not wait
 	done := make(chan error, 1)
 	go func() {
 		_, err := a.Put(context.Background(), packPrefix+"a", []byte("from a"), create)
@@ -928,8 +936,8 @@ func TestPackSegmentFilledWhileReaderLooks(t *testing.T) {
 // TestPackReportsVisibleBeforeSync: a packed put under driver.WithVisible
 // says when its frame is visible, before its sync: another process's
 // Store reads the value then, while the writer is still in its sync, and
-// the put itself returns only after the sync. A refused put, and a delete
-// of nothing, report nothing.
+// the put itself returns only after the sync. A refused put, a refused
+// delete and a delete of a key that is not there report nothing.
 func TestPackReportsVisibleBeforeSync(t *testing.T) {
 	dir := t.TempDir()
 	a := newPacked(t, dir)
@@ -942,16 +950,7 @@ func TestPackReportsVisibleBeforeSync(t *testing.T) {
 		visibles.Add(1)
 		visible <- struct{}{}
 	})
-	inSync, resume := make(chan struct{}), make(chan struct{})
-	var first atomic.Bool
-	packHooks.BeforeSync = func() {
-		if first.Swap(true) {
-			return
-		}
-		close(inSync)
-		<-resume
-	}
-	defer func() { packHooks.BeforeSync = nil }()
+	inSync, resume := holdFirstSync(t)
 	done := make(chan error, 1)
 	go func() {
 		_, err := a.Put(ctx, packPrefix+"a", []byte("from a"), create)
@@ -979,6 +978,9 @@ func TestPackReportsVisibleBeforeSync(t *testing.T) {
 	if err := a.Delete(ctx, packPrefix+"a", driver.Cond{Kind: driver.IfMatch, Version: "no such version"}); driver.Classify(nil, err) != driver.PreconditionFailed {
 		t.Fatalf("a delete on another version: %v; want a precondition failure", err)
 	}
+	if err := a.Delete(ctx, packPrefix+"never", driver.Cond{}); err != nil {
+		t.Fatalf("a delete of a key that is not there: %v", err)
+	}
 	if n := visibles.Load(); n != 1 {
 		t.Fatalf("visible reported %d times; want once, for the put that was made", n)
 	}
@@ -992,5 +994,57 @@ func TestPackReportsVisibleBeforeSync(t *testing.T) {
 	}
 	if _, _, err := b.Get(t.Context(), packPrefix+"a"); driver.Classify(nil, err) != driver.NotFound {
 		t.Fatalf("get after the delete: %v; want not found", err)
+	}
+}
+
+// TestPackShowsOnlyWhatItMade: a delete of a key that is not there, taken
+// in one frame with a put, makes no record, so it reports nothing visible
+// while the put beside it does.
+func TestPackShowsOnlyWhatItMade(t *testing.T) {
+	dir := t.TempDir()
+	d := newPacked(t, dir)
+	defer d.Close()
+	var queued atomic.Int64
+	packHooks.Queued = func(n int) { queued.Store(int64(n)) }
+	defer func() { packHooks.Queued = nil }()
+	inSync, resume := holdFirstSync(t)
+	first := make(chan error, 1)
+	go func() {
+		_, err := d.Put(t.Context(), packPrefix+"first", []byte("1"), create)
+		first <- err
+	}()
+	<-inSync
+	var putShown, delShown atomic.Int32
+	errs := make(chan error, 2)
+	go func() {
+		_, err := d.Put(driver.WithVisible(t.Context(), func() { putShown.Add(1) }), packPrefix+"put", []byte("2"), create)
+		errs <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); queued.Load() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(resume)
+			t.Fatal("the put did not queue behind the held batch")
+		}
+	}
+	go func() {
+		errs <- d.Delete(driver.WithVisible(t.Context(), func() { delShown.Add(1) }), packPrefix+"never", driver.Cond{})
+	}()
+	for deadline := time.Now().Add(10 * time.Second); queued.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(resume)
+			t.Fatal("the delete did not queue behind the held batch")
+		}
+	}
+	close(resume)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if putShown.Load() != 1 || delShown.Load() != 0 {
+		t.Fatalf("shown: the put %d times, the delete of nothing %d; want 1 and 0", putShown.Load(), delShown.Load())
 	}
 }

@@ -964,7 +964,8 @@ func (l *Log) check(ops []*packOp) []packRec {
 			op.err = driver.Errorf(driver.PreconditionFailed, "filestore: version mismatch")
 			continue
 		case op.del && !c.present:
-			continue // nothing to delete: no record
+			op.visible = nil // nothing made, nothing to show
+			continue
 		}
 		if op.del {
 			batch[op.key] = cur{}
