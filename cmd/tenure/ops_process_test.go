@@ -35,6 +35,10 @@ type opsCommand struct {
 	name string
 	args func(storeURL, http string) []string
 	role string
+	// ready is what the command prints once SIGTERM stops it cleanly, if
+	// that comes after it serves: run's child, once its trap is set (a
+	// SIGTERM before would end the child by the signal, status 143).
+	ready string
 }
 
 // opsTimings are short timings for the long-running commands' tests; the
@@ -50,18 +54,37 @@ func withKey(storeURL, key string) string {
 	return base + "/" + key + "?" + query
 }
 
+// childTrapSet is what run's child prints once its SIGTERM trap is set.
+const childTrapSet = "child: trap set"
+
+// waitReady waits until p printed c.ready, if c has one, or fails t when
+// p exits or a minute passes.
+func waitReady(t *testing.T, p *kvProcess, c opsCommand) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); c.ready != "" && !strings.Contains(p.output(), c.ready); time.Sleep(10 * time.Millisecond) {
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited (%v) before printing %q:\n%s", c.name, p.err, c.ready, p.output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not print %q within a minute:\n%s", c.name, c.ready, p.output())
+		}
+	}
+}
+
 func opsCommands() []opsCommand {
 	return []opsCommand{
 		{"elect", func(u, h string) []string {
 			return append([]string{"elect", "--lock", withKey(u, "leader.json"), "--id", "m1", "--http", h}, opsElectTimings...)
-		}, "leader"},
+		}, "leader", ""},
 		{"run", func(u, h string) []string {
 			args := append([]string{"run", "--lock", withKey(u, "leader.json"), "--id", "m1", "--http", h}, opsElectTimings...)
-			return append(args, "--", "sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.05; done")
-		}, "leader"},
+			return append(args, "--", "sh", "-c", "trap 'exit 0' TERM; echo '"+childTrapSet+"'; while :; do sleep 0.05; done")
+		}, "leader", childTrapSet},
 		{"shards", func(u, h string) []string {
 			return []string{"shards", "--store", u, "--shards", "4", "--id", "m1", "--lease", "2s", "--renew", "500ms", "--http", h}
-		}, "member"},
+		}, "member", ""},
 	}
 }
 
@@ -74,7 +97,7 @@ func TestLongRunningProbes(t *testing.T) {
 	bin := buildTenure(t)
 	kvServe := opsCommand{"kv serve", func(u, h string) []string {
 		return []string{"kv", "serve", "--store", u, "--http", h, "--peer-listen", "127.0.0.1:0", "--id", "m1"}
-	}, "leader"}
+	}, "leader", ""}
 	for _, c := range append(opsCommands(), kvServe) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := "file://" + filepath.Join(t.TempDir(), "store")
@@ -117,6 +140,7 @@ func TestLongRunningProbes(t *testing.T) {
 			if code, body := httpGet(t, base+"/no-such-path", ""); code != http.StatusNotFound {
 				t.Errorf("/no-such-path: %d %.200s; want 404", code, body)
 			}
+			waitReady(t, p, c)
 			if code := p.stop(t, syscall.SIGTERM); code != 0 {
 				t.Errorf("exit %d after SIGTERM; want 0\n%s", code, p.output())
 			}
@@ -167,6 +191,7 @@ func TestLongRunningStoreUnreachable(t *testing.T) {
 			if code, _ := httpGet(t, base+"/livez", ""); code != http.StatusOK {
 				t.Errorf("/livez while the store is frozen: %d; want 200", code)
 			}
+			waitReady(t, p, c)
 			if code := p.stop(t, syscall.SIGTERM); code != 0 {
 				t.Errorf("exit %d after SIGTERM; want 0\n%s", code, p.output())
 			}
